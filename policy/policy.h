@@ -1,0 +1,171 @@
+// Policy: one instance's egress policy, validated and immutable.
+//
+// Built only by parse_policy()/load_policy() (policy_file.h); nothing past
+// policy/ sees TOML. Everything here is read-only after construction, so one
+// Policy can be read by the DNS gate, admission and the broker of its
+// instance without locks.
+//
+// What it answers, allocation-free:
+//   allows_name(name)               may the DNS gate resolve this name at all?
+//   admits(name, port, protocol)    which [[allow]] rule admits a flow (or none)
+//   broker_for(name, port)          the [[broker]] binding that takes the flow
+//   check_address(addr)             reserved? lifted by [unsafe]?
+// Names passed in must be canonical (policy/name.h): the data path
+// canonicalizes once at its edge.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "policy/ip_address.h"
+#include "policy/name.h"
+#include "policy/name_matcher.h"
+#include "policy/reserved_ranges.h"
+
+namespace abox::policy {
+
+// Where something was written: for explain output and error messages.
+struct SourceLocation {
+  std::string file;
+  std::uint32_t line = 0;
+  std::uint32_t column = 0;
+  std::string to_string() const;  // "file:line:column"
+};
+
+enum class Protocol : std::uint8_t { tcp = 1, udp = 2 };
+std::string_view to_string(Protocol p);
+
+struct PortRange {
+  std::uint16_t first = 0;
+  std::uint16_t last = 0;
+  bool contains(std::uint16_t port) const { return port >= first && port <= last; }
+  std::string to_string() const;
+};
+
+// One [[allow]] table.
+struct AllowRule {
+  std::size_t index = 0;  // 0-based, in file order
+  std::vector<NamePattern> names;
+  std::vector<PortRange> ports;
+  bool tcp = true;
+  bool udp = false;
+  // verify_name: unset means "on for ports 80 and 443 only".
+  std::optional<bool> verify_name;
+  SourceLocation where;
+
+  bool allows(std::uint16_t port, Protocol p) const;
+  // Must a TCP flow on this port show a TLS SNI / HTTP Host naming the name
+  // its address was answered for?
+  bool requires_name(std::uint16_t port) const;
+};
+
+// One [[broker]] table: a name whose HTTPS goes to the TLS broker.
+struct BrokerBinding {
+  std::size_t index = 0;
+  std::string name;  // canonical, exact (no wildcard)
+  std::uint16_t port = 443;
+  std::string credential;                  // the key's name in the daemon's store
+  std::string header;                      // lower case, e.g. "x-api-key"
+  std::string nonce_env;                   // the guest environment variable holding the nonce
+  std::vector<std::string> methods;        // upper case, e.g. "POST"
+  std::vector<std::string> path_prefixes;  // each starts with '/'
+  bool allow_upgrade = false;
+  SourceLocation where;
+};
+
+enum class DeniedAnswer : std::uint8_t { refused, nxdomain };
+
+struct DnsSettings {
+  bool use_system = true;           // upstreams = ["system"]: /etc/resolv.conf
+  std::vector<Endpoint> upstreams;  // when not system
+  std::uint32_t min_ttl = 5;        // seconds
+  std::uint32_t max_ttl = 3600;
+  std::uint32_t grace = 60;  // live flows outlive their answer this long
+  DeniedAnswer denied = DeniedAnswer::refused;
+  std::uint32_t timeout_ms = 2000;  // per upstream attempt
+  std::uint32_t attempts = 2;       // rounds across all upstreams
+};
+
+struct Limits {
+  std::uint32_t flows = 4096;
+  std::uint32_t half_open = 256;
+  std::uint32_t flow_buffer_bytes = 1u << 20;  // per flow, each direction
+  std::uint32_t dns_in_flight = 256;
+  std::uint32_t answer_entries = 16384;       // AnswerTable addresses
+  std::uint32_t peek_bytes = 4096;            // bytes read looking for SNI / Host
+  std::uint32_t http_head_bytes = 16384;      // broker: request head
+  std::uint64_t http_body_bytes = 32u << 20;  // broker: request body
+};
+
+struct Timeouts {
+  std::uint32_t connect_ms = 10000;
+  std::uint32_t peek_ms = 5000;
+  std::uint32_t tcp_idle_s = 600;
+  std::uint32_t udp_idle_s = 60;
+};
+
+struct Unsafe {
+  std::vector<Cidr> allow_reserved;  // test rigs only; every use is logged
+  SourceLocation where;
+};
+
+struct AddressVerdict {
+  const ReservedRange* reserved = nullptr;  // the range it falls in, if any
+  const Cidr* lifted_by = nullptr;          // the [unsafe] entry lifting it, if any
+  bool refused() const { return reserved != nullptr && lifted_by == nullptr; }
+};
+
+class Policy {
+ public:
+  const std::string& source() const { return source_; }
+  std::span<const AllowRule> rules() const { return rules_; }
+  std::span<const BrokerBinding> brokers() const { return brokers_; }
+  const DnsSettings& dns() const { return dns_; }
+  const Limits& limits() const { return limits_; }
+  const Timeouts& timeouts() const { return timeouts_; }
+  const Unsafe& unsafe() const { return unsafe_; }
+
+  // May the DNS gate resolve this name (an [[allow]] or [[broker]] names it)?
+  bool allows_name(std::string_view canonical) const { return matcher_.matches(canonical); }
+
+  // The first rule, in file order of matching specificity (exact before
+  // wildcard), that admits this name on this port and protocol; nullptr if
+  // none. Broker bindings are not rules: see broker_for().
+  const AllowRule* admits(std::string_view canonical, std::uint16_t port, Protocol p) const;
+
+  const BrokerBinding* broker_for(std::string_view canonical, std::uint16_t port) const;
+
+  AddressVerdict check_address(const IpAddress& a) const;
+  bool is_reserved(const IpAddress& a) const { return check_address(a).refused(); }
+
+  // Every rule whose names match, in lookup order (for explain). fn returns
+  // true to stop.
+  template <class Fn>
+  void for_each_rule_matching(std::string_view canonical, Fn&& fn) const {
+    matcher_.for_each_match(canonical, [&](std::uint32_t id, bool wildcard) {
+      if (id & kBrokerBit) return false;
+      return fn(rules_[id], wildcard);
+    });
+  }
+
+ private:
+  friend class PolicyBuilder;
+  static constexpr std::uint32_t kBrokerBit = 0x8000'0000u;
+
+  Policy() = default;
+
+  std::string source_;
+  std::vector<AllowRule> rules_;
+  std::vector<BrokerBinding> brokers_;
+  DnsSettings dns_;
+  Limits limits_;
+  Timeouts timeouts_;
+  Unsafe unsafe_;
+  NameMatcher matcher_;  // ids: rule index, or kBrokerBit | broker index
+};
+
+}  // namespace abox::policy

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# setup.sh: make this machine able to build and test abox.
+#
+# Installs every Debian package the project needs (now and for the issues to
+# come) and brings lwIP 2.1.3's source from Debian's source package into
+# .cache/lwip/. Idempotent: when nothing is missing it prints nothing and
+# touches nothing, so it also works offline once everything is there.
+#
+# Exit codes: 0 ready; 2 not a Debian machine, or not root while something is
+# missing (the message says what); 1 an install step failed.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache="$root/.cache"
+
+# Build tools and libraries (linked or included by our targets).
+build_pkgs=(
+  build-essential cmake ninja-build ccache pkg-config git
+  clang libclang-rt-14-dev clang-format clang-tidy
+  liburing-dev libldns-dev android-libboringssl-dev
+  libnl-3-dev libnl-route-3-dev libboost1.81-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev
+  dpkg-dev
+)
+# Real peers the tests and benchmarks start: DNS servers and clients, web
+# servers, traffic tools, the peers we compare against, and QEMU for VM tests.
+peer_pkgs=(
+  python3 iproute2 procps
+  unbound nsd dnsmasq-base dnsutils ldnsutils dnsperf
+  nginx-light curl wrk iperf3 socat
+  passt slirp4netns python3-scapy
+  qemu-system-x86 busybox-static cpio
+)
+
+need_cmds() {
+  cat >&2 <<MSG
+abox's setup script knows Debian 12 (bookworm) only. On this machine, install
+by hand: a C++20 compiler (g++ 12 or clang 14+), CMake 3.25+, Ninja, liburing,
+ldns, BoringSSL, libnl-3 and libnl-route-3, Boost 1.81 headers, GoogleTest,
+Google Benchmark, toml++ 3, clang-format 14, and lwIP 2.1.3's source unpacked
+at $cache/lwip/src (with src/core/tcp.c inside). For the tests also: unbound,
+nsd, dnsmasq, dig, drill, dnsperf, nginx, curl, wrk, iperf3, socat, pasta,
+slirp4netns, scapy and qemu-system-x86.
+MSG
+}
+
+if [[ ! -r /etc/os-release ]] || ! grep -qE '^(ID|ID_LIKE)=.*debian' /etc/os-release; then
+  if [[ -f "$cache/lwip/src/core/tcp.c" ]] && command -v cmake >/dev/null; then
+    exit 0 # prepared by hand; let the build say what else is missing
+  fi
+  need_cmds
+  exit 2
+fi
+
+missing=()
+for p in "${build_pkgs[@]}" "${peer_pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == installed ]] || missing+=("$p")
+done
+
+lwip_ok() { [[ -f "$cache/lwip/src/core/tcp.c" && -f "$cache/lwip/VERSION" ]]; }
+
+if ((${#missing[@]} == 0)) && lwip_ok; then
+  exit 0
+fi
+
+if ((EUID != 0)); then
+  what="${missing[*]:-}"
+  lwip_ok || what+=" (and lwIP's source)"
+  echo "setup: need root to install: $what" >&2
+  echo "setup: run it again as root (sudo $0)" >&2
+  exit 2
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt_updated=0
+apt_update() {
+  if ((apt_updated == 0)); then
+    echo "setup: apt-get update" >&2
+    apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+}
+
+if ((${#missing[@]} > 0)); then
+  echo "setup: installing ${missing[*]}" >&2
+  # Services that packages would start (unbound, nginx, nsd) are not wanted:
+  # tests start their own instances on loopback with their own configs.
+  policy_rc=/usr/sbin/policy-rc.d
+  made_policy=0
+  if [[ ! -e $policy_rc ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy_rc" && chmod +x "$policy_rc" && made_policy=1
+  fi
+  apt_update
+  apt-get install -y -qq -o=Dpkg::Use-Pty=0 --no-install-recommends "${missing[@]}" >/dev/null || {
+    ((made_policy)) && rm -f "$policy_rc"
+    echo "setup: apt-get install failed for: ${missing[*]}" >&2
+    exit 1
+  }
+  ((made_policy)) && rm -f "$policy_rc"
+  # Package scripts may have started daemons regardless; stop the ones that
+  # would hold ports our tests use.
+  for svc in unbound nsd nginx; do pkill -x "$svc" 2>/dev/null || true; done
+fi
+
+if ! lwip_ok; then
+  # lwIP comes from Debian's source package, with deb-src in a file of its own
+  # so the system's sources stay as they were.
+  src_list=/etc/apt/sources.list.d/abox-deb-src.sources
+  if [[ ! -f $src_list ]]; then
+    cat >"$src_list" <<'SRC'
+# Written by abox's scripts/setup.sh: source packages (for `apt-get source lwip`).
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    apt_updated=0
+  fi
+  apt_update
+  tmp=$(mktemp -d)
+  chmod 755 "$tmp" # apt's download user must be able to write here
+  chown _apt "$tmp" 2>/dev/null || true
+  trap 'rm -rf "$tmp"' EXIT
+  echo "setup: fetching lwIP source (apt-get source lwip)" >&2
+  (cd "$tmp" && apt-get source -qq --download-only lwip >/dev/null &&
+    dpkg-source --no-check -x lwip_*.dsc lwip >/dev/null) || {
+    echo "setup: could not fetch lwIP's source package" >&2
+    exit 1
+  }
+  ver=$(cd "$tmp" && ls lwip_*.dsc | sed -E 's/^lwip_(.*)\.dsc$/\1/')
+  case "$ver" in
+    2.1.3*) ;;
+    *) echo "setup: expected lwIP 2.1.3, Debian gave $ver" >&2; exit 1 ;;
+  esac
+  rm -rf "$cache/lwip"
+  mkdir -p "$cache"
+  mv "$tmp/lwip" "$cache/lwip"
+  echo "$ver" >"$cache/lwip/VERSION"
+fi
