@@ -1,0 +1,160 @@
+// Fuzz target: upstream DNS answers through filter_upstream_answer().
+//
+// The input is an upstream message. To reach the filtering code rather than
+// stop at "not our question", the question asked is the message's own: its
+// ID, and its first question as ldns reads it (example.com A when there is
+// none). The policy is fixed and lifts 127.0.0.0/8, so the lifted path runs.
+//
+// Invariants checked (a violation traps):
+//   - every address answered is one the policy does not refuse, and its
+//     lifted flag agrees with the policy; every reported rebinding address is
+//     one the policy refuses;
+//   - the wire for the guest parses with ldns, has ID 0, is at most 65535
+//     bytes, carries no HTTPS/SVCB record, no address outside the answer
+//     section, and no address in the answer section that is not in
+//     `addresses`; every TTL in it, and cache_ttl, is within the policy's
+//     [min_ttl, max_ttl].
+// clang-format off
+// ldns/common.h, in C++, defines bool, true and false as macros unless
+// <stdbool.h> came first; with them, clang cannot parse libstdc++ headers
+// included later, and `true` is an int for the rest of the file.
+#include <stdbool.h>
+#include <ldns/ldns.h>
+// clang-format on
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "dns/answer_filter.h"
+#include "policy/policy_file.h"
+
+namespace {
+
+using abox::dns::AskedQuestion;
+using abox::dns::FilteredAnswer;
+using abox::policy::IpAddress;
+using abox::policy::Policy;
+
+struct RrFree {
+  void operator()(ldns_rr* rr) const { ldns_rr_free(rr); }
+};
+struct PktFree {
+  void operator()(ldns_pkt* p) const { ldns_pkt_free(p); }
+};
+
+const Policy& fuzz_policy() {
+  static const Policy p = [] {
+    auto r = abox::policy::parse_policy(
+        "[[allow]]\nnames=[\"example.com\",\"*.example.com\"]\nports=[443]\n"
+        "[dns]\nmin_ttl=30\nmax_ttl=600\n"
+        "[unsafe]\nallow_reserved=[\"127.0.0.0/8\"]\n",
+        "fuzz.toml");
+    if (!r.ok()) __builtin_trap();  // the fixed policy must parse
+    return std::move(r).value();
+  }();
+  return p;
+}
+
+// The message's own question, or example.com A.
+AskedQuestion own_question(std::span<const std::uint8_t> msg, std::vector<std::uint8_t>& name_storage) {
+  static const std::array<std::uint8_t, 13> kExample = {7,   'e', 'x', 'a', 'm', 'p', 'l',
+                                                        'e', 3,   'c', 'o', 'm', 0};
+  AskedQuestion q;
+  q.qtype = 1;
+  q.qclass = 1;
+  name_storage.assign(kExample.begin(), kExample.end());
+  if (msg.size() >= 2) q.id = static_cast<std::uint16_t>((msg[0] << 8) | msg[1]);
+  if (msg.size() > 12) {
+    std::size_t pos = 12;
+    ldns_rr* raw = nullptr;
+    if (ldns_wire2rr(&raw, msg.data(), msg.size(), &pos, LDNS_SECTION_QUESTION) == LDNS_STATUS_OK) {
+      std::unique_ptr<ldns_rr, RrFree> rr(raw);
+      const ldns_rdf* owner = ldns_rr_owner(rr.get());
+      name_storage.assign(ldns_rdf_data(owner), ldns_rdf_data(owner) + ldns_rdf_size(owner));
+      q.qtype = static_cast<std::uint16_t>(ldns_rr_get_type(rr.get()));
+      q.qclass = static_cast<std::uint16_t>(ldns_rr_get_class(rr.get()));
+    }
+  }
+  q.qname_wire = name_storage;
+  return q;
+}
+
+bool ttl_ok(std::uint32_t ttl, const Policy& p) {
+  return ttl >= p.dns().min_ttl && ttl <= p.dns().max_ttl;
+}
+
+std::optional<IpAddress> address_of(const ldns_rr* rr) {
+  const ldns_rdf* rd = ldns_rr_rdf(rr, 0);
+  if (rd == nullptr) return std::nullopt;
+  if (ldns_rr_get_type(rr) == LDNS_RR_TYPE_A && ldns_rdf_size(rd) == 4)
+    return IpAddress::v4_bytes(ldns_rdf_data(rd));
+  if (ldns_rr_get_type(rr) == LDNS_RR_TYPE_AAAA && ldns_rdf_size(rd) == 16) {
+    std::array<std::uint8_t, 16> b{};
+    std::copy_n(ldns_rdf_data(rd), 16, b.begin());
+    return IpAddress::v6(b);
+  }
+  return std::nullopt;
+}
+
+void check_wire(const FilteredAnswer& a, const Policy& p) {
+  if (a.wire.size() < 12 || a.wire.size() > 65535) __builtin_trap();
+  if (a.wire[0] != 0 || a.wire[1] != 0) __builtin_trap();
+  ldns_pkt* raw = nullptr;
+  if (ldns_wire2pkt(&raw, a.wire.data(), a.wire.size()) != LDNS_STATUS_OK) __builtin_trap();
+  std::unique_ptr<ldns_pkt, PktFree> pkt(raw);
+  if (ldns_pkt_id(pkt.get()) != 0) __builtin_trap();
+  if (static_cast<bool>(ldns_pkt_tc(pkt.get())) != a.truncated) __builtin_trap();
+  const std::array<ldns_rr_list*, 3> sections = {ldns_pkt_answer(pkt.get()), ldns_pkt_authority(pkt.get()),
+                                                 ldns_pkt_additional(pkt.get())};
+  for (std::size_t s = 0; s < sections.size(); ++s) {
+    for (std::size_t i = 0; i < ldns_rr_list_rr_count(sections[s]); ++i) {
+      const ldns_rr* rr = ldns_rr_list_rr(sections[s], i);
+      const ldns_rr_type t = ldns_rr_get_type(rr);
+      if (t == LDNS_RR_TYPE_HTTPS || t == LDNS_RR_TYPE_SVCB) __builtin_trap();
+      if (!ttl_ok(ldns_rr_ttl(rr), p)) __builtin_trap();
+      if (t != LDNS_RR_TYPE_A && t != LDNS_RR_TYPE_AAAA) continue;
+      if (s != 0) __builtin_trap();  // no glue
+      auto ip = address_of(rr);
+      if (!ip) __builtin_trap();  // a malformed address record reached the guest
+      bool answered = std::any_of(a.addresses.begin(), a.addresses.end(),
+                                  [&](const abox::dns::AnsweredAddress& x) { return x.address == *ip; });
+      if (!answered) __builtin_trap();  // the guest would see an address nobody vetted
+    }
+  }
+  if (ldns_pkt_tsig(pkt.get()) != nullptr) __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const Policy& policy = fuzz_policy();
+  std::span<const std::uint8_t> msg(data, size);
+  std::vector<std::uint8_t> name;
+  const AskedQuestion asked = own_question(msg, name);
+
+  auto r = abox::dns::filter_upstream_answer(msg, asked, policy);
+  if (!r.ok()) {
+    if (abox::dns::describe(r.error()).empty()) __builtin_trap();
+    return 0;
+  }
+  const FilteredAnswer& a = *r;
+  for (const auto& x : a.addresses) {
+    const auto v = policy.check_address(x.address);
+    if (v.refused()) __builtin_trap();
+    if (x.lifted != (v.lifted_by != nullptr)) __builtin_trap();
+    if (!ttl_ok(x.ttl, policy)) __builtin_trap();
+  }
+  for (const auto& x : a.rebinding) {
+    if (!policy.check_address(x.address).refused() || x.range == nullptr || x.owner.empty()) __builtin_trap();
+  }
+  if (!ttl_ok(a.cache_ttl, policy)) __builtin_trap();
+  check_wire(a, policy);
+  return 0;
+}

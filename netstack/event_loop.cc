@@ -1,0 +1,177 @@
+#include "netstack/event_loop.h"
+
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace abox::netstack {
+
+namespace {
+// user_data of requests whose completions carry nothing (removals, updates).
+constexpr std::uint64_t kIgnoreTag = ~std::uint64_t{0};
+}  // namespace
+
+EventLoop::EventLoop(unsigned entries) {
+  io_uring_params params{};
+  // One thread submits and reaps; let the kernel skip cross-thread work.
+  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN;
+  int rc = io_uring_queue_init_params(entries, &ring_, &params);
+  if (rc == -EINVAL) {  // older kernels: plain setup
+    params = {};
+    rc = io_uring_queue_init_params(entries, &ring_, &params);
+  }
+  if (rc < 0) throw std::runtime_error(std::string("io_uring setup failed: ") + std::strerror(-rc));
+  now_ = base::MonoClock::now();
+}
+
+EventLoop::~EventLoop() {
+  io_uring_queue_exit(&ring_);
+}
+
+io_uring_sqe* EventLoop::sqe() {
+  io_uring_sqe* s = io_uring_get_sqe(&ring_);
+  if (s == nullptr) {
+    // The submission queue is full: hand what is queued to the kernel.
+    io_uring_submit(&ring_);
+    s = io_uring_get_sqe(&ring_);
+  }
+  if (s == nullptr) throw std::runtime_error("io_uring submission queue stuck");
+  return s;
+}
+
+EventLoop::Handle EventLoop::watch(int fd, std::uint32_t events, Watcher* w) {
+  Handle h;
+  if (!free_.empty()) {
+    h = free_.back();
+    free_.pop_back();
+  } else {
+    h = static_cast<Handle>(regs_.size());
+    regs_.emplace_back();
+  }
+  Reg& r = regs_[h];
+  r.watcher = w;
+  r.fd = fd;
+  r.events = events;
+  r.gen += 1;
+  r.active = true;
+  r.armed = false;
+  arm(h);
+  return h;
+}
+
+void EventLoop::arm(Handle h) {
+  Reg& r = regs_[h];
+  io_uring_sqe* s = sqe();
+  io_uring_prep_poll_multishot(s, r.fd, r.events);
+  io_uring_sqe_set_data64(s, tag(h, r.gen));
+  r.armed = true;
+}
+
+void EventLoop::modify(Handle h, std::uint32_t events) {
+  if (h >= regs_.size() || !regs_[h].active) return;
+  Reg& r = regs_[h];
+  if (r.events == events) return;
+  // Retire the old poll (its late completions carry the old generation)
+  // and arm a new one under a new generation.
+  if (r.armed) {
+    io_uring_sqe* s = sqe();
+    io_uring_prep_poll_remove(s, tag(h, r.gen));
+    io_uring_sqe_set_data64(s, kIgnoreTag);
+  }
+  r.events = events;
+  r.gen += 1;
+  arm(h);
+}
+
+void EventLoop::unwatch(Handle h) {
+  if (h >= regs_.size() || !regs_[h].active) return;
+  Reg& r = regs_[h];
+  if (r.armed) {
+    io_uring_sqe* s = sqe();
+    io_uring_prep_poll_remove(s, tag(h, r.gen));
+    io_uring_sqe_set_data64(s, kIgnoreTag);
+  }
+  r.active = false;
+  r.armed = false;
+  r.watcher = nullptr;
+  r.gen += 1;
+  free_.push_back(h);
+}
+
+void EventLoop::wake_next_turn(Handle h) {
+  if (h < regs_.size() && regs_[h].active) wake_.push_back(h);
+}
+
+void EventLoop::run() {
+  while (!stopping_) run_once(base::Millis(1000));
+}
+
+void EventLoop::run_once(base::Millis max_wait) {
+  now_ = base::MonoClock::now();
+  base::MonoTime deadline = now_ + max_wait;
+  for (const auto& t : timers_) {
+    if (auto d = t.next(); d && *d < deadline) deadline = *d;
+  }
+  if (!wake_.empty()) deadline = now_;
+
+  auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now_);
+  if (wait.count() < 0) wait = std::chrono::nanoseconds(0);
+  __kernel_timespec ts{};
+  ts.tv_sec = static_cast<long long>(wait.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long long>(wait.count() % 1'000'000'000);
+  io_uring_cqe* first = nullptr;
+  int rc = io_uring_submit_and_wait_timeout(&ring_, &first, 1, &ts, nullptr);
+  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+    throw std::runtime_error(std::string("io_uring wait failed: ") + std::strerror(-rc));
+  }
+  now_ = base::MonoClock::now();
+
+  unsigned head = 0;
+  unsigned seen = 0;
+  io_uring_cqe* cqe = nullptr;
+  // Collect first, then dispatch: callbacks may queue new requests.
+  struct Ready {
+    Handle h;
+    std::uint32_t gen;
+    std::uint32_t events;
+  };
+  thread_local std::vector<Ready> ready;
+  ready.clear();
+  io_uring_for_each_cqe(&ring_, head, cqe) {
+    ++seen;
+    std::uint64_t data = io_uring_cqe_get_data64(cqe);
+    if (data == kIgnoreTag) continue;
+    auto h = static_cast<Handle>(data & 0xFFFF'FFFFu);
+    auto gen = static_cast<std::uint32_t>(data >> 32);
+    if (h >= regs_.size()) continue;
+    Reg& r = regs_[h];
+    if (!r.active || r.gen != gen) continue;                 // stale: unwatched or modified
+    if (!(cqe->flags & IORING_CQE_F_MORE)) r.armed = false;  // the kernel ended the multishot
+    if (cqe->res < 0) {
+      if (cqe->res == -ECANCELED) continue;
+      ready.push_back({h, gen, POLLERR});
+      continue;
+    }
+    ready.push_back({h, gen, static_cast<std::uint32_t>(cqe->res)});
+  }
+  io_uring_cq_advance(&ring_, seen);
+
+  waking_.swap(wake_);
+  wake_.clear();
+  for (Handle h : waking_) {
+    if (h < regs_.size() && regs_[h].active) ready.push_back({h, regs_[h].gen, POLLIN});
+  }
+  for (const auto& rd : ready) {
+    if (rd.h >= regs_.size()) continue;
+    Reg& r = regs_[rd.h];
+    if (!r.active || r.gen != rd.gen) continue;
+    if (!r.armed) arm(rd.h);
+    r.watcher->on_ready(rd.events);
+  }
+  for (const auto& t : timers_) t.fire(now_);
+  for (const auto& hook : turn_hooks_) hook();
+}
+
+}  // namespace abox::netstack
