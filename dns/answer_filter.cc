@@ -38,12 +38,7 @@
 //      ldns's own is cubic in the labels of a name.
 #include "dns/answer_filter.h"
 
-// clang-format off
-// ldns/common.h, in C++, defines bool, true and false as macros unless
-// <stdbool.h> came first; with them, clang cannot parse libstdc++ headers
-// included later, and `true` is an int for the rest of the file.
-#include <stdbool.h>
-#include <ldns/ldns.h>
+#include "dns/ldns.h"
 // clang-format on
 
 #include <algorithm>

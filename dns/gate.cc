@@ -113,6 +113,7 @@ DnsGate::DnsGate(const policy::Policy& policy, std::vector<policy::Endpoint> ups
 void DnsGate::reply(const GuestRef& to, const Query& q, std::span<const std::uint8_t> answer) {
   out_.assign(answer.begin(), answer.end());
   personalize(out_, q);
+  if (!q.has_edns) drop_opt_record(out_);
   if (to.transport == Transport::udp && out_.size() > q.udp_limit()) {
     truncate_for_udp(q, out_);
     ++counters_.truncated;
@@ -200,6 +201,7 @@ bool DnsGate::on_guest_query(std::span<const std::uint8_t> msg, const GuestRef& 
     for (const auto& a : hit->addresses) {
       table_.record(a.address, q.name.view(), now + base::Seconds(a.ttl), now);
     }
+    if (!q.has_edns) drop_opt_record(out_);
     if (from.transport == Transport::udp && out_.size() > q.udp_limit()) {
       truncate_for_udp(q, out_);
       ++counters_.truncated;
@@ -309,6 +311,7 @@ void DnsGate::on_upstream_error(std::uint32_t idx, base::MonoTime now) {
 }
 
 void DnsGate::on_tick(base::MonoTime now) {
+  if (in_flight_ == 0) return;
   for (std::uint32_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (!s.busy || s.deadline > now) continue;

@@ -237,6 +237,7 @@ bool walk_message(std::span<const std::uint8_t> msg, OnRecord&& on_record) {
   // of the message after at most size/11 rounds.
   const std::size_t records = std::size_t{*ancount} + *nscount + *arcount;
   for (std::size_t i = 0; i < records; ++i) {
+    const std::size_t start = r.position();
     if (read_name(r, nullptr)) return false;
     auto type = r.u16be();
     if (!type || !r.skip(2)) return false;  // CLASS
@@ -244,7 +245,7 @@ bool walk_message(std::span<const std::uint8_t> msg, OnRecord&& on_record) {
     if (!r.skip(4)) return false;
     auto rdlength = r.u16be();
     if (!rdlength || !r.skip(*rdlength)) return false;
-    on_record(*type, ttl_offset);
+    on_record(*type, ttl_offset, start, r.position());
   }
   return r.empty();
 }
@@ -393,7 +394,7 @@ void truncate_for_udp(const Query& q, std::vector<std::uint8_t>& answer) {
   if (q.has_edns) {
     std::optional<std::size_t> opt_ttl_offset;
     if (walk_message(answer,
-                     [&](std::uint16_t type, std::size_t ttl_offset) {
+                     [&](std::uint16_t type, std::size_t ttl_offset, std::size_t, std::size_t) {
                        if (type == rr_type::OPT) opt_ttl_offset = ttl_offset;
                      }) &&
         opt_ttl_offset) {
@@ -418,10 +419,31 @@ void truncate_for_udp(const Query& q, std::vector<std::uint8_t>& answer) {
 
 bool find_ttl_offsets(std::span<const std::uint8_t> msg, std::vector<std::uint16_t>& out) {
   out.clear();
-  return walk_message(msg, [&](std::uint16_t type, std::size_t ttl_offset) {
+  return walk_message(msg, [&](std::uint16_t type, std::size_t ttl_offset, std::size_t, std::size_t) {
     // An OPT's TTL field holds the extended RCODE and flags, not a TTL.
     if (type != rr_type::OPT) out.push_back(static_cast<std::uint16_t>(ttl_offset));
   });
+}
+
+void drop_opt_record(std::vector<std::uint8_t>& answer) {
+  std::size_t start = 0;
+  std::size_t end = 0;
+  bool found = false;
+  bool ok = walk_message(answer, [&](std::uint16_t type, std::size_t, std::size_t s, std::size_t e) {
+    if (type == rr_type::OPT) {
+      found = true;
+      start = s;
+      end = e;
+    }
+  });
+  // Only an OPT that ends the message is cut: no later name can point past it.
+  if (!ok || !found || end != answer.size() || answer.size() < kHeaderSize) return;
+  answer.resize(start);
+  std::uint16_t arcount = static_cast<std::uint16_t>((answer[10] << 8) | answer[11]);
+  if (arcount == 0) return;
+  --arcount;
+  answer[10] = static_cast<std::uint8_t>(arcount >> 8);
+  answer[11] = static_cast<std::uint8_t>(arcount & 0xFF);
 }
 
 }  // namespace abox::dns

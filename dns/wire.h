@@ -142,4 +142,10 @@ namespace abox::dns {
 // without parsing them again.
 bool find_ttl_offsets(std::span<const std::uint8_t> msg, std::vector<std::uint16_t>& out);
 
+// Removes the OPT record from an answer for a guest that asked without EDNS
+// (RFC 6891 section 7: no OPT in a response to a query without one). Only an
+// OPT that is the last record is removed, which is where the gate's answers
+// carry it; anything else is left as it is.
+void drop_opt_record(std::vector<std::uint8_t>& answer);
+
 }  // namespace abox::dns

@@ -1,25 +1,4 @@
-// Fuzz target: upstream DNS answers through filter_upstream_answer().
-//
-// The input is an upstream message. To reach the filtering code rather than
-// stop at "not our question", the question asked is the message's own: its
-// ID, and its first question as ldns reads it (example.com A when there is
-// none). The policy is fixed and lifts 127.0.0.0/8, so the lifted path runs.
-//
-// Invariants checked (a violation traps):
-//   - every address answered is one the policy does not refuse, and its
-//     lifted flag agrees with the policy; every reported rebinding address is
-//     one the policy refuses;
-//   - the wire for the guest parses with ldns, has ID 0, is at most 65535
-//     bytes, carries no HTTPS/SVCB record, no address outside the answer
-//     section, and no address in the answer section that is not in
-//     `addresses`; every TTL in it, and cache_ttl, is within the policy's
-//     [min_ttl, max_ttl].
-// clang-format off
-// ldns/common.h, in C++, defines bool, true and false as macros unless
-// <stdbool.h> came first; with them, clang cannot parse libstdc++ headers
-// included later, and `true` is an int for the rest of the file.
-#include <stdbool.h>
-#include <ldns/ldns.h>
+#include "dns/ldns.h"
 // clang-format on
 
 #include <algorithm>

@@ -95,6 +95,13 @@ DnsHostServer::DnsHostServer(EventLoop& loop, const policy::Policy& policy,
   rx_msgs_.resize(kBatch);
   rx_iov_.resize(kBatch);
   rx_addrs_.resize(kBatch);
+  for (std::size_t i = 0; i < kBatch; ++i) {
+    rx_iov_[i] = {rx_bufs_.data() + i * kUdpBuf, kUdpBuf};
+    rx_msgs_[i] = {};
+    rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
+    rx_msgs_[i].msg_hdr.msg_iovlen = 1;
+    rx_msgs_[i].msg_hdr.msg_name = &rx_addrs_[i];
+  }
   tx_bufs_.resize(kBatch * kUdpBuf);
   tx_msgs_.resize(kBatch);
   tx_iov_.resize(kBatch);
@@ -128,13 +135,10 @@ void DnsHostServer::on_udp_ready() {
   // Bounded per turn so TCP clients and upstream replies are not starved;
   // the loop comes back next turn when there is more.
   for (int round = 0; round < 8; ++round) {
+    // The kernel rewrites only the name length and flags of each header.
     for (std::size_t i = 0; i < kBatch; ++i) {
-      rx_iov_[i] = {rx_bufs_.data() + i * kUdpBuf, kUdpBuf};
-      rx_msgs_[i] = {};
-      rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
-      rx_msgs_[i].msg_hdr.msg_iovlen = 1;
-      rx_msgs_[i].msg_hdr.msg_name = &rx_addrs_[i];
       rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+      rx_msgs_[i].msg_hdr.msg_flags = 0;
     }
     int n = ::recvmmsg(udp_fd_.get(), rx_msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) return;  // EAGAIN: drained

@@ -56,7 +56,8 @@ class EventLoop {
   void wake_next_turn(Handle h);
 
   // Deadline sources: asked each turn for their next deadline; the loop
-  // wakes by the earliest and then calls every source's fire(now).
+  // wakes by the earliest, and in a turn where one is due it calls every
+  // source's fire(now) (each checks its own deadlines).
   struct TimerSource {
     std::function<std::optional<base::MonoTime>()> next;
     std::function<void(base::MonoTime)> fire;

@@ -622,7 +622,7 @@ void read_unsafe(Reader& r, const toml::table& t, Unsafe& u) {
                 return;
               }
               for (const auto& rr : reserved_ranges()) {
-                if (rr.name.find("metadata") != std::string_view::npos && c->covers(rr.range)) {
+                if (rr.never_lifted && c->covers(rr.range)) {
                   r.error(e, "allow_reserved \"" + *s + "\": it would open " + rr.range.to_string() + " (" +
                                  std::string(rr.name) + "), which is never allowed");
                   return;

@@ -159,7 +159,7 @@ ReservedRange build(const Entry& e, IpAddress::Family family) {
                  static_cast<int>(e.cidr.size()), e.cidr.data());
     std::abort();
   }
-  return ReservedRange{*range, e.name, e.reference};
+  return ReservedRange{*range, e.name, e.reference, e.name == "cloud metadata"};
 }
 
 Key key_of(const Cidr& c, std::size_t index) {

@@ -24,6 +24,9 @@ struct ReservedRange {
   Cidr range;
   std::string_view name;       // e.g. "loopback", "cloud metadata"
   std::string_view reference;  // e.g. "RFC 1122", "IANA IPv6 special-purpose registry"
+  // Cloud metadata services hand out instance credentials: no [unsafe]
+  // setting may ever lift such an entry.
+  bool never_lifted = false;
 };
 
 // Every entry, IPv4 first, in no particular order within a family.

@@ -6,12 +6,8 @@
 #include "dns/answer_filter.h"
 
 #include <gtest/gtest.h>
-// clang-format off
-// ldns/common.h, in C++, defines bool, true and false as macros unless
-// <stdbool.h> came first; with them, clang cannot parse libstdc++ headers
-// included later, and `true` is an int for the rest of the file.
-#include <stdbool.h>
-#include <ldns/ldns.h>
+
+#include "dns/ldns.h"
 // clang-format on
 
 #include <algorithm>
@@ -272,9 +268,9 @@ struct RebindCase {
   bool v6;
 };
 
-class RebindingTest : public ::testing::TestWithParam<RebindCase> {};
+class AnswerFilterRebindingTest : public ::testing::TestWithParam<RebindCase> {};
 
-TEST_P(RebindingTest, ReservedAddressRemovedPublicKept) {
+TEST_P(AnswerFilterRebindingTest, ReservedAddressRemovedPublicKept) {
   const RebindCase& c = GetParam();
   const std::uint16_t qtype = c.v6 ? kTypeAAAA : kTypeA;
   const std::string type = c.v6 ? "AAAA" : "A";
@@ -301,7 +297,7 @@ TEST_P(RebindingTest, ReservedAddressRemovedPublicKept) {
   EXPECT_EQ(seen.answer(), Lines{"www.example.com. 300 IN " + type + " " + pub});
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryTarget, RebindingTest,
+INSTANTIATE_TEST_SUITE_P(EveryTarget, AnswerFilterRebindingTest,
                          ::testing::Values(RebindCase{"127.0.0.1", false}, RebindCase{"10.1.2.3", false},
                                            RebindCase{"172.16.0.1", false}, RebindCase{"192.168.1.1", false},
                                            RebindCase{"169.254.169.254", false},

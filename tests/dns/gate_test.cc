@@ -4,12 +4,12 @@
 #include "dns/gate.h"
 
 #include <gtest/gtest.h>
-#include <ldns/ldns.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dns/ldns.h"
 #include "policy/policy_file.h"
 
 namespace abox::dns {
@@ -75,7 +75,7 @@ std::vector<std::uint8_t> make_query(std::uint16_t id, const std::string& name, 
 // (zone-file lines) in the answer section.
 std::vector<std::uint8_t> make_answer(const std::vector<std::uint8_t>& upstream_query,
                                       const std::vector<std::string>& records, std::uint8_t rc = 0,
-                                      bool tc = false) {
+                                      bool tc = false, bool edns = false) {
   ldns_pkt* q = nullptr;
   EXPECT_EQ(ldns_wire2pkt(&q, upstream_query.data(), upstream_query.size()), LDNS_STATUS_OK);
   ldns_pkt* a = ldns_pkt_new();
@@ -85,6 +85,7 @@ std::vector<std::uint8_t> make_answer(const std::vector<std::uint8_t>& upstream_
   ldns_pkt_set_ra(a, true);
   ldns_pkt_set_tc(a, tc);
   ldns_pkt_set_rcode(a, rc);
+  if (edns) ldns_pkt_set_edns_udp_size(a, 1232);
   ldns_pkt_push_rr(a, LDNS_SECTION_QUESTION, ldns_rr_clone(ldns_rr_list_rr(ldns_pkt_question(q), 0)));
   for (const auto& line : records) {
     ldns_rr* rr = nullptr;
@@ -195,6 +196,22 @@ TEST_F(GateTest, ForwardsAnswersRecordsAndCaches) {
   EXPECT_EQ(id_of(sink_.guest[1].msg), 0x0101);
   EXPECT_EQ(ancount(sink_.guest[1].msg), 1u);
   EXPECT_EQ(gate_->counters().cache_hits, 1u);
+}
+
+TEST_F(GateTest, OptRecordOnlyForGuestsThatSentOne) {
+  query(1, make_query(1, "example.com", rr_type::A));  // no EDNS
+  auto up = sink_.upstream.at(0);
+  gate_->on_upstream_reply(up.slot,
+                           make_answer(up.msg, {"example.com. 60 IN A 93.184.215.14"}, 0, false, true), now_);
+  auto arcount = [](const std::vector<std::uint8_t>& m) { return (m[10] << 8) | m[11]; };
+  ASSERT_EQ(sink_.guest.size(), 1u);
+  EXPECT_EQ(arcount(sink_.guest[0].msg), 0);
+  query(2, make_query(2, "example.com", rr_type::A, 1232));  // EDNS, from the cache
+  ASSERT_EQ(sink_.guest.size(), 2u);
+  EXPECT_EQ(arcount(sink_.guest[1].msg), 1);
+  query(3, make_query(3, "example.com", rr_type::A));  // no EDNS, from the cache
+  EXPECT_EQ(arcount(sink_.guest.at(2).msg), 0);
+  EXPECT_EQ(ancount(sink_.guest[2].msg), 1u);
 }
 
 TEST_F(GateTest, RebindingAddressesAreRemovedAndLogged) {

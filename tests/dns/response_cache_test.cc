@@ -1,7 +1,6 @@
 #include "dns/response_cache.h"
 
 #include <gtest/gtest.h>
-#include <ldns/ldns.h>
 
 #include <algorithm>
 #include <cctype>
@@ -11,6 +10,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "dns/ldns.h"
 
 namespace abox::dns {
 namespace {

@@ -6,7 +6,6 @@
 #include "dns/wire.h"
 
 #include <gtest/gtest.h>
-#include <ldns/ldns.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +15,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "dns/ldns.h"
 
 namespace abox::dns {
 namespace {
@@ -863,6 +864,25 @@ TEST(TruncateForUdp, KeepsTheAnswersExtendedRcode) {
   truncate_for_udp(q, answer);
   EXPECT_TRUE(get16(answer, 2) & kTC);
   EXPECT_EQ(get32(answer, answer.size() - 6) >> 24, 1U);
+}
+
+}  // namespace
+}  // namespace abox::dns
+
+namespace abox::dns {
+namespace {
+
+TEST(DropOptRecord, RemovesATrailingOptOnly) {
+  Response with = compressed_response(true);
+  Response without = compressed_response(false);
+  Bytes b = with.wire;
+  drop_opt_record(b);
+  EXPECT_EQ(b, without.wire);  // the same message, ARCOUNT lowered
+  drop_opt_record(b);          // nothing left to drop: unchanged
+  EXPECT_EQ(b, without.wire);
+  Bytes garbage = {1, 2, 3};
+  drop_opt_record(garbage);
+  EXPECT_EQ(garbage, (Bytes{1, 2, 3}));
 }
 
 }  // namespace

@@ -232,6 +232,10 @@ def allowed_name_over_udp_and_tcp(g, _):
         assert answers(out, "A") == [("allowed.ok.test.", "A", PUBLIC)], out
     out = dig(g.port, "allowed.ok.test", "AAAA").stdout
     assert answers(out, "AAAA") == [("allowed.ok.test.", "AAAA", "2606:4700::1111")], out
+    # EDNS is answered in kind: an OPT record only for a query that had one.
+    assert "OPT PSEUDOSECTION" in out, out
+    out = dig(g.port, "allowed.ok.test", extra=["+noedns"]).stdout
+    assert "OPT PSEUDOSECTION" not in out and PUBLIC in out, out
 
 
 @case

@@ -424,3 +424,18 @@ TEST(ReservedRangesTest, OrdinaryAddressesAreNotReserved) {
 
 }  // namespace
 }  // namespace abox::policy
+
+namespace abox::policy {
+namespace {
+
+TEST(ReservedRangesTest, OnlyMetadataEntriesAreNeverLifted) {
+  std::size_t never = 0;
+  for (const auto& r : reserved_ranges()) {
+    EXPECT_EQ(r.never_lifted, r.name == "cloud metadata") << r.range.to_string();
+    never += r.never_lifted;
+  }
+  EXPECT_EQ(never, 5u);  // 169.254.169.254, 169.254.170.2, 100.100.100.200, 168.63.129.16, fd00:ec2::254
+}
+
+}  // namespace
+}  // namespace abox::policy
