@@ -1,0 +1,499 @@
+// TapLink (see tap_link.h for how it works). Three parts: entering the
+// guest's namespace and coming back, configuring the tap over rtnetlink
+// (libnl-route; its types stay inside this file), and the frame path.
+#include "netstack/tap_link.h"
+
+#include <fcntl.h>
+#include <linux/if_addr.h>
+#include <linux/if_tun.h>
+#include <linux/nsfs.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <netlink/errno.h>
+#include <netlink/handlers.h>
+#include <netlink/netlink.h>
+#include <netlink/route/addr.h>
+#include <netlink/route/link.h>
+#include <netlink/route/nexthop.h>
+#include <netlink/route/route.h>
+#include <netlink/socket.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace abox::netstack {
+namespace {
+
+using base::Err;
+using VoidOrError = base::Result<void, std::string>;
+
+// The tap's flags. IFF_VNET_HDR joins here when the vnet header lands, with
+// TUNSETVNETHDRSZ and TUNSETOFFLOAD right after TUNSETIFF (LWIP.md), and its
+// header gets its own iovec in receive() and send().
+constexpr int kTapFlags = IFF_TAP | IFF_NO_PI;
+
+// The tap's own MTU limits (the kernel's MIN_MTU, and MAX_MTU less the
+// Ethernet header). 65521 + 14 is also the largest frame lwIP can hold.
+constexpr std::size_t kMinMtu = 68;
+constexpr std::size_t kMinMtuIpv6 = 1280;
+constexpr std::size_t kMaxMtu = 65521;
+
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
+
+// ---------------------------------------------------------------------------
+// Validation of what we were given.
+
+VoidOrError validate_mtu(std::size_t mtu, bool ipv6) {
+  const std::size_t min = ipv6 ? kMinMtuIpv6 : kMinMtu;
+  if (mtu < min || mtu > kMaxMtu) {
+    return Err{"MTU " + std::to_string(mtu) + " is outside " + std::to_string(min) + ".." +
+               std::to_string(kMaxMtu)};
+  }
+  return {};
+}
+
+// The kernel's dev_valid_name(), so that a bad name fails here and clearly.
+VoidOrError validate_ifname(const std::string& name) {
+  if (name.empty() || name.size() >= IFNAMSIZ) {
+    return Err{"interface name '" + name + "' must be 1 to " + std::to_string(IFNAMSIZ - 1) + " characters"};
+  }
+  if (name == "." || name == "..") return Err{"interface name '" + name + "' is not allowed"};
+  for (const char c : name) {
+    if (c == '/' || c == ':' || c == '%' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' ||
+        c == '\f' || c == '\0') {
+      return Err{"interface name '" + name + "' may not contain '/', ':', '%' or blanks"};
+    }
+  }
+  return {};
+}
+
+bool same_prefix(const policy::IpAddress& a, const policy::IpAddress& b, unsigned prefix) {
+  const auto& x = a.bytes();
+  const auto& y = b.bytes();
+  const unsigned whole = prefix / 8;
+  for (unsigned i = 0; i < whole; ++i) {
+    if (x[i] != y[i]) return false;
+  }
+  const unsigned rest = prefix % 8;
+  if (rest == 0) return true;
+  const auto mask = static_cast<std::uint8_t>(0xFF << (8 - rest));
+  return (x[whole] & mask) == (y[whole] & mask);
+}
+
+VoidOrError validate(const GuestNetConfig& c) {
+  if (c.guest_address.family() != c.gateway.family()) {
+    return Err{"guest address " + c.guest_address.to_string() + " and gateway " + c.gateway.to_string() +
+               " are of different address families"};
+  }
+  const unsigned max_prefix = c.guest_address.is_v4() ? 32 : 128;
+  const std::string guest = c.guest_address.to_string() + "/" + std::to_string(c.prefix_len);
+  if (c.prefix_len == 0 || c.prefix_len > max_prefix) {
+    return Err{"prefix length of " + guest + " must be 1.." + std::to_string(max_prefix)};
+  }
+  if (c.gateway == c.guest_address)
+    return Err{"gateway " + c.gateway.to_string() + " is the guest's own address"};
+  if (!same_prefix(c.guest_address, c.gateway, c.prefix_len)) {
+    return Err{"gateway " + c.gateway.to_string() + " is not inside " + guest};
+  }
+  if (auto r = validate_mtu(c.mtu, c.guest_address.is_v6()); !r) return r;
+  return validate_ifname(c.ifname);
+}
+
+// A name under /run/netns, or a path as given.
+base::Result<std::string, std::string> resolve_netns(std::string_view netns) {
+  if (netns.empty()) return Err{std::string("network namespace name is empty")};
+  if (netns.find('/') != std::string_view::npos) return std::string(netns);
+  if (netns == "." || netns == "..")
+    return Err{"network namespace name '" + std::string(netns) + "' is not allowed"};
+  return "/run/netns/" + std::string(netns);
+}
+
+// ---------------------------------------------------------------------------
+// Entering the namespace.
+
+// Moves the calling thread into a network namespace and back when destroyed.
+// Coming back cannot fail in practice (we hold an fd of the original); if it
+// did, abox-net would go on inside the guest's namespace, so that aborts.
+class NetnsSwitch {
+ public:
+  NetnsSwitch() = default;
+  NetnsSwitch(const NetnsSwitch&) = delete;
+  NetnsSwitch& operator=(const NetnsSwitch&) = delete;
+  NetnsSwitch(NetnsSwitch&&) = delete;
+  NetnsSwitch& operator=(NetnsSwitch&&) = delete;
+  ~NetnsSwitch() {
+    if (!original_) return;
+    if (::setns(original_.get(), CLONE_NEWNET) != 0) {
+      (void)std::fprintf(stderr, "abox-net: cannot return to the original network namespace: %s\n",
+                         std::strerror(errno));
+      std::abort();
+    }
+  }
+
+  VoidOrError enter(int target, const std::string& path) {
+    base::UniqueFd original(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+    if (!original) {
+      return Err{"cannot open this thread's network namespace /proc/thread-self/ns/net: " +
+                 errno_text(errno)};
+    }
+    if (::setns(target, CLONE_NEWNET) != 0) {
+      return Err{"cannot enter network namespace " + path + ": " + errno_text(errno)};
+    }
+    original_ = std::move(original);
+    return {};
+  }
+
+ private:
+  base::UniqueFd original_;
+};
+
+// ---------------------------------------------------------------------------
+// rtnetlink through libnl-route.
+
+template <class T, void (*Free)(T*)>
+struct FreeWith {
+  void operator()(T* p) const { Free(p); }
+};
+using NlSocketPtr = std::unique_ptr<nl_sock, FreeWith<nl_sock, nl_socket_free>>;
+using NlAddrPtr = std::unique_ptr<nl_addr, FreeWith<nl_addr, nl_addr_put>>;
+using RtnlLinkPtr = std::unique_ptr<rtnl_link, FreeWith<rtnl_link, rtnl_link_put>>;
+using RtnlAddrPtr = std::unique_ptr<rtnl_addr, FreeWith<rtnl_addr, rtnl_addr_put>>;
+using RtnlRoutePtr = std::unique_ptr<rtnl_route, FreeWith<rtnl_route, rtnl_route_put>>;
+using RtnlNexthopPtr = std::unique_ptr<rtnl_nexthop, FreeWith<rtnl_nexthop, rtnl_route_nh_free>>;
+
+// An rtnetlink socket. It belongs to the namespace it was opened in, so it
+// is opened inside the guest's and then used from our own. libnl turns the
+// kernel's errno into codes of its own; an error callback keeps the errno so
+// that messages say "File exists" rather than "Object exists".
+class RouteSocket {
+ public:
+  RouteSocket() = default;
+  ~RouteSocket() = default;
+  RouteSocket(const RouteSocket&) = delete;
+  RouteSocket& operator=(const RouteSocket&) = delete;
+  RouteSocket(RouteSocket&&) = delete;  // the error callback points at last_errno_
+  RouteSocket& operator=(RouteSocket&&) = delete;
+
+  VoidOrError connect(const std::string& where) {
+    sock_.reset(nl_socket_alloc());
+    if (!sock_) return Err{"cannot open an rtnetlink socket in " + where + ": " + errno_text(ENOMEM)};
+    nl_socket_modify_err_cb(sock_.get(), NL_CB_CUSTOM, &RouteSocket::keep_errno, &last_errno_);
+    if (const int err = nl_connect(sock_.get(), NETLINK_ROUTE); err < 0) {
+      return Err{"cannot open an rtnetlink socket in " + where + ": " + nl_geterror(err)};
+    }
+    return {};
+  }
+
+  // Runs one request (a call returning a libnl code); on failure the error
+  // is `what` and the errno text.
+  template <class Request>
+  VoidOrError run(const std::string& what, Request&& request) {
+    last_errno_ = 0;
+    const int err = std::forward<Request>(request)(sock_.get());
+    if (err >= 0) return {};
+    return Err{what + ": " + describe(err)};
+  }
+
+  // The link named `name`, or null when there is none (ENODEV).
+  base::Result<RtnlLinkPtr, std::string> find_link(const std::string& name, const std::string& where) {
+    last_errno_ = 0;
+    rtnl_link* found = nullptr;
+    const int err = rtnl_link_get_kernel(sock_.get(), 0, name.c_str(), &found);
+    if (err >= 0) return RtnlLinkPtr(found);
+    // rtnl_link_get_kernel() reads the answer with an error callback of its
+    // own, so ENODEV shows only as libnl's code.
+    if (err == -NLE_NODEV || err == -NLE_OBJ_NOTFOUND || last_errno_ == ENODEV) return RtnlLinkPtr();
+    return Err{"cannot look up interface " + name + " in " + where + ": " + describe(err)};
+  }
+
+ private:
+  // The kernel's errno when the error callback saw one, else libnl's text.
+  std::string describe(int nl_err) const {
+    if (last_errno_ != 0) return errno_text(last_errno_);
+    return nl_geterror(nl_err);
+  }
+
+  static int keep_errno(sockaddr_nl* /*from*/, nlmsgerr* e, void* arg) {
+    *static_cast<int*>(arg) = -e->error;
+    return NL_STOP;  // libnl then returns its own code for the same error
+  }
+
+  NlSocketPtr sock_;
+  int last_errno_ = 0;
+};
+
+// An nl_addr of `a` with `prefix`.
+NlAddrPtr make_nl_addr(const policy::IpAddress& a, unsigned prefix) {
+  NlAddrPtr out(nl_addr_build(a.is_v4() ? AF_INET : AF_INET6, a.bytes().data(), a.byte_length()));
+  if (out) nl_addr_set_prefixlen(out.get(), static_cast<int>(prefix));
+  return out;
+}
+
+VoidOrError change_link(RouteSocket& rs, rtnl_link* link, const RtnlLinkPtr& change,
+                        const std::string& what) {
+  return rs.run(what, [&](nl_sock* s) { return rtnl_link_change(s, link, change.get(), 0); });
+}
+
+VoidOrError bring_up(RouteSocket& rs, rtnl_link* link, const std::string& what) {
+  RtnlLinkPtr change(rtnl_link_alloc());
+  if (!change) return Err{what + ": " + errno_text(ENOMEM)};
+  rtnl_link_set_flags(change.get(), IFF_UP);
+  return change_link(rs, link, change, what);
+}
+
+// MTU, MAC, lo and the tap up, address, default route: in this order,
+// because the kernel accepts a route via the gateway only once the
+// address's subnet route exists, which needs the tap up.
+VoidOrError configure(RouteSocket& rs, const std::string& ifname, const GuestNetConfig& c,
+                      const std::string& where) {
+  const std::string on = " on " + ifname + " in " + where;
+  auto tap = rs.find_link(ifname, where);
+  if (!tap) return Err{std::move(tap).error()};
+  if (!*tap) return Err{"interface " + ifname + " vanished from " + where + " right after it was created"};
+  const int ifindex = rtnl_link_get_ifindex(tap->get());
+
+  {
+    RtnlLinkPtr change(rtnl_link_alloc());
+    if (!change) return Err{"cannot set MTU" + on + ": " + errno_text(ENOMEM)};
+    rtnl_link_set_mtu(change.get(), static_cast<unsigned>(c.mtu));
+    if (auto r = change_link(rs, tap->get(), change, "cannot set MTU " + std::to_string(c.mtu) + on); !r)
+      return r;
+  }
+  if (c.guest_mac) {
+    RtnlLinkPtr change(rtnl_link_alloc());
+    NlAddrPtr mac(nl_addr_build(AF_LLC, c.guest_mac->data(), c.guest_mac->size()));
+    if (!change || !mac) return Err{"cannot set the MAC address" + on + ": " + errno_text(ENOMEM)};
+    rtnl_link_set_addr(change.get(), mac.get());
+    if (auto r = change_link(rs, tap->get(), change, "cannot set the MAC address" + on); !r) return r;
+  }
+
+  auto lo = rs.find_link("lo", where);
+  if (!lo) return Err{std::move(lo).error()};
+  if (*lo) {
+    if (auto r = bring_up(rs, lo->get(), "cannot bring up lo in " + where); !r) return r;
+  }
+  if (auto r = bring_up(rs, tap->get(), "cannot bring up " + ifname + " in " + where); !r) return r;
+
+  const int family = c.guest_address.is_v4() ? AF_INET : AF_INET6;
+  {
+    const std::string what = "cannot add address " + c.guest_address.to_string() + "/" +
+                             std::to_string(c.prefix_len) + " to " + ifname + " in " + where;
+    RtnlAddrPtr addr(rtnl_addr_alloc());
+    NlAddrPtr local = make_nl_addr(c.guest_address, c.prefix_len);
+    if (!addr || !local) return Err{what + ": " + errno_text(ENOMEM)};
+    rtnl_addr_set_ifindex(addr.get(), ifindex);
+    rtnl_addr_set_family(addr.get(), family);
+    if (const int err = rtnl_addr_set_local(addr.get(), local.get()); err < 0) {
+      return Err{what + ": " + nl_geterror(err)};
+    }
+    rtnl_addr_set_prefixlen(addr.get(), static_cast<int>(c.prefix_len));
+    if (c.guest_address.is_v4() && c.prefix_len < 31) {
+      // The subnet's broadcast address, as `ip addr add ... brd +` and DHCP
+      // clients set it.
+      const std::uint32_t host_bits = 0xFFFF'FFFFU >> c.prefix_len;
+      const auto brd_addr = policy::IpAddress::v4(c.guest_address.v4_value() | host_bits);
+      NlAddrPtr brd = make_nl_addr(brd_addr, 32);
+      if (!brd) return Err{what + ": " + errno_text(ENOMEM)};
+      if (const int err = rtnl_addr_set_broadcast(addr.get(), brd.get()); err < 0) {
+        return Err{what + ": " + nl_geterror(err)};
+      }
+    }
+    if (c.guest_address.is_v6()) rtnl_addr_set_flags(addr.get(), IFA_F_NODAD);  // usable at once
+    if (auto r = rs.run(what, [&](nl_sock* s) { return rtnl_addr_add(s, addr.get(), NLM_F_EXCL); }); !r)
+      return r;
+  }
+
+  {
+    const std::string what = "cannot add default route via " + c.gateway.to_string() + " in " + where;
+    RtnlRoutePtr route(rtnl_route_alloc());
+    RtnlNexthopPtr hop(rtnl_route_nh_alloc());
+    NlAddrPtr any = make_nl_addr(
+        c.guest_address.is_v4() ? policy::IpAddress() : policy::IpAddress::v6(std::array<std::uint8_t, 16>{}),
+        0);
+    NlAddrPtr gateway = make_nl_addr(c.gateway, c.guest_address.is_v4() ? 32 : 128);
+    if (!route || !hop || !any || !gateway) return Err{what + ": " + errno_text(ENOMEM)};
+    rtnl_route_set_family(route.get(), static_cast<std::uint8_t>(family));
+    rtnl_route_set_table(route.get(), RT_TABLE_MAIN);
+    rtnl_route_set_protocol(route.get(), RTPROT_STATIC);
+    rtnl_route_set_scope(route.get(), RT_SCOPE_UNIVERSE);
+    rtnl_route_set_type(route.get(), RTN_UNICAST);
+    if (const int err = rtnl_route_set_dst(route.get(), any.get()); err < 0) {
+      return Err{what + ": " + nl_geterror(err)};
+    }
+    rtnl_route_nh_set_ifindex(hop.get(), ifindex);
+    rtnl_route_nh_set_gateway(hop.get(), gateway.get());
+    rtnl_route_add_nexthop(route.get(), hop.release());  // the route owns it now
+    if (auto r = rs.run(what, [&](nl_sock* s) { return rtnl_route_add(s, route.get(), NLM_F_EXCL); }); !r) {
+      return r;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Creation.
+
+TapLink::TapLink(base::UniqueFd fd, std::size_t mtu, std::string ifname)
+    : fd_(std::move(fd)), mtu_(mtu), ifname_(std::move(ifname)) {}
+
+base::Result<std::unique_ptr<TapLink>, std::string> TapLink::create_in_netns(std::string_view netns,
+                                                                             const GuestNetConfig& config) {
+  if (auto r = validate(config); !r) return Err{"bad guest network: " + r.error()};
+  auto resolved = resolve_netns(netns);
+  if (!resolved) return Err{std::move(resolved).error()};
+  const std::string path = std::move(resolved).value();
+
+  // Open the namespace and make sure it is one: a wrong path should say so,
+  // not fail later as "Invalid argument" from setns().
+  base::UniqueFd ns(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns) return Err{"cannot enter network namespace " + path + ": " + errno_text(errno)};
+  const int ns_type = ::ioctl(ns.get(), NS_GET_NSTYPE);
+  if (ns_type < 0) return Err{"cannot enter network namespace " + path + ": not a namespace file"};
+  if (ns_type != CLONE_NEWNET)
+    return Err{"cannot enter network namespace " + path + ": not a network namespace"};
+  struct stat ns_stat {};
+  if (::fstat(ns.get(), &ns_stat) != 0) return Err{"cannot stat " + path + ": " + errno_text(errno)};
+
+  RouteSocket rs;
+  base::UniqueFd tap;
+  std::string ifname;
+  {
+    NetnsSwitch inside;
+    if (auto r = inside.enter(ns.get(), path); !r) return Err{r.error()};
+    if (auto r = rs.connect(path); !r) return Err{r.error()};
+    auto existing = rs.find_link(config.ifname, path);
+    if (!existing) return Err{std::move(existing).error()};
+    if (*existing) return Err{"an interface named " + config.ifname + " already exists in " + path};
+
+    tap.reset(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
+    if (!tap) return Err{"cannot open /dev/net/tun: " + errno_text(errno)};
+    ifreq ifr{};
+    std::memcpy(ifr.ifr_name, config.ifname.data(), config.ifname.size());  // validated: < IFNAMSIZ
+    ifr.ifr_flags = static_cast<short>(kTapFlags);
+    if (::ioctl(tap.get(), TUNSETIFF, &ifr) != 0) {
+      return Err{"cannot create tap " + config.ifname + " in " + path + " (TUNSETIFF): " + errno_text(errno)};
+    }
+    ifname.assign(ifr.ifr_name, strnlen(ifr.ifr_name, IFNAMSIZ));
+  }  // back in our own namespace; the tap and the rtnetlink socket stay in the guest's
+
+  if (auto r = configure(rs, ifname, config, path); !r) return Err{r.error()};
+
+  std::unique_ptr<TapLink> link(new TapLink(std::move(tap), config.mtu, std::move(ifname)));
+  link->netns_path_ = path;
+  link->netns_dev_ = ns_stat.st_dev;
+  link->netns_ino_ = ns_stat.st_ino;
+  return link;
+}
+
+base::Result<std::unique_ptr<TapLink>, std::string> TapLink::from_fd(base::UniqueFd&& fd_in,
+                                                                     std::size_t mtu) {
+  base::UniqueFd fd = std::move(fd_in);
+  const std::string name = "tap fd " + std::to_string(fd.get());
+  if (!fd) return Err{std::string("tap fd is not open")};
+  if (auto r = validate_mtu(mtu, false); !r) return Err{name + ": " + r.error()};
+
+  ifreq ifr{};
+  if (::ioctl(fd.get(), TUNGETIFF, &ifr) != 0) {
+    return Err{name + " is not an attached tap device (TUNGETIFF): " + errno_text(errno)};
+  }
+  const int flags = ifr.ifr_flags;
+  if ((flags & IFF_TAP) == 0) return Err{name + " is a tun device (IP packets), not a tap (Ethernet frames)"};
+  // TUNGETIFF reports IFF_NOFILTER, the same bit as IFF_NO_PI, whenever no
+  // socket filter is attached: a tap with packet information then looks
+  // like one without. This catches it only when a filter is attached.
+  if ((flags & IFF_NO_PI) == 0) return Err{name + " carries packet information; open it with IFF_NO_PI"};
+  if ((flags & IFF_VNET_HDR) != 0)
+    return Err{name + " has a vnet header (IFF_VNET_HDR), which is not supported yet"};
+
+  const int fl = ::fcntl(fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl | O_NONBLOCK) != 0) {
+    return Err{"cannot make " + name + " non-blocking: " + errno_text(errno)};
+  }
+  std::string ifname(ifr.ifr_name, strnlen(ifr.ifr_name, IFNAMSIZ));
+  return std::unique_ptr<TapLink>(new TapLink(std::move(fd), mtu, std::move(ifname)));
+}
+
+bool TapLink::netns_alive() const {
+  if (netns_path_.empty()) return true;
+  struct stat st {};
+  if (::stat(netns_path_.c_str(), &st) != 0) {
+    // EACCES: the path is there (another user's /proc/PID), just not ours to
+    // look into; anything else (ENOENT, ESRCH) means it is gone.
+    return errno == EACCES;
+  }
+  return st.st_dev == netns_dev_ && st.st_ino == netns_ino_;
+}
+
+// ---------------------------------------------------------------------------
+// The frame path.
+
+// Checks only lengths: the frame's bytes are the netstack's to parse.
+base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
+  const std::size_t room = std::min(buf.size(), max_frame_size());
+  std::uint8_t spill = 0;  // a read that reaches this byte was too long
+  std::array<iovec, 2> iov = {{{buf.data(), room}, {&spill, 1}}};
+  for (;;) {
+    const ssize_t n = ::readv(fd_.get(), iov.data(), static_cast<int>(iov.size()));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return std::size_t{0};
+      return Err{errno};  // EBADFD: the tap device is gone
+    }
+    const auto len = static_cast<std::size_t>(n);
+    if (len > room) {
+      ++counters_.dropped_oversize;
+      continue;
+    }
+    if (len < kEthernetHeader) {
+      ++dropped_runt_;
+      continue;
+    }
+    ++counters_.frames_in;
+    counters_.bytes_in += len;
+    return len;
+  }
+}
+
+base::Result<void, int> TapLink::send(std::span<const std::uint8_t> frame) {
+  if (frame.size() > max_frame_size()) {
+    ++counters_.dropped_oversize;
+    return {};
+  }
+  if (frame.size() < kEthernetHeader) {
+    ++counters_.dropped_send;
+    return {};
+  }
+  for (;;) {
+    if (::write(fd_.get(), frame.data(), frame.size()) >= 0) {  // a tap takes a frame whole or not at all
+      ++counters_.frames_out;
+      counters_.bytes_out += frame.size();
+      return {};
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) {
+      ++counters_.dropped_send;
+      return Err{EAGAIN};
+    }
+    if (errno == EINVAL) {  // the kernel refused this frame; the link is fine
+      ++counters_.dropped_send;
+      return {};
+    }
+    return Err{errno};
+  }
+}
+
+}  // namespace abox::netstack
