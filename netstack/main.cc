@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "netstack/dns_command.h"
+#include "netstack/run_command.h"
 
 namespace {
 
@@ -12,6 +13,7 @@ constexpr std::string_view kUsage =
     "usage: abox-net <mode> [options]\n"
     "\n"
     "Modes:\n"
+    "  run      the appliance for one guest: a tap in its namespace, DNS gate, admission\n"
     "  dns      run only the DNS gate on a host socket (try a policy, benchmarks)\n"
     "\n"
     "Run 'abox-net <mode> --help' for a mode's options.\n";
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
+  if (args[0] == "run") return abox::netstack::run_run_command(std::span(args).subspan(1));
   if (args[0] == "dns") return abox::netstack::run_dns_command(std::span(args).subspan(1));
   std::cerr << "abox-net: unknown mode '" << args[0] << "'\n" << kUsage;
   return 2;

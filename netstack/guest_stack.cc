@@ -1,0 +1,380 @@
+#include "netstack/guest_stack.h"
+
+#include <poll.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "lwip/etharp.h"
+#include "lwip/icmp.h"
+#include "lwip/init.h"
+#include "lwip/ip.h"
+#include "lwip/netif.h"
+#include "lwip/pbuf.h"
+#include "lwip/priv/tcp_priv.h"
+#include "lwip/tcp.h"
+#include "lwip/timeouts.h"
+#include "lwip/udp.h"
+#include "netif/ethernet.h"
+#include "netstack/admission.h"
+#include "netstack/guest_dns.h"
+#include "netstack/lwip/abox_lwip.h"
+#include "netstack/tcp_flow.h"
+#include "netstack/udp_flow.h"
+
+namespace abox::netstack {
+
+namespace {
+
+GuestStack* g_stack = nullptr;  // lwIP is process-global; so is its one stack
+
+constexpr std::uint16_t kEtherIpv4 = 0x0800;
+constexpr std::uint16_t kEtherArp = 0x0806;
+constexpr std::uint16_t kEtherIpv6 = 0x86DD;
+
+policy::IpAddress from_lwip(const ip_addr_t* a) {
+  std::uint8_t b[4];
+  std::memcpy(b, &ip_2_ip4(a)->addr, 4);
+  return policy::IpAddress::v4_bytes(b);
+}
+
+std::uint32_t to_net(const policy::IpAddress& a) {
+  std::uint32_t v = 0;
+  std::memcpy(&v, a.bytes().data(), 4);
+  return v;
+}
+
+std::uint64_t udp_key(std::uint16_t guest_port, std::uint32_t dst_net, std::uint16_t dst_port) {
+  return (std::uint64_t{guest_port} << 48) | (std::uint64_t{dst_net} << 16) | dst_port;
+}
+
+}  // namespace
+
+// The C side of lwIP's callbacks, as friends of GuestStack.
+struct StackGlue {
+  static err_t linkoutput(netif*, pbuf* p) {
+    g_stack->output_frame(p);
+    return ERR_OK;
+  }
+  static err_t netif_init(netif* n) {
+    n->name[0] = 'a';
+    n->name[1] = 'b';
+    n->output = etharp_output;
+    n->linkoutput = linkoutput;
+    n->hwaddr_len = ETH_HWADDR_LEN;
+    n->flags = NETIF_FLAG_BROADCAST | NETIF_FLAG_ETHARP | NETIF_FLAG_ETHERNET | NETIF_FLAG_LINK_UP;
+    return ERR_OK;
+  }
+  static abox_lwip_syn_verdict_t syn(void*, const ip_addr_t* src, u16_t sport, const ip_addr_t* dst,
+                                     u16_t dport) {
+    return static_cast<abox_lwip_syn_verdict_t>(
+        g_stack->on_syn(from_lwip(src), sport, from_lwip(dst), dport));
+  }
+  static err_t accept(void*, tcp_pcb* pcb, err_t err) {
+    if (err != ERR_OK || pcb == nullptr) return ERR_VAL;
+    g_stack->on_accept(pcb);
+    return ERR_OK;
+  }
+  static void udp(void*, udp_pcb*, pbuf* p, const ip_addr_t* src, u16_t sport) {
+    g_stack->on_udp(p, from_lwip(src), sport, from_lwip(ip_current_dest_addr()),
+                    abox_lwip_udp_current_dest_port());
+  }
+};
+
+class GuestStack::LinkWatcher final : public EventLoop::Watcher {
+ public:
+  explicit LinkWatcher(GuestStack& s) : s_(s) {}
+  void on_ready(std::uint32_t) override { s_.poll_link(); }
+
+ private:
+  GuestStack& s_;
+};
+
+GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy,
+                       std::vector<policy::Endpoint> upstreams, base::EventLog& events,
+                       base::RandomSource& random, GuestConfig config)
+    : loop_(loop),
+      link_(link),
+      policy_(policy),
+      events_(events),
+      config_(config),
+      table_(policy, policy.limits().answer_entries),
+      netif_(std::make_unique<netif>()),
+      rx_(link.mtu() + 14 + 4) {
+  if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
+  g_stack = this;
+  static bool lwip_ready = false;
+  if (!lwip_ready) {
+    lwip_init();
+    lwip_ready = true;
+  }
+  abox_lwip_set_syn_hook(&StackGlue::syn);
+
+  ip4_addr_t gw;
+  ip4_addr_t mask;
+  ip4_addr_t none;
+  gw.addr = to_net(config_.gateway);
+  mask.addr = lwip_htonl(config_.prefix_len == 0 ? 0 : ~std::uint32_t{0} << (32 - config_.prefix_len));
+  none.addr = 0;
+  std::memset(netif_.get(), 0, sizeof(netif));
+  if (netif_add(netif_.get(), &gw, &mask, &none, nullptr, &StackGlue::netif_init, ethernet_input) ==
+      nullptr) {
+    throw std::runtime_error("lwIP netif_add failed");
+  }
+  std::memcpy(netif_->hwaddr, config_.gateway_mac.data(), 6);
+  netif_->mtu = static_cast<u16_t>(link.mtu());
+  netif_set_default(netif_.get());
+  netif_set_up(netif_.get());
+
+  dns_ = std::make_unique<GuestDns>(loop, policy, std::move(upstreams), table_, events, random, gw.addr);
+
+  tcp_pcb* pcb = tcp_new();
+  if (pcb == nullptr) throw std::runtime_error("lwIP tcp_new failed");
+  ip_set_option(pcb, SOF_ABOX_ACCEPT_ALL);
+  listener_ = tcp_listen(pcb);
+  if (listener_ == nullptr) throw std::runtime_error("lwIP tcp_listen failed");
+  tcp_accept(listener_, &StackGlue::accept);
+
+  udp_all_ = udp_new();
+  if (udp_all_ == nullptr) throw std::runtime_error("lwIP udp_new failed");
+  ip_set_option(udp_all_, SOF_ABOX_ACCEPT_ALL);
+  udp_bind(udp_all_, IP_ANY_TYPE, 0);
+  udp_recv(udp_all_, &StackGlue::udp, nullptr);
+
+  link_watcher_ = std::make_unique<LinkWatcher>(*this);
+  link_handle_ = loop_.watch(link_.fd(), POLLIN, link_watcher_.get());
+
+  // lwIP's own timers, and ours: flow deadlines once a second is enough
+  // (peek and connect timeouts are seconds).
+  loop_.add_timer_source({[]() -> std::optional<base::MonoTime> {
+                            u32_t ms = sys_timeouts_sleeptime();
+                            if (ms == SYS_TIMEOUTS_SLEEPTIME_INFINITE) return std::nullopt;
+                            return base::MonoClock::now() + base::Millis(ms);
+                          },
+                          [](base::MonoTime) { sys_check_timeouts(); }});
+  loop_.add_timer_source({[this] { return next_sweep_; },
+                          [this](base::MonoTime now) {
+                            if (now < next_sweep_) return;
+                            next_sweep_ = now + base::Seconds(1);
+                            for (auto& [_, f] : tcp_flows_) f->check_deadlines(now);
+                            for (auto& [_, f] : udp_flows_) f->check_idle(now);
+                          }});
+  loop_.add_turn_hook([this] { reap(); });
+  next_sweep_ = loop_.now() + base::Seconds(1);
+}
+
+GuestStack::~GuestStack() {
+  loop_.unwatch(link_handle_);
+  tcp_flows_.clear();
+  udp_flows_.clear();
+  tcp_graveyard_.clear();
+  udp_graveyard_.clear();
+  dns_.reset();
+  if (listener_ != nullptr) tcp_close(listener_);
+  if (udp_all_ != nullptr) udp_remove(udp_all_);
+  abox_lwip_set_syn_hook(nullptr);
+  netif_remove(netif_.get());
+  g_stack = nullptr;
+}
+
+void GuestStack::poll_link() {
+  for (int i = 0; i < 256; ++i) {
+    auto r = link_.receive(rx_);
+    if (!r.ok()) {
+      if (link_alive_) {
+        link_alive_ = false;
+        events_.emit("link", {{"reason", "the guest link failed"}, {"errno", r.error()}});
+        loop_.stop();
+      }
+      return;
+    }
+    std::size_t n = *r;
+    if (n == 0) return;
+    ++counters_.frames_in;
+    if (n < 14) continue;
+    std::uint16_t type = static_cast<std::uint16_t>((rx_[12] << 8) | rx_[13]);
+    if (type == kEtherIpv6) {
+      ++counters_.frames_dropped_ipv6;
+      if (!ipv6_logged_) {
+        ipv6_logged_ = true;
+        events_.emit("deny",
+                     {{"reason", "IPv6 is not supported yet; IPv6 frames are dropped"}, {"proto", "ipv6"}});
+      }
+      continue;
+    }
+    if (type != kEtherIpv4 && type != kEtherArp) {
+      ++counters_.frames_dropped_other;
+      continue;
+    }
+    if (type == kEtherIpv4 && n >= 14 + 20) {
+      // Only the guest's own address may send: a spoofed source could
+      // otherwise make lwIP answer (and admit) on behalf of another host.
+      std::uint32_t src = 0;
+      std::memcpy(&src, rx_.data() + 14 + 12, 4);
+      if (src != to_net(config_.guest)) {
+        ++counters_.frames_dropped_spoofed;
+        continue;
+      }
+    }
+    pbuf* p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(n), PBUF_RAM);
+    if (p == nullptr) continue;
+    pbuf_take(p, rx_.data(), static_cast<u16_t>(n));
+    if (netif_->input(p, netif_.get()) != ERR_OK) pbuf_free(p);
+  }
+  loop_.wake_next_turn(link_handle_);
+}
+
+void GuestStack::output_frame(const pbuf* p) {
+  if (!link_alive_) return;
+  if (rx_out_.size() < p->tot_len) rx_out_.resize(p->tot_len);
+  std::uint8_t* data = rx_out_.data();
+  std::size_t n = pbuf_copy_partial(p, data, p->tot_len, 0);
+  auto r = link_.send(std::span<const std::uint8_t>(data, n));
+  (void)r;  // a full link drops the frame; TCP retransmits, UDP loses one datagram
+}
+
+std::size_t GuestStack::half_open_now() const {
+  std::size_t n = 0;
+  for (tcp_pcb* pcb = tcp_active_pcbs; pcb != nullptr; pcb = pcb->next) {
+    if (pcb->state == SYN_RCVD) ++n;
+  }
+  return n;
+}
+
+int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy::IpAddress& dst,
+                       std::uint16_t dst_port) {
+  (void)src;
+  if (dst == config_.gateway) return ABOX_LWIP_SYN_RESET;  // only DNS (its own listener) runs there
+  auto dst_text = [&] { return policy::Endpoint{dst, dst_port}.to_string(); };
+  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+    ++counters_.limit_flows;
+    events_.emit("limit", {{"reason", "flows"},
+                           {"limit", std::uint64_t{policy_.limits().flows}},
+                           {"dst", dst_text()},
+                           {"proto", "tcp"}});
+    return ABOX_LWIP_SYN_RESET;
+  }
+  if (half_open_now() >= policy_.limits().half_open) {
+    ++counters_.limit_half_open;
+    events_.emit("limit", {{"reason", "half_open"},
+                           {"limit", std::uint64_t{policy_.limits().half_open}},
+                           {"dst", dst_text()},
+                           {"proto", "tcp"}});
+    return ABOX_LWIP_SYN_DROP;  // the guest retries; old flows keep going
+  }
+  Admission a = admit_flow(policy_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
+  if (!a.admitted()) {
+    ++counters_.tcp_refused;
+    events_.emit("deny", {{"reason", describe(a.refusal)}, {"dst", dst_text()}, {"proto", "tcp"}});
+    return ABOX_LWIP_SYN_RESET;
+  }
+  if (a.broker != nullptr) {
+    // The broker hand-off arrives with the VMs issue; until then a brokered
+    // name is refused rather than sent out without the broker's gate.
+    ++counters_.tcp_refused;
+    events_.emit("deny", {{"reason", "brokered name: no broker attached to this abox-net"},
+                          {"name", a.name},
+                          {"dst", dst_text()},
+                          {"proto", "tcp"}});
+    return ABOX_LWIP_SYN_RESET;
+  }
+  return ABOX_LWIP_SYN_ACCEPT;
+}
+
+void GuestStack::on_accept(tcp_pcb* pcb) {
+  policy::IpAddress dst = from_lwip(&pcb->local_ip);
+  std::uint16_t port = pcb->local_port;
+  // Decided again now that the handshake is done: the answer may have
+  // expired in between, and nothing is remembered per SYN.
+  Admission a = admit_flow(policy_, table_, dst, port, policy::Protocol::tcp, loop_.now());
+  if (!a.admitted() || a.broker != nullptr) {
+    tcp_abort(pcb);
+    return;
+  }
+  ++counters_.tcp_admitted;
+  events_.emit("admit", {{"reason", a.needs_name ? "answered name, SNI/Host to be checked" : "answered name"},
+                         {"name", a.name},
+                         {"dst", policy::Endpoint{dst, port}.to_string()},
+                         {"proto", "tcp"}});
+  if (a.lifted != nullptr) {
+    events_.emit("unsafe", {{"reason", "flow to a reserved range lifted by [unsafe] allow_reserved"},
+                            {"dst", policy::Endpoint{dst, port}.to_string()},
+                            {"range", a.lifted->range.to_string()}});
+  }
+  auto flow = std::make_unique<TcpFlow>(*this, pcb, a.needs_name, std::string(a.name));
+  TcpFlow* raw = flow.get();
+  tcp_flows_.emplace(raw, std::move(flow));
+  raw->start();
+}
+
+void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port,
+                        const policy::IpAddress& dst, std::uint16_t dst_port) {
+  (void)src;
+  auto dst_text = [&] { return policy::Endpoint{dst, dst_port}.to_string(); };
+  auto refuse = [&](std::string_view why) {
+    ++counters_.udp_refused;
+    events_.emit("deny", {{"reason", why}, {"dst", dst_text()}, {"proto", "udp"}});
+    // ICMP "communication administratively prohibited" (type 3, code 13),
+    // quoting the datagram: move back over the UDP and IP headers first.
+    if (pbuf_header_force(p, static_cast<s16_t>(ip_current_header_tot_len() + 8)) == 0) {
+      icmp_dest_unreach(p, static_cast<enum icmp_dur_type>(13));
+    }
+    pbuf_free(p);
+  };
+  if (dst == config_.gateway) {
+    refuse("no UDP service on the gateway but DNS");
+    return;
+  }
+  std::uint64_t key = udp_key(src_port, to_net(dst), dst_port);
+  if (auto it = udp_flows_.find(key); it != udp_flows_.end()) {
+    it->second->from_guest(p);
+    return;
+  }
+  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+    ++counters_.limit_flows;
+    events_.emit("limit", {{"reason", "flows"},
+                           {"limit", std::uint64_t{policy_.limits().flows}},
+                           {"dst", dst_text()},
+                           {"proto", "udp"}});
+    pbuf_free(p);
+    return;
+  }
+  Admission a = admit_flow(policy_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
+  if (!a.admitted()) {
+    refuse(describe(a.refusal));
+    return;
+  }
+  auto flow =
+      std::make_unique<UdpFlow>(*this, key, to_net(config_.guest), src_port, policy::Endpoint{dst, dst_port});
+  if (!flow->start()) {
+    pbuf_free(p);
+    return;
+  }
+  ++counters_.udp_admitted;
+  events_.emit("admit",
+               {{"reason", "answered name"}, {"name", a.name}, {"dst", dst_text()}, {"proto", "udp"}});
+  UdpFlow* raw = flow.get();
+  udp_flows_.emplace(key, std::move(flow));
+  raw->from_guest(p);
+}
+
+void GuestStack::retire(TcpFlow* flow) {
+  auto it = tcp_flows_.find(flow);
+  if (it == tcp_flows_.end()) return;
+  tcp_graveyard_.push_back(std::move(it->second));
+  tcp_flows_.erase(it);
+}
+
+void GuestStack::retire(UdpFlow* flow) {
+  auto it = udp_flows_.find(flow->key());
+  if (it == udp_flows_.end()) return;
+  udp_graveyard_.push_back(std::move(it->second));
+  udp_flows_.erase(it);
+}
+
+void GuestStack::reap() {
+  tcp_graveyard_.clear();
+  udp_graveyard_.clear();
+}
+
+}  // namespace abox::netstack

@@ -1,0 +1,139 @@
+// GuestStack: one guest's side of abox-net. How a frame goes through:
+//
+//   Link ──receive──▶ on_link_ready()
+//     IPv6 (and anything not IPv4/ARP) ── counted, dropped, logged once per kind
+//     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
+//        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
+//        UDP ──▶ on_udp():  gateway:53 → GuestDns (the DNS gate)
+//                           else       → admission → UdpFlow (a host UDP socket)
+//        TCP SYN ──▶ on_syn(): gateway:53 → GuestDns's listener (an ordinary lwIP listener)
+//                              else       → limits, admission → accept or RST
+//        TCP accepted ──▶ TcpFlow (peek SNI/Host if the rule asks, then a host socket)
+//   lwIP ──linkoutput──▶ Link::send
+//
+// Everything runs on the EventLoop's thread. lwIP is process-global state, so
+// there is at most one GuestStack per process (abox-net serves one instance).
+// Limits come from the policy: flows (TCP + UDP), half-open TCP, DNS in flight.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/event_log.h"
+#include "base/random.h"
+#include "dns/answer_table.h"
+#include "netstack/event_loop.h"
+#include "netstack/link.h"
+#include "policy/policy.h"
+
+struct netif;
+struct pbuf;
+struct tcp_pcb;
+struct udp_pcb;
+
+namespace abox::netstack {
+
+class TcpFlow;
+class UdpFlow;
+class GuestDns;
+
+struct GuestConfig {
+  policy::IpAddress gateway = policy::IpAddress::v4(0x0A000202);  // 10.0.2.2
+  policy::IpAddress guest = policy::IpAddress::v4(0x0A00020F);    // 10.0.2.15
+  unsigned prefix_len = 24;
+  std::array<std::uint8_t, 6> gateway_mac{0x02, 0xAB, 0x0C, 0x5E, 0x00, 0x02};
+};
+
+struct StackCounters {
+  std::uint64_t frames_in = 0;
+  std::uint64_t frames_dropped_ipv6 = 0;
+  std::uint64_t frames_dropped_other = 0;    // ethertypes we do not speak
+  std::uint64_t frames_dropped_spoofed = 0;  // IPv4 from a source that is not the guest
+  std::uint64_t tcp_admitted = 0;
+  std::uint64_t tcp_refused = 0;
+  std::uint64_t udp_admitted = 0;
+  std::uint64_t udp_refused = 0;
+  std::uint64_t limit_flows = 0;
+  std::uint64_t limit_half_open = 0;
+  std::uint64_t name_refused = 0;  // SNI/Host did not match
+  std::uint64_t connect_failed = 0;
+};
+
+class GuestStack {
+ public:
+  // Everything passed must outlive the stack. Throws std::runtime_error when
+  // a second stack is made in one process.
+  GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy,
+             std::vector<policy::Endpoint> upstreams, base::EventLog& events, base::RandomSource& random,
+             GuestConfig config = {});
+  ~GuestStack();
+  GuestStack(const GuestStack&) = delete;
+  GuestStack& operator=(const GuestStack&) = delete;
+
+  const StackCounters& counters() const { return counters_; }
+  const dns::AnswerTable& table() const { return table_; }
+  const GuestDns& dns() const { return *dns_; }
+  std::size_t tcp_flows() const { return tcp_flows_.size(); }
+  std::size_t udp_flows() const { return udp_flows_.size(); }
+  // False once the link has failed for good (the guest's namespace or VM is gone).
+  bool link_alive() const { return link_alive_; }
+
+  // Reads and handles every frame the link has waiting (the loop calls this
+  // when the link's fd is readable; tests and the frames fuzzer call it
+  // directly).
+  void poll_link();
+
+  // For flows: shared services.
+  EventLoop& loop() { return loop_; }
+  const policy::Policy& policy() const { return policy_; }
+  base::EventLog& events() { return events_; }
+  dns::AnswerTable& answer_table() { return table_; }
+  StackCounters& mutable_counters() { return counters_; }
+  netif* guest_netif() { return netif_.get(); }
+  // A flow is finished: destroy it at the end of this loop turn (it may be
+  // inside its own callback now).
+  void retire(TcpFlow* flow);
+  void retire(UdpFlow* flow);
+
+ private:
+  friend struct StackGlue;
+  class LinkWatcher;
+
+  void output_frame(const pbuf* p);
+  int on_syn(const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
+             std::uint16_t dst_port);
+  void on_accept(tcp_pcb* pcb);
+  void on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
+              std::uint16_t dst_port);
+  std::size_t half_open_now() const;
+  void reap();
+
+  EventLoop& loop_;
+  Link& link_;
+  const policy::Policy& policy_;
+  base::EventLog& events_;
+  GuestConfig config_;
+  dns::AnswerTable table_;
+  std::unique_ptr<netif> netif_;
+  std::unique_ptr<LinkWatcher> link_watcher_;
+  EventLoop::Handle link_handle_ = EventLoop::kNoHandle;
+  tcp_pcb* listener_ = nullptr;
+  udp_pcb* udp_all_ = nullptr;
+  std::unique_ptr<GuestDns> dns_;
+  std::unordered_map<TcpFlow*, std::unique_ptr<TcpFlow>> tcp_flows_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<UdpFlow>> udp_flows_;  // key: see udp_key()
+  std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
+  std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
+  std::vector<std::uint8_t> rx_;
+  std::vector<std::uint8_t> rx_out_;  // a frame lwIP hands out, made contiguous for the link
+  base::MonoTime next_sweep_{};
+  bool link_alive_ = true;
+  bool ipv6_logged_ = false;
+  StackCounters counters_;
+};
+
+}  // namespace abox::netstack

@@ -1,0 +1,363 @@
+#include "netstack/tcp_flow.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "lwip/pbuf.h"
+#include "lwip/tcp.h"
+#include "netstack/admission.h"
+#include "netstack/guest_stack.h"
+#include "netstack/name_peek.h"
+#include "netstack/sockaddr.h"
+
+namespace abox::netstack {
+
+namespace {
+
+policy::IpAddress from_lwip(const ip_addr_t& a) {
+  std::uint8_t b[4];
+  std::memcpy(b, &ip_2_ip4(&a)->addr, 4);  // lwIP keeps IPv4 in network order
+  return policy::IpAddress::v4_bytes(b);
+}
+
+err_t recv_cb(void* arg, tcp_pcb*, pbuf* p, err_t) {
+  auto* f = static_cast<TcpFlow*>(arg);
+  f->on_guest_data(p);
+  return f->aborted() ? ERR_ABRT : ERR_OK;
+}
+err_t sent_cb(void* arg, tcp_pcb*, u16_t) {
+  auto* f = static_cast<TcpFlow*>(arg);
+  f->on_guest_sent();
+  return f->aborted() ? ERR_ABRT : ERR_OK;
+}
+void err_cb(void* arg, err_t) {
+  static_cast<TcpFlow*>(arg)->on_guest_error();
+}
+
+constexpr std::size_t kReadChunk = 64 * 1024;
+
+}  // namespace
+
+TcpFlow::TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string name)
+    : stack_(stack),
+      pcb_(pcb),
+      dst_{from_lwip(pcb->local_ip), pcb->local_port},
+      src_{from_lwip(pcb->remote_ip), pcb->remote_port},
+      name_(std::move(name)),
+      state_(needs_name ? State::peeking : State::connecting) {}
+
+TcpFlow::~TcpFlow() {
+  if (handle_ != EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
+  if (to_host_ != nullptr) pbuf_free(to_host_);
+  if (pcb_ != nullptr) {
+    detach_pcb();
+    tcp_abort(pcb_);
+  }
+}
+
+void TcpFlow::detach_pcb() {
+  tcp_arg(pcb_, nullptr);
+  tcp_recv(pcb_, nullptr);
+  tcp_sent(pcb_, nullptr);
+  tcp_err(pcb_, nullptr);
+}
+
+void TcpFlow::start() {
+  tcp_arg(pcb_, this);
+  tcp_recv(pcb_, recv_cb);
+  tcp_sent(pcb_, sent_cb);
+  tcp_err(pcb_, err_cb);
+  tcp_nagle_disable(pcb_);  // the host side already coalesces; don't add delay
+  last_activity_ = stack_.loop().now();
+  if (state_ == State::peeking) {
+    deadline_ = last_activity_ + base::Millis(stack_.policy().timeouts().peek_ms);
+    return;
+  }
+  connect_host();
+}
+
+void TcpFlow::connect_host() {
+  state_ = State::connecting;
+  sockaddr_storage ss{};
+  socklen_t len = to_sockaddr(dst_, ss);
+  host_.reset(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!host_) {
+    abort_both("host socket failed");
+    return;
+  }
+  int one = 1;
+  ::setsockopt(host_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int rc = ::connect(host_.get(), reinterpret_cast<sockaddr*>(&ss), len);
+  if (rc < 0 && errno != EINPROGRESS) {
+    ++stack_.mutable_counters().connect_failed;
+    abort_both("connect failed");
+    return;
+  }
+  deadline_ = stack_.loop().now() + base::Millis(stack_.policy().timeouts().connect_ms);
+  watching_ = POLLOUT;
+  handle_ = stack_.loop().watch(host_.get(), POLLOUT, this);
+}
+
+void TcpFlow::on_connected() {
+  int err = 0;
+  socklen_t len = sizeof err;
+  ::getsockopt(host_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) {
+    ++stack_.mutable_counters().connect_failed;
+    stack_.events().emit("flow", {{"reason", "connect failed"},
+                                  {"error", std::strerror(err)},
+                                  {"name", name_},
+                                  {"dst", dst_.to_string()},
+                                  {"proto", "tcp"}});
+    abort_both("connect failed");
+    return;
+  }
+  state_ = State::open;
+  flush_to_host();
+  if (state_ == State::done) return;
+  update_watch();
+}
+
+void TcpFlow::on_ready(std::uint32_t events) {
+  if (state_ == State::done || !host_) return;
+  last_activity_ = stack_.loop().now();
+  if (state_ == State::connecting) {
+    if (events & (POLLOUT | POLLERR | POLLHUP)) on_connected();
+    return;
+  }
+  if (events & POLLOUT) flush_to_host();
+  if (state_ == State::done) return;
+  if (events & (POLLIN | POLLERR | POLLHUP)) read_from_host();
+  if (state_ == State::done) return;
+  update_watch();
+  finish_if_done();
+}
+
+void TcpFlow::update_watch() {
+  if (!host_ || handle_ == EventLoop::kNoHandle) return;
+  std::uint32_t want = 0;
+  if (to_host_bytes_ > 0) want |= POLLOUT;
+  if (!host_eof_ && !host_paused_) want |= POLLIN;
+  if (want != watching_) {
+    stack_.loop().modify(handle_, want == 0 ? POLLERR : want);
+    watching_ = want;
+  }
+}
+
+void TcpFlow::on_guest_data(pbuf* p) {
+  last_activity_ = stack_.loop().now();
+  if (p == nullptr) {  // the guest sent FIN
+    guest_fin_ = true;
+    if (state_ == State::peeking) {
+      abort_both("guest closed before sending a name");
+      return;
+    }
+    flush_to_host();
+    finish_if_done();
+    return;
+  }
+  if (to_host_ == nullptr) {
+    to_host_ = p;
+  } else {
+    pbuf_cat(to_host_, p);
+  }
+  to_host_bytes_ += p->tot_len;
+  if (state_ == State::peeking) {
+    peek();
+    return;
+  }
+  if (state_ == State::open) {
+    flush_to_host();
+    if (state_ != State::done) update_watch();
+  }
+}
+
+void TcpFlow::peek() {
+  std::size_t limit = stack_.policy().limits().peek_bytes;
+  std::size_t take = std::min<std::size_t>(to_host_bytes_, limit);
+  peeked_.resize(take);
+  pbuf_copy_partial(to_host_, peeked_.data(), static_cast<u16_t>(std::min<std::size_t>(take, 0xFFFF)), 0);
+  PeekResult r = peek_name(peeked_, limit);
+  if (r.status == PeekStatus::need_more && to_host_bytes_ < limit) return;
+  auto refuse = [&](std::string_view why, std::string_view shown) {
+    ++stack_.mutable_counters().name_refused;
+    stack_.events().emit(
+        "deny",
+        {{"reason", why}, {"name", name_}, {"peeked", shown}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
+    abort_both("name check failed");
+  };
+  if (r.status != PeekStatus::tls_sni && r.status != PeekStatus::http_host) {
+    std::string why = "no acceptable name in the first bytes: " + std::string(to_string(r.status));
+    if (r.error != PeekError::none) why += std::string(" (") + std::string(describe(r.error)) + ")";
+    refuse(why, r.status == PeekStatus::tls_ech ? r.name.view() : std::string_view());
+    return;
+  }
+  auto check = check_peeked_name(stack_.policy(), stack_.answer_table(), dst_.address, dst_.port,
+                                 r.name.view(), stack_.loop().now());
+  if (check != NameCheck::ok) {
+    refuse(describe(check), r.name.view());
+    return;
+  }
+  peeked_.clear();
+  peeked_.shrink_to_fit();
+  connect_host();
+}
+
+void TcpFlow::flush_to_host() {
+  if (state_ != State::open) return;
+  while (to_host_ != nullptr && to_host_bytes_ > 0) {
+    iovec iov[64];
+    int n = 0;
+    for (pbuf* q = to_host_; q != nullptr && n < 64; q = q->next) {
+      if (q->len == 0) continue;
+      iov[n++] = {q->payload, q->len};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(n);
+    ssize_t sent = ::sendmsg(host_.get(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // POLLOUT wakes us
+      if (errno == EINTR) continue;
+      abort_both("host send failed");
+      return;
+    }
+    auto done = static_cast<std::size_t>(sent);
+    to_host_bytes_ -= done;
+    // Free what the host took and open the guest's window by as much.
+    while (done > 0) {
+      auto step = static_cast<u16_t>(std::min<std::size_t>(done, 0xFFFF));
+      to_host_ = pbuf_free_header(to_host_, step);
+      if (pcb_ != nullptr) tcp_recved(pcb_, step);
+      done -= step;
+    }
+  }
+  if (guest_fin_ && to_host_bytes_ == 0 && !host_shut_wr_ && host_) {
+    ::shutdown(host_.get(), SHUT_WR);
+    host_shut_wr_ = true;
+  }
+}
+
+void TcpFlow::read_from_host() {
+  if (pcb_ == nullptr || host_eof_) return;
+  std::uint8_t buf[kReadChunk];
+  for (int round = 0; round < 16; ++round) {
+    std::size_t room = tcp_sndbuf(pcb_);
+    std::size_t queue_room = TCP_SND_QUEUELEN > tcp_sndqueuelen(pcb_) ? 1 : 0;
+    if (room == 0 || queue_room == 0) {
+      host_paused_ = true;  // lwIP's sent callback resumes us
+      break;
+    }
+    ssize_t n = ::recv(host_.get(), buf, std::min(room, sizeof buf), MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      abort_both("host reset");
+      return;
+    }
+    if (n == 0) {
+      host_eof_ = true;
+      tcp_shutdown(pcb_, 0, 1);  // FIN after the queued data
+      guest_shut_wr_ = true;
+      break;
+    }
+    std::size_t off = 0;
+    while (off < static_cast<std::size_t>(n)) {
+      auto chunk = static_cast<u16_t>(std::min<std::size_t>(static_cast<std::size_t>(n) - off, 0xFFFF));
+      err_t e = tcp_write(pcb_, buf + off, chunk, TCP_WRITE_FLAG_COPY);
+      if (e != ERR_OK) {
+        abort_both("guest send queue failed");
+        return;
+      }
+      off += chunk;
+    }
+  }
+  if (pcb_ != nullptr) tcp_output(pcb_);
+}
+
+void TcpFlow::on_guest_sent() {
+  last_activity_ = stack_.loop().now();
+  if (host_paused_) {
+    host_paused_ = false;
+    read_from_host();
+    if (state_ == State::done) return;
+    update_watch();
+  }
+  finish_if_done();
+}
+
+void TcpFlow::on_guest_error() {
+  // lwIP has freed the pcb (a reset from the guest, or its timers gave up).
+  pcb_ = nullptr;
+  if (host_) {
+    linger lg{1, 0};  // close with RST: carry the reset across
+    ::setsockopt(host_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  }
+  state_ = State::done;
+  stack_.retire(this);
+}
+
+void TcpFlow::finish_if_done() {
+  if (state_ != State::open || pcb_ == nullptr) return;
+  bool guest_to_host_done = guest_fin_ && host_shut_wr_;
+  bool host_to_guest_done = host_eof_ && pcb_->snd_queuelen == 0 && pcb_->unacked == nullptr;
+  if (!(guest_to_host_done && host_to_guest_done)) return;
+  close_clean();
+}
+
+void TcpFlow::close_clean() {
+  state_ = State::done;
+  if (pcb_ != nullptr) {
+    detach_pcb();
+    if (tcp_close(pcb_) != ERR_OK) tcp_abort(pcb_);
+    pcb_ = nullptr;
+  }
+  stack_.retire(this);
+}
+
+void TcpFlow::abort_both(const char*) {
+  state_ = State::done;
+  if (host_) {
+    linger lg{1, 0};
+    ::setsockopt(host_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  }
+  if (pcb_ != nullptr) {
+    detach_pcb();
+    tcp_abort(pcb_);  // RST to the guest; lwIP frees the pcb
+    pcb_ = nullptr;
+    aborted_ = true;
+  }
+  stack_.retire(this);
+}
+
+void TcpFlow::check_deadlines(base::MonoTime now) {
+  if (state_ == State::done) return;
+  if ((state_ == State::peeking || state_ == State::connecting) && now >= deadline_) {
+    if (state_ == State::peeking) {
+      ++stack_.mutable_counters().name_refused;
+      stack_.events().emit("deny", {{"reason", "no name within peek_ms"},
+                                    {"name", name_},
+                                    {"dst", dst_.to_string()},
+                                    {"proto", "tcp"}});
+    } else {
+      ++stack_.mutable_counters().connect_failed;
+      stack_.events().emit(
+          "flow",
+          {{"reason", "connect timed out"}, {"name", name_}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
+    }
+    abort_both("deadline");
+    return;
+  }
+  if (state_ == State::open && now - last_activity_ >= base::Seconds(stack_.policy().timeouts().tcp_idle_s)) {
+    stack_.events().emit("flow", {{"reason", "idle timeout"}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
+    abort_both("idle");
+  }
+}
+
+}  // namespace abox::netstack

@@ -1,0 +1,101 @@
+// TcpFlow: one admitted guest TCP connection spliced to a host socket.
+//
+// Life of a flow:
+//   peeking     (only when the rule requires a name) the guest's first bytes
+//               are held, not acknowledged to the host side, until a TLS SNI
+//               or HTTP Host is read (name_peek.h) and checked against the
+//               AnswerTable (admission.h); a mismatch, a timeout or
+//               peek_bytes without a decision resets the guest.
+//   connecting  a non-blocking connect to the original destination, bounded
+//               by timeouts.connect_ms; failure resets the guest.
+//   open        bytes flow both ways with backpressure:
+//                 guest → host: lwIP pbufs are held until send() takes them;
+//                   only then tcp_recved() opens the guest's window.
+//                 host → guest: the host socket is read only while lwIP has
+//                   send buffer (tcp_sndbuf); otherwise POLLIN is not watched
+//                   until lwIP's sent callback frees room.
+//   Half-close is carried across (guest FIN → shutdown(SHUT_WR) once the
+//   queue drains; host EOF → FIN to the guest), resets too (guest RST → the
+//   host socket closes with SO_LINGER 0; host reset → tcp_abort, an RST).
+//   Idle flows are closed after timeouts.tcp_idle_s.
+// A finished flow asks the stack to retire it (deferred deletion: it may be
+// inside one of its own callbacks).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/unique_fd.h"
+#include "netstack/event_loop.h"
+#include "policy/ip_address.h"
+
+struct pbuf;
+struct tcp_pcb;
+
+namespace abox::netstack {
+
+class GuestStack;
+
+class TcpFlow final : public EventLoop::Watcher {
+ public:
+  // pcb: the accepted lwIP pcb (its local address/port is the destination).
+  // needs_name: peek SNI/Host before connecting. `name` is the admitting name.
+  TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string name);
+  ~TcpFlow() override;
+  TcpFlow(const TcpFlow&) = delete;
+  TcpFlow& operator=(const TcpFlow&) = delete;
+
+  void start();
+  // Periodic check: connect, peek and idle deadlines.
+  void check_deadlines(base::MonoTime now);
+
+  // lwIP callbacks (static trampolines in tcp_flow.cc call these).
+  void on_guest_data(pbuf* p);
+  void on_guest_sent();
+  void on_guest_error();
+  // True once this flow has aborted its pcb: an lwIP callback that did so
+  // must return ERR_ABRT.
+  bool aborted() const { return aborted_; }
+
+  void on_ready(std::uint32_t events) override;
+
+ private:
+  enum class State : std::uint8_t { peeking, connecting, open, done };
+
+  void connect_host();
+  void on_connected();
+  void flush_to_host();
+  void read_from_host();
+  void update_watch();
+  void finish_if_done();
+  void abort_both(const char* reason);
+  void close_clean();
+  void peek();
+  void detach_pcb();
+
+  GuestStack& stack_;
+  tcp_pcb* pcb_;
+  policy::Endpoint dst_;
+  policy::Endpoint src_;
+  std::string name_;
+  State state_;
+  base::UniqueFd host_;
+  EventLoop::Handle handle_ = EventLoop::kNoHandle;
+  std::uint32_t watching_ = 0;
+
+  pbuf* to_host_ = nullptr;  // guest bytes not yet taken by the host socket
+  std::size_t to_host_bytes_ = 0;
+  std::vector<std::uint8_t> peeked_;  // copy of the first bytes while peeking
+
+  bool guest_fin_ = false;      // the guest sent FIN
+  bool host_shut_wr_ = false;   // we shut the host socket's write side
+  bool host_eof_ = false;       // the host closed its side
+  bool guest_shut_wr_ = false;  // we sent FIN to the guest
+  bool host_paused_ = false;    // not reading the host: lwIP's send buffer is full
+  bool aborted_ = false;
+  base::MonoTime deadline_{};  // peek or connect deadline
+  base::MonoTime last_activity_{};
+};
+
+}  // namespace abox::netstack

@@ -1,0 +1,100 @@
+#include "netstack/udp_flow.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "lwip/pbuf.h"
+#include "lwip/udp.h"
+#include "netstack/guest_stack.h"
+#include "netstack/sockaddr.h"
+
+namespace abox::netstack {
+
+namespace {
+
+void recv_cb(void* arg, udp_pcb*, pbuf* p, const ip_addr_t*, u16_t) {
+  static_cast<UdpFlow*>(arg)->from_guest(p);
+}
+
+constexpr std::size_t kMaxDatagram = 65535;
+
+}  // namespace
+
+UdpFlow::UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
+                 const policy::Endpoint& dst)
+    : stack_(stack), key_(key), guest_ip_(guest_ip), guest_port_(guest_port), dst_(dst) {}
+
+UdpFlow::~UdpFlow() {
+  if (handle_ != EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
+  if (pcb_ != nullptr) udp_remove(pcb_);
+}
+
+bool UdpFlow::start() {
+  sockaddr_storage ss{};
+  socklen_t len = to_sockaddr(dst_, ss);
+  host_.reset(::socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!host_ || ::connect(host_.get(), reinterpret_cast<sockaddr*>(&ss), len) < 0) return false;
+  pcb_ = udp_new();
+  if (pcb_ == nullptr) return false;
+  ip_addr_t local;
+  ip_addr_t guest;
+  std::uint32_t dst_net = 0;
+  std::memcpy(&dst_net, dst_.address.bytes().data(), 4);
+  ip_addr_set_ip4_u32(&local, dst_net);
+  ip_addr_set_ip4_u32(&guest, guest_ip_);
+  // Bound to the destination, connected to the guest's port: lwIP then hands
+  // this flow's later datagrams straight to it, and answers leave from the
+  // address the guest sent to.
+  if (udp_bind(pcb_, &local, dst_.port) != ERR_OK || udp_connect(pcb_, &guest, guest_port_) != ERR_OK)
+    return false;
+  udp_recv(pcb_, recv_cb, this);
+  handle_ = stack_.loop().watch(host_.get(), POLLIN, this);
+  last_activity_ = stack_.loop().now();
+  return true;
+}
+
+void UdpFlow::from_guest(pbuf* p) {
+  last_activity_ = stack_.loop().now();
+  std::uint8_t buf[kMaxDatagram];
+  std::size_t n = pbuf_copy_partial(p, buf, p->tot_len, 0);
+  pbuf_free(p);
+  if (host_ && ::send(host_.get(), buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+    // UDP: a full buffer or an ICMP error just loses this datagram.
+  }
+}
+
+void UdpFlow::on_ready(std::uint32_t) {
+  if (retired_) return;
+  std::uint8_t buf[kMaxDatagram];
+  for (int i = 0; i < 32; ++i) {
+    ssize_t n = ::recv(host_.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      continue;  // ECONNREFUSED and the like: the destination said no to one datagram
+    }
+    last_activity_ = stack_.loop().now();
+    pbuf* p = pbuf_alloc(PBUF_TRANSPORT, static_cast<u16_t>(n), PBUF_RAM);
+    if (p == nullptr) return;
+    pbuf_take(p, buf, static_cast<u16_t>(n));
+    // From the destination's address, which is not the netif's own: lwIP's
+    // plain udp_send() would refuse that source.
+    ip_addr_t guest;
+    ip_addr_set_ip4_u32(&guest, guest_ip_);
+    udp_sendto_if_src(pcb_, p, &guest, guest_port_, stack_.guest_netif(), &pcb_->local_ip);
+    pbuf_free(p);
+  }
+  stack_.loop().wake_next_turn(handle_);
+}
+
+void UdpFlow::check_idle(base::MonoTime now) {
+  if (retired_) return;
+  if (now - last_activity_ >= base::Seconds(stack_.policy().timeouts().udp_idle_s)) {
+    retired_ = true;
+    stack_.retire(this);
+  }
+}
+
+}  // namespace abox::netstack

@@ -1,0 +1,54 @@
+// UdpFlow: one admitted guest UDP flow (guest port → destination address and
+// port), carried by a host UDP socket connect()ed to the destination.
+//
+// Guest datagrams arrive through the stack's accept-all UDP pcb the first
+// time and then through this flow's own lwIP pcb (bound to the destination,
+// connected to the guest's port), so later datagrams skip the lookup. Host
+// datagrams go back to the guest from the destination's address and port.
+// The flow is forgotten after timeouts.udp_idle_s without traffic.
+#pragma once
+
+#include <cstdint>
+
+#include "base/clock.h"
+#include "base/unique_fd.h"
+#include "netstack/event_loop.h"
+#include "policy/ip_address.h"
+
+struct pbuf;
+struct udp_pcb;
+
+namespace abox::netstack {
+
+class GuestStack;
+
+class UdpFlow final : public EventLoop::Watcher {
+ public:
+  UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
+          const policy::Endpoint& dst);
+  ~UdpFlow() override;
+  UdpFlow(const UdpFlow&) = delete;
+  UdpFlow& operator=(const UdpFlow&) = delete;
+
+  // False when the host socket or the pcb could not be made.
+  bool start();
+  // A datagram from the guest (consumes p).
+  void from_guest(pbuf* p);
+  void on_ready(std::uint32_t events) override;
+  void check_idle(base::MonoTime now);
+  std::uint64_t key() const { return key_; }
+
+ private:
+  GuestStack& stack_;
+  std::uint64_t key_;
+  std::uint32_t guest_ip_;  // network order
+  std::uint16_t guest_port_;
+  policy::Endpoint dst_;
+  base::UniqueFd host_;
+  EventLoop::Handle handle_ = EventLoop::kNoHandle;
+  udp_pcb* pcb_ = nullptr;
+  base::MonoTime last_activity_{};
+  bool retired_ = false;
+};
+
+}  // namespace abox::netstack
