@@ -1,22 +1,13 @@
 #include "netstack/dns_command.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
 
 #include "base/json.h"
-#include "dns/resolv_conf.h"
 #include "netstack/dns_host_server.h"
-#include "policy/policy_file.h"
+#include "netstack/process_setup.h"
 
 namespace abox::netstack {
 
@@ -83,22 +74,6 @@ void write_counters(const DnsHostServer& s) {
   std::fflush(stderr);
 }
 
-struct SignalWatcher final : EventLoop::Watcher {
-  int fd = -1;
-  EventLoop* loop = nullptr;
-  const DnsHostServer* server = nullptr;
-  void on_ready(std::uint32_t) override {
-    signalfd_siginfo si{};
-    while (::read(fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-      if (si.ssi_signo == SIGUSR1) {
-        write_counters(*server);
-      } else {
-        loop->stop();
-      }
-    }
-  }
-};
-
 }  // namespace
 
 int run_dns_command(std::span<const std::string_view> args) {
@@ -143,61 +118,25 @@ int run_dns_command(std::span<const std::string_view> args) {
     std::cerr << "abox-net dns: cannot read --listen '" << listen_text << "': expected ADDR:PORT\n";
     return 2;
   }
-  auto loaded = policy::load_policy(*policy_path);
-  if (!loaded.ok()) {
-    std::cerr << loaded.error().to_string() << "abox-net dns: the policy is invalid\n";
-    return 3;
-  }
-  const policy::Policy& policy = *loaded;
-  for (const auto& w : policy::policy_warnings(policy)) std::cerr << w.to_string() << '\n';
-  std::vector<policy::Endpoint> upstreams =
-      policy.dns().use_system ? dns::read_resolv_conf() : policy.dns().upstreams;
-  if (upstreams.empty()) {
-    std::cerr << "abox-net dns: no upstream resolver: /etc/resolv.conf has no usable nameserver; set [dns] "
-                 "upstreams in the policy\n";
-    return 3;
-  }
-
-  int events_fd = STDERR_FILENO;
-  base::UniqueFd events_file;
-  if (events_path == "-") {
-    events_fd = STDOUT_FILENO;
-  } else if (!events_path.empty()) {
-    events_file.reset(::open(events_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-    if (!events_file) {
-      std::cerr << "abox-net dns: cannot open --events " << events_path << ": " << std::strerror(errno)
-                << '\n';
-      return 3;
-    }
-    events_fd = events_file.get();
-  }
-  ::signal(SIGPIPE, SIG_IGN);
-  base::EventLog events = base::EventLog::to_fd(instance, events_fd);
+  auto loaded = load_policy_for("abox-net dns", *policy_path);
+  if (!loaded) return 3;
+  const policy::Policy& policy = *loaded->policy;
+  const auto& upstreams = loaded->upstreams;
+  auto sink = open_events("abox-net dns", events_path);
+  if (!sink) return 3;
+  base::EventLog events = base::EventLog::to_fd(instance, sink->fd);
   base::SystemRandom random;
-
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGUSR1);
-  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
-  base::UniqueFd sigfd(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
 
   try {
     EventLoop loop;
     DnsHostServer server(loop, policy, upstreams, *listen, events, random);
-    SignalWatcher sig;
-    sig.fd = sigfd.get();
-    sig.loop = &loop;
-    sig.server = &server;
-    EventLoop::Handle sh = loop.watch(sigfd.get(), POLLIN, &sig);
+    SignalWatch signals(loop, [&server] { write_counters(server); });
     events.emit("start", {{"mode", "dns"},
                           {"listen", server.address().to_string()},
                           {"policy", policy.source()},
                           {"upstreams", static_cast<std::uint64_t>(upstreams.size())}});
     std::cout << "listening on " << server.address().to_string() << std::endl;
     loop.run();
-    loop.unwatch(sh);
     write_counters(server);
   } catch (const std::exception& e) {
     std::cerr << "abox-net dns: " << e.what() << '\n';

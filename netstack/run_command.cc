@@ -1,24 +1,15 @@
 #include "netstack/run_command.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
 
 #include "base/json.h"
-#include "dns/resolv_conf.h"
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
+#include "netstack/process_setup.h"
 #include "netstack/tap_link.h"
-#include "policy/policy_file.h"
 
 namespace abox::netstack {
 
@@ -86,23 +77,6 @@ void write_counters(const GuestStack& s, const Link& link) {
   std::fputs(out.c_str(), stderr);
   std::fflush(stderr);
 }
-
-struct SignalWatcher final : EventLoop::Watcher {
-  int fd = -1;
-  EventLoop* loop = nullptr;
-  const GuestStack* stack = nullptr;
-  const Link* link = nullptr;
-  void on_ready(std::uint32_t) override {
-    signalfd_siginfo si{};
-    while (::read(fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-      if (si.ssi_signo == SIGUSR1) {
-        write_counters(*stack, *link);
-      } else {
-        loop->stop();
-      }
-    }
-  }
-};
 
 std::optional<unsigned long> parse_number(std::string_view s, unsigned long lo, unsigned long hi) {
   if (s.empty() || s.size() > 9) return std::nullopt;
@@ -180,19 +154,10 @@ int run_run_command(std::span<const std::string_view> args) {
     std::cerr << "abox-net run: --policy and exactly one of --netns or --tap-fd are required\n" << kUsage;
     return 2;
   }
-  auto loaded = policy::load_policy(*policy_path);
-  if (!loaded.ok()) {
-    std::cerr << loaded.error().to_string() << "abox-net run: the policy is invalid\n";
-    return 3;
-  }
-  const policy::Policy& policy = *loaded;
-  for (const auto& w : policy::policy_warnings(policy)) std::cerr << w.to_string() << '\n';
-  std::vector<policy::Endpoint> upstreams =
-      policy.dns().use_system ? dns::read_resolv_conf() : policy.dns().upstreams;
-  if (upstreams.empty()) {
-    std::cerr << "abox-net run: no upstream resolver: set [dns] upstreams in the policy\n";
-    return 3;
-  }
+  auto loaded = load_policy_for("abox-net run", *policy_path);
+  if (!loaded) return 3;
+  const policy::Policy& policy = *loaded->policy;
+  const auto& upstreams = loaded->upstreams;
 
   auto link =
       netns ? TapLink::create_in_netns(*netns, net) : TapLink::from_fd(base::UniqueFd(*tap_fd), net.mtu);
@@ -202,30 +167,10 @@ int run_run_command(std::span<const std::string_view> args) {
   }
   TapLink& tap = **link;
 
-  int events_fd = STDERR_FILENO;
-  base::UniqueFd events_file;
-  if (events_path == "-") {
-    events_fd = STDOUT_FILENO;
-  } else if (!events_path.empty()) {
-    events_file.reset(::open(events_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-    if (!events_file) {
-      std::cerr << "abox-net run: cannot open --events " << events_path << ": " << std::strerror(errno)
-                << '\n';
-      return 3;
-    }
-    events_fd = events_file.get();
-  }
-  ::signal(SIGPIPE, SIG_IGN);
-  base::EventLog events = base::EventLog::to_fd(instance, events_fd);
+  auto sink = open_events("abox-net run", events_path);
+  if (!sink) return 3;
+  base::EventLog events = base::EventLog::to_fd(instance, sink->fd);
   base::SystemRandom random;
-
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGUSR1);
-  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
-  base::UniqueFd sigfd(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
 
   try {
     EventLoop loop;
@@ -235,12 +180,7 @@ int run_run_command(std::span<const std::string_view> args) {
     gc.prefix_len = net.prefix_len;
     gc.gateway_mac = net.gateway_mac;
     GuestStack stack(loop, tap, policy, upstreams, events, random, gc);
-    SignalWatcher sig;
-    sig.fd = sigfd.get();
-    sig.loop = &loop;
-    sig.stack = &stack;
-    sig.link = &tap;
-    EventLoop::Handle sh = loop.watch(sigfd.get(), POLLIN, &sig);
+    SignalWatch signals(loop, [&stack, &tap] { write_counters(stack, tap); });
     // pasta's way: notice the namespace going away about once a second.
     base::MonoTime next_check = loop.now() + base::Seconds(1);
     loop.add_timer_source({[&] { return next_check; },
@@ -260,7 +200,6 @@ int run_run_command(std::span<const std::string_view> args) {
     std::cout << "ready guest=" << net.guest_address.to_string() << '/' << net.prefix_len
               << " gateway=" << net.gateway.to_string() << " mtu=" << net.mtu << std::endl;
     loop.run();
-    loop.unwatch(sh);
     write_counters(stack, tap);
   } catch (const std::exception& e) {
     std::cerr << "abox-net run: " << e.what() << '\n';
