@@ -248,16 +248,22 @@ void TcpFlow::flush_to_host() {
 void TcpFlow::read_from_host() {
   if (pcb_ == nullptr || host_eof_) return;
   std::uint8_t buf[kReadChunk];
+  bool drained = false;  // stopped for a reason that brings its own wake-up
   for (int round = 0; round < 16; ++round) {
     std::size_t room = tcp_sndbuf(pcb_);
     std::size_t queue_room = TCP_SND_QUEUELEN > tcp_sndqueuelen(pcb_) ? 1 : 0;
     if (room == 0 || queue_room == 0) {
       host_paused_ = true;  // lwIP's sent callback resumes us
+      drained = true;
       break;
     }
     ssize_t n = ::recv(host_.get(), buf, std::min(room, sizeof buf), MSG_DONTWAIT);
     if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        drained = true;  // the next arrival wakes the poll
+        break;
+      }
+      if (errno == EINTR) continue;
       abort_both("host reset");
       return;
     }
@@ -265,6 +271,7 @@ void TcpFlow::read_from_host() {
       host_eof_ = true;
       tcp_shutdown(pcb_, 0, 1);  // FIN after the queued data
       guest_shut_wr_ = true;
+      drained = true;
       break;
     }
     std::size_t off = 0;
@@ -279,6 +286,9 @@ void TcpFlow::read_from_host() {
     }
   }
   if (pcb_ != nullptr) tcp_output(pcb_);
+  // Readiness is edge-like: a socket left with data and no new arrival would
+  // never wake us again. Stopping at the round limit asks for another turn.
+  if (!drained && handle_ != EventLoop::kNoHandle) stack_.loop().wake_next_turn(handle_);
 }
 
 void TcpFlow::on_guest_sent() {
