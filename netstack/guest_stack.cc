@@ -169,6 +169,8 @@ GuestStack::~GuestStack() {
   udp_flows_.clear();
   tcp_graveyard_.clear();
   udp_graveyard_.clear();
+  for (auto& [_, r] : reply_pcbs_) udp_remove(r.pcb);
+  reply_pcbs_.clear();
   dns_.reset();
   if (listener_ != nullptr) tcp_close(listener_);
   if (udp_all_ != nullptr) udp_remove(udp_all_);
@@ -356,6 +358,35 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
   UdpFlow* raw = flow.get();
   udp_flows_.emplace(key, std::move(flow));
   raw->from_guest(p);
+}
+
+udp_pcb* GuestStack::acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port) {
+  std::uint64_t key = (std::uint64_t{dst_net} << 16) | port;
+  ReplyPcb& r = reply_pcbs_[key];
+  if (r.pcb == nullptr) {
+    r.pcb = udp_new();
+    ip_addr_t local;
+    ip_addr_set_ip4_u32(&local, dst_net);
+    if (r.pcb == nullptr || udp_bind(r.pcb, &local, port) != ERR_OK) {
+      if (r.pcb != nullptr) udp_remove(r.pcb);
+      reply_pcbs_.erase(key);
+      return nullptr;
+    }
+    // Datagrams to this destination now match this pcb before the
+    // accept-all one: send them through the same dispatch.
+    udp_recv(r.pcb, &StackGlue::udp, nullptr);
+  }
+  ++r.users;
+  return r.pcb;
+}
+
+void GuestStack::release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) {
+  auto it = reply_pcbs_.find((std::uint64_t{dst_net} << 16) | port);
+  if (it == reply_pcbs_.end()) return;
+  if (--it->second.users == 0) {
+    udp_remove(it->second.pcb);
+    reply_pcbs_.erase(it);
+  }
 }
 
 void GuestStack::retire(TcpFlow* flow) {

@@ -94,6 +94,13 @@ class GuestStack {
   dns::AnswerTable& answer_table() { return table_; }
   StackCounters& mutable_counters() { return counters_; }
   netif* guest_netif() { return netif_.get(); }
+  // The lwIP pcb that answers the guest from dst (network order) and port:
+  // one per destination, shared by every flow to it (lwIP lets only one pcb
+  // bind a foreign address and port), and it hands datagrams it catches to
+  // the same dispatch as the accept-all pcb. Counted; released by each flow.
+  udp_pcb* acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port);
+  void release_reply_pcb(std::uint32_t dst_net, std::uint16_t port);
+
   // A flow is finished: destroy it at the end of this loop turn (it may be
   // inside its own callback now).
   void retire(TcpFlow* flow);
@@ -126,6 +133,11 @@ class GuestStack {
   std::unique_ptr<GuestDns> dns_;
   std::unordered_map<TcpFlow*, std::unique_ptr<TcpFlow>> tcp_flows_;
   std::unordered_map<std::uint64_t, std::unique_ptr<UdpFlow>> udp_flows_;  // key: see udp_key()
+  struct ReplyPcb {
+    udp_pcb* pcb = nullptr;
+    std::uint32_t users = 0;
+  };
+  std::unordered_map<std::uint64_t, ReplyPcb> reply_pcbs_;  // key: dst << 16 | port
   std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
   std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
   std::vector<std::uint8_t> rx_;

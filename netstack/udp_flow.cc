@@ -15,10 +15,6 @@ namespace abox::netstack {
 
 namespace {
 
-void recv_cb(void* arg, udp_pcb*, pbuf* p, const ip_addr_t*, u16_t) {
-  static_cast<UdpFlow*>(arg)->from_guest(p);
-}
-
 constexpr std::size_t kMaxDatagram = 65535;
 
 }  // namespace
@@ -29,7 +25,7 @@ UdpFlow::UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, s
 
 UdpFlow::~UdpFlow() {
   if (handle_ != EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
-  if (pcb_ != nullptr) udp_remove(pcb_);
+  if (pcb_ != nullptr) stack_.release_reply_pcb(dst_net_, dst_.port);
 }
 
 bool UdpFlow::start() {
@@ -37,20 +33,10 @@ bool UdpFlow::start() {
   socklen_t len = to_sockaddr(dst_, ss);
   host_.reset(::socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!host_ || ::connect(host_.get(), reinterpret_cast<sockaddr*>(&ss), len) < 0) return false;
-  pcb_ = udp_new();
+  std::memcpy(&dst_net_, dst_.address.bytes().data(), 4);
+  // Answers leave from the address and port the guest sent to.
+  pcb_ = stack_.acquire_reply_pcb(dst_net_, dst_.port);
   if (pcb_ == nullptr) return false;
-  ip_addr_t local;
-  ip_addr_t guest;
-  std::uint32_t dst_net = 0;
-  std::memcpy(&dst_net, dst_.address.bytes().data(), 4);
-  ip_addr_set_ip4_u32(&local, dst_net);
-  ip_addr_set_ip4_u32(&guest, guest_ip_);
-  // Bound to the destination, connected to the guest's port: lwIP then hands
-  // this flow's later datagrams straight to it, and answers leave from the
-  // address the guest sent to.
-  if (udp_bind(pcb_, &local, dst_.port) != ERR_OK || udp_connect(pcb_, &guest, guest_port_) != ERR_OK)
-    return false;
-  udp_recv(pcb_, recv_cb, this);
   handle_ = stack_.loop().watch(host_.get(), POLLIN, this);
   last_activity_ = stack_.loop().now();
   return true;

@@ -1,10 +1,10 @@
 // UdpFlow: one admitted guest UDP flow (guest port → destination address and
 // port), carried by a host UDP socket connect()ed to the destination.
 //
-// Guest datagrams arrive through the stack's accept-all UDP pcb the first
-// time and then through this flow's own lwIP pcb (bound to the destination,
-// connected to the guest's port), so later datagrams skip the lookup. Host
-// datagrams go back to the guest from the destination's address and port.
+// Guest datagrams reach the flow through the stack's dispatch (a lookup by
+// guest port, destination and port). Host datagrams go back to the guest
+// from the destination's address and port, through a pcb the stack shares
+// among all flows to that destination.
 // The flow is forgotten after timeouts.udp_idle_s without traffic.
 #pragma once
 
@@ -46,7 +46,8 @@ class UdpFlow final : public EventLoop::Watcher {
   policy::Endpoint dst_;
   base::UniqueFd host_;
   EventLoop::Handle handle_ = EventLoop::kNoHandle;
-  udp_pcb* pcb_ = nullptr;
+  udp_pcb* pcb_ = nullptr;  // shared, owned by the stack
+  std::uint32_t dst_net_ = 0;
   base::MonoTime last_activity_{};
   bool retired_ = false;
 };

@@ -61,6 +61,7 @@ IPERF_ADDR, TOOLS_ADDR = nr.ADDR["iperf"], nr.ADDR["tools"]
 
 FAST = 3.0  # a refusal must come well before any client timeout (curl: 10 s)
 PEEK_MS = 3000  # [timeouts] peek_ms in the policy: a flow that names nothing waits at most this
+UDP_ECHO_PORT, UDP_DENIED_PORT = 9003, 9004  # UDP echo servers on tools; only 9003 is allowed
 STREAM_BYTES = 1 << 30  # checksummed, each way
 IPERF_BYTES = "1G"  # iperf3 -n, each way
 CONCURRENT = 200
@@ -70,7 +71,7 @@ TOKEN = os.urandom(8).hex()
 INDEX = {WEB: f"abox e2e: {WEB} {TOKEN}\n", OTHER: f"abox e2e: {OTHER} {TOKEN}\n"}
 
 # Where legitimate flows go (the policy's names on their ports).
-ALLOWED_DSTS = {(WEB_ADDR, 80), (WEB_ADDR, 443), (IPERF_ADDR, nr.IPERF_PORT), (TOOLS_ADDR, nr.STREAM_PORT),
+ALLOWED_DSTS = {(WEB_ADDR, 80), (WEB_ADDR, 443), (IPERF_ADDR, nr.IPERF_PORT), (TOOLS_ADDR, nr.STREAM_PORT), (TOOLS_ADDR, UDP_ECHO_PORT),
                 (TOOLS_ADDR, nr.RESET_PORT), (TOOLS_ADDR, nr.HALFCLOSE_PORT)}
 
 ZONE_RECORDS = [f"{short} IN A {addr}" for short, addr in nr.ADDR.items()]
@@ -91,6 +92,11 @@ ports = [{nr.IPERF_PORT}]
 [[allow]]
 names = ["{TOOLS}"]
 ports = ["{nr.STREAM_PORT}-{nr.HALFCLOSE_PORT}"]
+
+[[allow]]
+names = ["{TOOLS}"]
+ports = [{UDP_ECHO_PORT}]
+protocols = ["udp"]
 
 [timeouts]
 peek_ms = {PEEK_MS}
@@ -322,7 +328,41 @@ def client_reset(host, port):
     return {"outcome": outcome, "bytes": got, "elapsed": time.monotonic() - start}
 
 
-CLIENTS = {"resolve": client_resolve, "probe": client_probe, "stream": client_stream,
+def client_udp(host, port, count):
+    """Sends `count` datagrams and counts the echoes (each waited for up to 1 s)."""
+    addr = _resolve(host)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(1)
+    echoed = 0
+    errors = []
+    for i in range(int(count)):
+        msg = f"udp {i} {TOKEN}".encode()
+        try:
+            s.sendto(msg, (addr, int(port)))
+            got = s.recv(2048)
+            if got == msg:
+                echoed += 1
+            else:
+                errors.append(repr(got[:40]))
+        except socket.timeout:
+            pass
+        except OSError as e:  # an ICMP error (administratively prohibited) surfaces here
+            errors.append(e.errno)
+    s.close()
+    return {"echoed": echoed, "errors": errors, "addr": addr}
+
+
+def udp_echo_server(addr, port):
+    """Runs in inet: echoes every datagram (bounded: the rig stops it)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((addr, int(port)))
+    while True:
+        data, peer = s.recvfrom(65535)
+        s.sendto(data, peer)
+
+
+CLIENTS = {"resolve": client_resolve, "probe": client_probe, "stream": client_stream, "udp": client_udp,
+           "udp-echo-server": udp_echo_server,
            "concurrent": client_concurrent, "halfclose": client_halfclose, "reset": client_reset}
 
 
@@ -494,6 +534,20 @@ def http_host_naming_another_host_is_reset(t):
 
 
 @case
+def udp_to_an_allowed_port_works_and_other_udp_is_refused(t):
+    got = t.client("udp", TOOLS, UDP_ECHO_PORT, 20)
+    assert got["echoed"] >= 19, got  # UDP may lose one; a working flow echoes the rest
+    got = t.client("udp", TOOLS, UDP_ECHO_PORT, 5)  # a second flow (another port) to the same destination
+    assert got["echoed"] >= 4, got
+    t.expect("admit", f"udp to {TOOLS}", TOOLS_ADDR, UDP_ECHO_PORT, TOOLS)
+    got = t.client("udp", TOOLS, UDP_DENIED_PORT, 3)
+    t.attack(f"udp to {TOOLS}:{UDP_DENIED_PORT} (tcp rules only)", got["echoed"] == 0, got["echoed"] > 0, got,
+             deny=dict(addr=TOOLS_ADDR, port=UDP_DENIED_PORT, proto="udp"))
+    got = t.client("udp", TOOLS, UDP_ECHO_PORT, 5)
+    assert got["echoed"] >= 4, got
+
+
+@case
 def dns_to_another_resolver_gets_no_answer(t):
     for proto, extra in (("udp", []), ("tcp", ["+tcp"])):
         r = t.dig(NS_ADDR, WEB, *extra)
@@ -615,6 +669,9 @@ def build_servers(rig):
                      OTHER: {"index.html": INDEX[OTHER].encode()}})
     rig.start_iperf3()
     rig.start_tools()
+    for port in (UDP_ECHO_PORT, UDP_DENIED_PORT):
+        rig.spawn(f"udp-echo-{port}", [sys.executable, os.path.abspath(__file__), "--client", "udp-echo-server",
+                                       TOOLS_ADDR, str(port)], ns=rig.inet)
 
 
 def start_abox_net(rig, abox):
