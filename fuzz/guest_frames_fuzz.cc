@@ -37,7 +37,7 @@ class MemoryLink final : public netstack::Link {
     auto f = std::move(in_.front());
     in_.pop_front();
     std::size_t n = std::min(f.size(), buf.size());
-    std::memcpy(buf.data(), f.data(), n);
+    if (n > 0) std::memcpy(buf.data(), f.data(), n);
     return n;
   }
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override {

@@ -66,7 +66,6 @@ DnsHostServer::DnsHostServer(EventLoop& loop, const policy::Policy& policy,
                              std::vector<policy::Endpoint> upstreams, const policy::Endpoint& listen,
                              base::EventLog& events, base::RandomSource& random)
     : loop_(loop),
-      policy_(policy),
       events_(events),
       table_(policy, policy.limits().answer_entries),
       upstream_(loop, policy.limits().dns_in_flight),

@@ -82,7 +82,6 @@ class DnsHostServer final : public dns::GateSink {
   std::optional<base::MonoTime> next_tcp_deadline() const;
 
   EventLoop& loop_;
-  const policy::Policy& policy_;
   base::EventLog& events_;
   dns::AnswerTable table_;
   DnsUpstreamClient upstream_;
@@ -98,7 +97,6 @@ class DnsHostServer final : public dns::GateSink {
 
   std::vector<UdpClient> udp_clients_;
   std::vector<std::uint32_t> udp_free_;
-  std::uint32_t current_udp_ = 0;  // the client whose query is being handled
 
   // recvmmsg / sendmmsg batches, preallocated.
   std::vector<std::uint8_t> rx_bufs_;
