@@ -51,10 +51,33 @@ EventLog EventLog::discard() {
 }
 
 void EventLog::emit(std::string_view kind, std::initializer_list<EventField> fields) {
+  auto now = clock_();
+  auto second = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
+  if (second != second_) {
+    second_ = second;
+    in_second_ = 0;
+    if (suppressed_now_ > 0) {
+      std::uint64_t n = suppressed_now_;
+      suppressed_now_ = 0;
+      ++in_second_;
+      write_line(now, "suppressed", {{"reason", "event rate limit"}, {"count", n}});
+    }
+  }
+  if (in_second_ >= max_per_second_) {
+    ++suppressed_now_;
+    ++suppressed_total_;
+    return;
+  }
+  ++in_second_;
+  write_line(now, kind, fields);
+}
+
+void EventLog::write_line(std::chrono::system_clock::time_point now, std::string_view kind,
+                          std::initializer_list<EventField> fields) {
   line_.clear();
   JsonWriter w(line_);
   w.begin_object();
-  w.field("time", format_utc_millis(clock_()));
+  w.field("time", format_utc_millis(now));
   w.field("instance", instance_);
   w.field("kind", kind);
   for (const auto& f : fields) {

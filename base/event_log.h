@@ -6,6 +6,12 @@
 // write(2), so lines from one process never interleave. A sink that would
 // block or fails drops the line and counts it (dropped()): the data path
 // never waits for a log reader. The clock is injected for deterministic tests.
+//
+// A guest controls how many refusals happen, so lines are rate-limited:
+// at most max_per_second() lines in each wall-clock second; past that they
+// are counted (suppressed()) and the next second opens with one
+// {"kind":"suppressed","count":N} line, so a flood costs a bounded amount of
+// disk and CPU and still leaves a trace.
 #pragma once
 
 #include <chrono>
@@ -52,14 +58,27 @@ class EventLog {
 
   std::uint64_t written() const { return written_; }
   std::uint64_t dropped() const { return dropped_; }
+  std::uint64_t suppressed() const { return suppressed_total_; }
+
+  static constexpr std::uint32_t kDefaultMaxPerSecond = 1000;
+  void set_max_per_second(std::uint32_t n) { max_per_second_ = n; }
+  std::uint32_t max_per_second() const { return max_per_second_; }
 
  private:
   std::string instance_;
   Sink sink_;
   Clock clock_;
   std::string line_;
+  void write_line(std::chrono::system_clock::time_point now, std::string_view kind,
+                  std::initializer_list<EventField> fields);
+
   std::uint64_t written_ = 0;
   std::uint64_t dropped_ = 0;
+  std::uint32_t max_per_second_ = kDefaultMaxPerSecond;
+  std::int64_t second_ = 0;           // the wall-clock second being counted
+  std::uint32_t in_second_ = 0;       // lines written in it
+  std::uint64_t suppressed_now_ = 0;  // lines suppressed since the last summary
+  std::uint64_t suppressed_total_ = 0;
 };
 
 // Formats t as RFC 3339 UTC with milliseconds: 2026-11-29T09:13:28.123Z.

@@ -343,3 +343,32 @@ TEST(EventLogFdTest, DoesNotOwnTheFd) {
 
 }  // namespace
 }  // namespace abox::base
+
+namespace abox::base {
+namespace {
+
+TEST(EventLogRateLimit, FloodIsBoundedAndSummarized) {
+  using namespace std::chrono;
+  system_clock::time_point now = system_clock::time_point{} + seconds(1'800'000'000);
+  std::vector<std::string> lines;
+  EventLog log(
+      "i",
+      [&lines](std::string_view l) {
+        lines.emplace_back(l);
+        return true;
+      },
+      [&now] { return now; });
+  log.set_max_per_second(10);
+  for (int i = 0; i < 1000; ++i) log.emit("deny", {{"n", i}});
+  EXPECT_EQ(lines.size(), 10u);
+  EXPECT_EQ(log.suppressed(), 990u);
+  now += milliseconds(1500);  // the next second opens with the summary
+  log.emit("deny", {{"n", 1000}});
+  ASSERT_EQ(lines.size(), 12u);
+  EXPECT_NE(lines[10].find("\"kind\":\"suppressed\""), std::string::npos) << lines[10];
+  EXPECT_NE(lines[10].find("\"count\":990"), std::string::npos) << lines[10];
+  EXPECT_NE(lines[11].find("\"n\":1000"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace abox::base
