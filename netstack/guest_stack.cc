@@ -156,8 +156,14 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
                           [this](base::MonoTime now) {
                             if (now < next_sweep_) return;
                             next_sweep_ = now + base::Seconds(1);
-                            for (auto& [_, f] : tcp_flows_) f->check_deadlines(now);
-                            for (auto& [_, f] : udp_flows_) f->check_idle(now);
+                            // A check may retire its flow, which erases it from
+                            // the map: walk a snapshot, not the map.
+                            sweep_tcp_.clear();
+                            for (auto& [_, f] : tcp_flows_) sweep_tcp_.push_back(f.get());
+                            for (TcpFlow* f : sweep_tcp_) f->check_deadlines(now);
+                            sweep_udp_.clear();
+                            for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
+                            for (UdpFlow* f : sweep_udp_) f->check_idle(now);
                           }});
   loop_.add_turn_hook([this] { reap(); });
   next_sweep_ = loop_.now() + base::Seconds(1);
@@ -221,6 +227,8 @@ void GuestStack::poll_link() {
       ++counters_.frames_dropped_other;
       continue;
     }
+    if (type == kEtherIpv4 && drop_before_lwip(std::span<const std::uint8_t>(rx_.data() + 14, n - 14)))
+      continue;
     if (type == kEtherIpv4) {
       // Only the guest's own address may send: a spoofed source could
       // otherwise make lwIP answer (and admit) on behalf of another host.
@@ -248,6 +256,33 @@ void GuestStack::output_frame(const pbuf* p) {
   (void)r;  // a full link drops the frame; TCP retransmits, UDP loses one datagram
 }
 
+bool GuestStack::drop_before_lwip(std::span<const std::uint8_t> ip) {
+  // Fragments: lwIP is built without reassembly and would drop them
+  // uncounted; count them here (and never hold any state for them).
+  std::uint16_t frag = static_cast<std::uint16_t>((ip[6] << 8) | ip[7]);
+  if ((frag & 0x3FFF) != 0) {  // MF set or a non-zero offset
+    ++counters_.frames_dropped_fragment;
+    return true;
+  }
+  // The DNS listener on the gateway is an ordinary lwIP listener, outside the
+  // SYN hook: bound its handshakes in progress here.
+  std::size_t ihl = std::size_t{ip[0] & 0x0Fu} * 4;
+  if (ip[9] != 6 || ihl < 20 || ip.size() < ihl + 14) return false;
+  std::uint32_t dst = 0;
+  std::memcpy(&dst, ip.data() + 16, 4);
+  std::uint16_t dport = static_cast<std::uint16_t>((ip[ihl + 2] << 8) | ip[ihl + 3]);
+  std::uint8_t flags = ip[ihl + 13];
+  bool syn_only = (flags & 0x12) == 0x02;
+  if (!syn_only || dport != 53 || dst != to_net(config_.gateway)) return false;
+  std::size_t pending = 0;
+  for (tcp_pcb* pcb = tcp_active_pcbs; pcb != nullptr; pcb = pcb->next) {
+    if (pcb->state == SYN_RCVD && pcb->local_port == 53) ++pending;
+  }
+  if (pending < kMaxDnsHalfOpen) return false;
+  ++counters_.limit_half_open;
+  return true;
+}
+
 std::size_t GuestStack::half_open_now() const {
   std::size_t n = 0;
   for (tcp_pcb* pcb = tcp_active_pcbs; pcb != nullptr; pcb = pcb->next) {
@@ -261,7 +296,9 @@ int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy
   (void)src;
   if (dst == config_.gateway) return ABOX_LWIP_SYN_RESET;  // only DNS (its own listener) runs there
   auto dst_text = [&] { return policy::Endpoint{dst, dst_port}.to_string(); };
-  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+  // Handshakes in progress become flows: they count against the limit too.
+  std::size_t half_open = half_open_now();
+  if (tcp_flows_.size() + udp_flows_.size() + half_open >= policy_.limits().flows) {
     ++counters_.limit_flows;
     events_.emit("limit", {{"reason", "flows"},
                            {"limit", std::uint64_t{policy_.limits().flows}},
@@ -269,7 +306,7 @@ int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy
                            {"proto", "tcp"}});
     return ABOX_LWIP_SYN_RESET;
   }
-  if (half_open_now() >= policy_.limits().half_open) {
+  if (half_open >= policy_.limits().half_open) {
     ++counters_.limit_half_open;
     events_.emit("limit", {{"reason", "half_open"},
                            {"limit", std::uint64_t{policy_.limits().half_open}},
@@ -303,6 +340,11 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
   // expired in between, and nothing is remembered per SYN.
   Admission a = admit_flow(policy_, table_, dst, port, policy::Protocol::tcp, loop_.now());
   if (!a.admitted() || a.broker != nullptr) {
+    tcp_abort(pcb);
+    return;
+  }
+  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+    ++counters_.limit_flows;  // the limit is exact even if handshakes raced past the SYN check
     tcp_abort(pcb);
     return;
   }
@@ -359,8 +401,8 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     refuse(describe(a.refusal));
     return;
   }
-  auto flow =
-      std::make_unique<UdpFlow>(*this, key, to_net(config_.guest), src_port, policy::Endpoint{dst, dst_port});
+  auto flow = std::make_unique<UdpFlow>(*this, key, to_net(config_.guest), src_port,
+                                        policy::Endpoint{dst, dst_port}, std::string(a.name));
   if (!flow->start()) {
     pbuf_free(p);
     return;

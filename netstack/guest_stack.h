@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -51,8 +52,9 @@ struct GuestConfig {
 struct StackCounters {
   std::uint64_t frames_in = 0;
   std::uint64_t frames_dropped_ipv6 = 0;
-  std::uint64_t frames_dropped_other = 0;    // ethertypes we do not speak
-  std::uint64_t frames_dropped_spoofed = 0;  // IPv4 from a source that is not the guest
+  std::uint64_t frames_dropped_other = 0;     // ethertypes we do not speak
+  std::uint64_t frames_dropped_spoofed = 0;   // IPv4 from a source that is not the guest
+  std::uint64_t frames_dropped_fragment = 0;  // IPv4 fragments: no reassembly, by design
   std::uint64_t tcp_admitted = 0;
   std::uint64_t tcp_refused = 0;
   std::uint64_t udp_admitted = 0;
@@ -117,6 +119,9 @@ class GuestStack {
   void on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
               std::uint16_t dst_port);
   std::size_t half_open_now() const;
+  // Checks on an IPv4 packet before lwIP sees it; true drops it (counted).
+  bool drop_before_lwip(std::span<const std::uint8_t> ip);
+  static constexpr std::size_t kMaxDnsHalfOpen = 32;
   void reap();
 
   EventLoop& loop_;
@@ -138,6 +143,8 @@ class GuestStack {
     std::uint32_t users = 0;
   };
   std::unordered_map<std::uint64_t, ReplyPcb> reply_pcbs_;  // key: dst << 16 | port
+  std::vector<TcpFlow*> sweep_tcp_;                         // reused by the once-a-second sweep
+  std::vector<UdpFlow*> sweep_udp_;
   std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
   std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
   std::vector<std::uint8_t> rx_;

@@ -8,6 +8,7 @@
 #include "base/json.h"
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
+#include "netstack/lwip/abox_lwip.h"
 #include "netstack/process_setup.h"
 #include "netstack/tap_link.h"
 
@@ -54,6 +55,8 @@ void write_counters(const GuestStack& s, const Link& link) {
       .field("frames_dropped_ipv6", c.frames_dropped_ipv6)
       .field("frames_dropped_other", c.frames_dropped_other)
       .field("frames_dropped_spoofed", c.frames_dropped_spoofed)
+      .field("frames_dropped_fragment", c.frames_dropped_fragment)
+      .field("icmp_not_for_gateway", abox_lwip_counters()->icmp_not_for_netif)
       .field("frames_dropped_oversize", l.dropped_oversize)
       .field("tcp_flows", static_cast<std::uint64_t>(s.tcp_flows()))
       .field("udp_flows", static_cast<std::uint64_t>(s.udp_flows()))

@@ -364,6 +364,17 @@ void TcpFlow::check_deadlines(base::MonoTime now) {
     abort_both("deadline");
     return;
   }
+  // An answer admits new flows until it expires; flows already running get
+  // [dns] grace more. A guest that keeps the name answered (asks again)
+  // keeps its flows; one that stopped asking loses them.
+  if (now >= stack_.answer_table().live_until(dst_.address, name_)) {
+    stack_.events().emit("flow", {{"reason", "the answer that admitted the flow expired (TTL + grace)"},
+                                  {"name", name_},
+                                  {"dst", dst_.to_string()},
+                                  {"proto", "tcp"}});
+    abort_both("expired");
+    return;
+  }
   if (state_ == State::open && now - last_activity_ >= base::Seconds(stack_.policy().timeouts().tcp_idle_s)) {
     stack_.events().emit("flow", {{"reason", "idle timeout"}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
     abort_both("idle");

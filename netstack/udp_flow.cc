@@ -20,8 +20,13 @@ constexpr std::size_t kMaxDatagram = 65535;
 }  // namespace
 
 UdpFlow::UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
-                 const policy::Endpoint& dst)
-    : stack_(stack), key_(key), guest_ip_(guest_ip), guest_port_(guest_port), dst_(dst) {}
+                 const policy::Endpoint& dst, std::string name)
+    : stack_(stack),
+      key_(key),
+      guest_ip_(guest_ip),
+      guest_port_(guest_port),
+      dst_(dst),
+      name_(std::move(name)) {}
 
 UdpFlow::~UdpFlow() {
   if (handle_ != EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
@@ -77,7 +82,14 @@ void UdpFlow::on_ready(std::uint32_t) {
 
 void UdpFlow::check_idle(base::MonoTime now) {
   if (retired_) return;
-  if (now - last_activity_ >= base::Seconds(stack_.policy().timeouts().udp_idle_s)) {
+  bool expired = now >= stack_.answer_table().live_until(dst_.address, name_);
+  if (expired) {
+    stack_.events().emit("flow", {{"reason", "the answer that admitted the flow expired (TTL + grace)"},
+                                  {"name", name_},
+                                  {"dst", dst_.to_string()},
+                                  {"proto", "udp"}});
+  }
+  if (expired || now - last_activity_ >= base::Seconds(stack_.policy().timeouts().udp_idle_s)) {
     retired_ = true;
     stack_.retire(this);
   }

@@ -5,10 +5,12 @@
 // guest port, destination and port). Host datagrams go back to the guest
 // from the destination's address and port, through a pcb the stack shares
 // among all flows to that destination.
-// The flow is forgotten after timeouts.udp_idle_s without traffic.
+// The flow is forgotten after timeouts.udp_idle_s without traffic, or when
+// the answer that admitted it has expired for longer than [dns] grace.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "base/clock.h"
 #include "base/unique_fd.h"
@@ -24,8 +26,9 @@ class GuestStack;
 
 class UdpFlow final : public EventLoop::Watcher {
  public:
+  // name: the answered name that admitted the flow.
   UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
-          const policy::Endpoint& dst);
+          const policy::Endpoint& dst, std::string name);
   ~UdpFlow() override;
   UdpFlow(const UdpFlow&) = delete;
   UdpFlow& operator=(const UdpFlow&) = delete;
@@ -44,6 +47,7 @@ class UdpFlow final : public EventLoop::Watcher {
   std::uint32_t guest_ip_;  // network order
   std::uint16_t guest_port_;
   policy::Endpoint dst_;
+  std::string name_;
   base::UniqueFd host_;
   EventLoop::Handle handle_ = EventLoop::kNoHandle;
   udp_pcb* pcb_ = nullptr;  // shared, owned by the stack

@@ -235,6 +235,15 @@ class Rig:
             self.ip("addr", "add", f"{a}/32", "dev", "lo", ns=self.inet)
             self.ip("route", "add", f"{a}/32", "via", INET_LINK, ns=self.outside)
         self.outside_veth = vo
+        self.inet_veth = vi
+
+    def add_server_address(self, addr):
+        """One more server address after build_internet(): a /32 on inet's lo
+        and a route to it in outside. It may lie in a reserved range (a test
+        that proves abox-net never reaches it); it still exists only inside
+        the rig's namespaces."""
+        self.ip("addr", "add", f"{addr}/32", "dev", "lo", ns=self.inet)
+        self.ip("route", "add", f"{addr}/32", "via", INET_LINK, ns=self.outside)
 
     def add_guest(self, nameserver=GATEWAY):
         """An empty guest namespace whose resolver is the gateway."""
