@@ -158,8 +158,9 @@ bool GuestDns::on_tcp_data(std::uint32_t index, pbuf* p) {
   while (c.in.size() - pos >= 2) {
     std::size_t len = (std::size_t{c.in[pos]} << 8) | c.in[pos + 1];
     if (c.in.size() - pos < 2 + len) break;
-    std::vector<std::uint8_t> query(c.in.begin() + static_cast<std::ptrdiff_t>(pos + 2),
-                                    c.in.begin() + static_cast<std::ptrdiff_t>(pos + 2 + len));
+    // The gate reads the query before it answers, and an answer that closes
+    // the connection only clears `in` (the bytes stay allocated): no copy.
+    auto query = std::span<const std::uint8_t>(c.in).subspan(pos + 2, len);
     pos += 2 + len;
     (void)gate_.on_guest_query(
         query, dns::GuestRef{kTcpBit | (std::uint64_t{gen} << 32) | index, dns::Transport::tcp}, loop_.now());
