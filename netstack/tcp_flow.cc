@@ -325,7 +325,19 @@ void TcpFlow::close_clean() {
   state_ = State::done;
   if (pcb_ != nullptr) {
     detach_pcb();
-    if (tcp_close(pcb_) != ERR_OK) tcp_abort(pcb_);
+    if (pcb_->state == TIME_WAIT) {
+      // We closed first (the host did), so lwIP would hold the pcb for 2 MSL
+      // and answer the guest's next SYN from the same port with an ACK or a
+      // RST instead of taking it (lwIP has no TIME_WAIT reuse): a guest that
+      // opens connections fast picks such a port within seconds and stalls
+      // for a SYN retransmit. The host side has its own TIME_WAIT; this one
+      // protects nothing. tcp_abort() on a TIME_WAIT pcb frees it silently.
+      tcp_abort(pcb_);
+      aborted_ = true;  // may be inside the recv callback: it returns ERR_ABRT
+    } else if (tcp_close(pcb_) != ERR_OK) {
+      tcp_abort(pcb_);
+      aborted_ = true;
+    }
     pcb_ = nullptr;
   }
   stack_.retire(this);
