@@ -52,7 +52,7 @@ std::uint64_t udp_key(std::uint16_t guest_port, std::uint32_t dst_net, std::uint
 
 // The C side of lwIP's callbacks, as friends of GuestStack.
 struct StackGlue {
-  static err_t linkoutput(netif*, pbuf* p) {
+  static err_t linkoutput(netif*, pbuf* p) {  // NOLINT(readability-non-const-parameter): the frame is patched
     g_stack->output_frame(p);
     return ERR_OK;
   }
@@ -123,6 +123,12 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   }
   std::memcpy(netif_->hwaddr, config_.gateway_mac.data(), 6);
   netif_->mtu = static_cast<u16_t>(link.mtu());
+  // A link whose far end finishes TCP/UDP checksums: lwIP leaves them to it
+  // (output_frame() writes the pseudo-header sum the offload starts from).
+  if (link_.tx_checksum_offload()) {
+    tx_checksum_flags_ = NETIF_CHECKSUM_ENABLE_ALL & ~(NETIF_CHECKSUM_GEN_TCP | NETIF_CHECKSUM_GEN_UDP);
+  }
+  NETIF_SET_CHECKSUM_CTRL(netif_.get(), tx_checksum_flags_);
   netif_set_default(netif_.get());
   netif_set_up(netif_.get());
 
@@ -242,18 +248,99 @@ void GuestStack::poll_link() {
     pbuf* p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(n), PBUF_RAM);
     if (p == nullptr) continue;
     pbuf_take(p, rx_.data(), static_cast<u16_t>(n));
+    // A frame whose TCP/UDP checksum the guest's kernel left partial (or
+    // verified) is not checked again: it would fail or cost for nothing.
+    std::uint16_t flags = tx_checksum_flags_;
+    if (link_.last_frame_checksum_trusted()) flags &= ~(NETIF_CHECKSUM_CHECK_TCP | NETIF_CHECKSUM_CHECK_UDP);
+    NETIF_SET_CHECKSUM_CTRL(netif_.get(), flags);
     if (netif_->input(p, netif_.get()) != ERR_OK) pbuf_free(p);
   }
   loop_.wake_next_turn(link_handle_);
 }
 
-void GuestStack::output_frame(const pbuf* p) {
+// The frame goes to the link as the pbuf chain's pieces, uncopied. With
+// checksum offload, lwIP left the TCP/UDP checksum field zero: it gets the
+// pseudo-header sum here and the guest's kernel does the rest. The headers
+// are lwIP's own, but they are still read through bounds checks: a frame
+// whose headers are not all in the first pbuf is made contiguous first.
+void GuestStack::output_frame(pbuf* p) {
   if (!link_alive_) return;
-  if (rx_out_.size() < p->tot_len) rx_out_.resize(p->tot_len);
-  std::uint8_t* data = rx_out_.data();
-  std::size_t n = pbuf_copy_partial(p, data, p->tot_len, 0);
-  auto r = link_.send(std::span<const std::uint8_t>(data, n));
+  std::array<std::span<const std::uint8_t>, kMaxFramePieces> pieces;
+  std::size_t count = 0;
+  bool chain_fits = true;
+  for (pbuf* q = p; q != nullptr; q = q->next) {
+    if (q->len == 0) continue;
+    if (count == pieces.size()) {
+      chain_fits = false;
+      break;
+    }
+    pieces[count++] = {static_cast<const std::uint8_t*>(q->payload), q->len};
+  }
+  std::span<std::uint8_t> head(static_cast<std::uint8_t*>(p->payload), p->len);
+  OutFrame frame{};
+  if (link_.tx_checksum_offload()) {
+    auto offload = checksum_offload_of(head, p->tot_len);
+    if (offload.field_end > head.size()) chain_fits = false;  // headers span pbufs
+    if (!chain_fits) {
+      if (rx_out_.size() < p->tot_len) rx_out_.resize(p->tot_len);
+      std::size_t n = pbuf_copy_partial(p, rx_out_.data(), p->tot_len, 0);
+      head = std::span<std::uint8_t>(rx_out_.data(), n);
+      offload = checksum_offload_of(head, n);
+      pieces[0] = head;
+      count = 1;
+    }
+    if (offload.field_end != 0 && offload.field_end <= head.size()) {
+      head[offload.field_end - 2] = static_cast<std::uint8_t>(offload.pseudo_sum >> 8);
+      head[offload.field_end - 1] = static_cast<std::uint8_t>(offload.pseudo_sum);
+      frame.checksum_start = offload.start;
+      frame.checksum_offset = offload.offset;
+    }
+  } else if (!chain_fits) {
+    if (rx_out_.size() < p->tot_len) rx_out_.resize(p->tot_len);
+    std::size_t n = pbuf_copy_partial(p, rx_out_.data(), p->tot_len, 0);
+    pieces[0] = std::span<const std::uint8_t>(rx_out_.data(), n);
+    count = 1;
+  }
+  frame.pieces = std::span<const std::span<const std::uint8_t>>(pieces.data(), count);
+  auto r = link_.send_frame(frame);
   (void)r;  // a full link drops the frame; TCP retransmits, UDP loses one datagram
+}
+
+// Where the TCP/UDP checksum of an outgoing IPv4 frame is, and the
+// pseudo-header sum (folded, not inverted, network order) it starts from.
+// `head` is the frame's first piece, frame_size the whole frame's length.
+// field_end 0: not TCP or UDP, a fragment, or lengths that do not add up;
+// field_end > head.size(): the checksum field is not in the first piece.
+GuestStack::ChecksumOffload GuestStack::checksum_offload_of(std::span<const std::uint8_t> head,
+                                                            std::size_t frame_size) {
+  ChecksumOffload out;
+  if (head.size() < 14 + 20 || frame_size < head.size()) return out;
+  if (head[12] != 0x08 || head[13] != 0x00) return out;  // IPv4 only
+  auto ip = head.subspan(14);
+  std::size_t ihl = std::size_t{ip[0] & 0x0Fu} * 4;
+  std::size_t total = (std::size_t{ip[2]} << 8) | ip[3];
+  if ((ip[0] >> 4) != 4 || ihl < 20 || total < ihl || total > frame_size - 14) return out;
+  if ((((ip[6] << 8) | ip[7]) & 0x3FFF) != 0) return out;  // a fragment
+  std::uint8_t proto = ip[9];
+  std::size_t field = 0;
+  if (proto == 6) {
+    field = 16;
+  } else if (proto == 17) {
+    field = 6;
+  } else {
+    return out;
+  }
+  if (total < ihl + field + 2) return out;
+  std::uint32_t sum = 0;
+  for (std::size_t i = 12; i < 20; i += 2) sum += static_cast<std::uint32_t>((ip[i] << 8) | ip[i + 1]);
+  sum += proto;
+  sum += static_cast<std::uint32_t>(total - ihl);
+  while (sum > 0xFFFF) sum = (sum & 0xFFFF) + (sum >> 16);
+  out.start = static_cast<std::uint16_t>(14 + ihl);
+  out.offset = static_cast<std::uint16_t>(field);
+  out.field_end = 14 + ihl + field + 2;
+  out.pseudo_sum = static_cast<std::uint16_t>(sum);
+  return out;
 }
 
 bool GuestStack::drop_before_lwip(std::span<const std::uint8_t> ip) {

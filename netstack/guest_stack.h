@@ -9,7 +9,8 @@
 //        TCP SYN ──▶ on_syn(): gateway:53 → GuestDns's listener (an ordinary lwIP listener)
 //                              else       → limits, admission → accept or RST
 //        TCP accepted ──▶ TcpFlow (peek SNI/Host if the rule asks, then a host socket)
-//   lwIP ──linkoutput──▶ Link::send
+//   lwIP ──linkoutput──▶ Link::send_frame (the pbuf chain's pieces, uncopied;
+//                        TCP/UDP checksums left to the link when it offers that)
 //
 // Everything runs on the EventLoop's thread. lwIP is process-global state, so
 // there is at most one GuestStack per process (abox-net serves one instance).
@@ -112,7 +113,15 @@ class GuestStack {
   friend struct StackGlue;
   class LinkWatcher;
 
-  void output_frame(const pbuf* p);
+  struct ChecksumOffload {
+    std::uint16_t start = 0;       // from the start of the frame
+    std::uint16_t offset = 0;      // of the checksum field, from start
+    std::size_t field_end = 0;     // 0: no offload for this frame
+    std::uint16_t pseudo_sum = 0;  // what the field starts from
+  };
+  static ChecksumOffload checksum_offload_of(std::span<const std::uint8_t> head, std::size_t frame_size);
+  static constexpr std::size_t kMaxFramePieces = 16;
+  void output_frame(pbuf* p);
   int on_syn(const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
              std::uint16_t dst_port);
   void on_accept(tcp_pcb* pcb);
@@ -148,7 +157,10 @@ class GuestStack {
   std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
   std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
   std::vector<std::uint8_t> rx_;
-  std::vector<std::uint8_t> rx_out_;  // a frame lwIP hands out, made contiguous for the link
+  std::vector<std::uint8_t> rx_out_;  // a frame lwIP hands out, made contiguous when it must be
+  // lwIP's checksum flags for this link: all on, or TCP/UDP generation left
+  // to the link (tx_checksum_offload()).
+  std::uint16_t tx_checksum_flags_ = 0xFFFF;
   base::MonoTime next_sweep_{};
   bool link_alive_ = true;
   bool ipv6_logged_ = false;

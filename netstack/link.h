@@ -7,15 +7,40 @@
 // whole Ethernet frames (no vnet header, no length prefix: the link strips
 // and adds its own framing). A frame larger than mtu() + 14 is never
 // delivered by receive(): the link drops and counts it.
+//
+// Sending takes a frame in pieces (OutFrame: a pbuf chain as it is), so a
+// link that can write a scatter list (writev) never copies it. A link whose
+// far end is a kernel that finishes checksums (a tap with a vnet header)
+// says so with tx_checksum_offload() and last_frame_checksum_trusted(); the
+// defaults say no, and a link that implements only send(span) still works:
+// send_frame() then gathers the pieces into one buffer.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "base/result.h"
 
 namespace abox::netstack {
+
+// One frame to send, in pieces that follow each other.
+struct OutFrame {
+  std::span<const std::span<const std::uint8_t>> pieces;
+  // Non-zero only when the link said tx_checksum_offload(): the TCP or UDP
+  // checksum field at checksum_start + checksum_offset (from the start of
+  // the frame) holds the pseudo-header sum, and the receiving kernel
+  // computes the rest (a vnet header's NEEDS_CSUM).
+  std::uint16_t checksum_start = 0;
+  std::uint16_t checksum_offset = 0;
+
+  std::size_t size() const {
+    std::size_t n = 0;
+    for (const auto& p : pieces) n += p.size();
+    return n;
+  }
+};
 
 struct LinkCounters {
   std::uint64_t frames_in = 0;
@@ -42,8 +67,26 @@ class Link {
   // Writes one frame. Returns an errno on failure; EAGAIN means "full, drop
   // or retry later", anything else means the link is dead.
   virtual base::Result<void, int> send(std::span<const std::uint8_t> frame) = 0;
+  // The same for a frame in pieces. The default gathers them into one buffer
+  // and calls send(); links that can, write the pieces as they are.
+  virtual base::Result<void, int> send_frame(const OutFrame& frame) {
+    if (frame.pieces.size() == 1) return send(frame.pieces[0]);
+    gather_.clear();
+    for (const auto& p : frame.pieces) gather_.insert(gather_.end(), p.begin(), p.end());
+    return send(gather_);
+  }
+
+  // True when the frame receive() returned last need not have its TCP/UDP
+  // checksums checked: the sending kernel verified them or leaves them to
+  // us partial (vnet header DATA_VALID or NEEDS_CSUM).
+  virtual bool last_frame_checksum_trusted() const { return false; }
+  // True when send_frame() honours OutFrame's checksum offload.
+  virtual bool tx_checksum_offload() const { return false; }
 
   virtual const LinkCounters& counters() const = 0;
+
+ private:
+  std::vector<std::uint8_t> gather_;  // send_frame()'s default
 };
 
 }  // namespace abox::netstack

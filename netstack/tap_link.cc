@@ -37,10 +37,32 @@ namespace {
 using base::Err;
 using VoidOrError = base::Result<void, std::string>;
 
-// The tap's flags. IFF_VNET_HDR joins here when the vnet header lands, with
-// TUNSETVNETHDRSZ and TUNSETOFFLOAD right after TUNSETIFF (LWIP.md), and its
-// header gets its own iovec in receive() and send().
-constexpr int kTapFlags = IFF_TAP | IFF_NO_PI;
+// The tap's flags: every frame either way starts with a virtio_net_hdr
+// (TUNSETVNETHDRSZ right after TUNSETIFF), which has its own iovec in
+// receive() and send_frame(). TUN_F_CSUM (TUNSETOFFLOAD) lets the guest's
+// kernel hand us TCP/UDP with the checksum left partial (NEEDS_CSUM), and
+// lets us do the same the other way (LWIP.md: checksums were half of lwIP's
+// CPU time at MTU 65520). No TSO/GSO yet: every frame fits the MTU.
+constexpr int kTapFlags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+
+// struct virtio_net_hdr of <linux/virtio_net.h> (which C++ cannot include:
+// it has a member named `class`), in the host's byte order as the tap uses it.
+struct VnetHeader {
+  std::uint8_t flags;
+  std::uint8_t gso_type;
+  std::uint16_t hdr_len;
+  std::uint16_t gso_size;
+  std::uint16_t csum_start;
+  std::uint16_t csum_offset;
+};
+static_assert(sizeof(VnetHeader) == 10);
+constexpr std::uint8_t kVnetNeedsCsum = 1;  // kVnetNeedsCsum
+constexpr std::uint8_t kVnetDataValid = 2;  // kVnetDataValid
+constexpr std::uint8_t kVnetGsoNone = 0;    // kVnetGsoNone
+constexpr int kVnetHeaderSize = sizeof(VnetHeader);
+constexpr unsigned kTapOffloads = TUN_F_CSUM;
+// More pieces than this are gathered into one buffer first.
+constexpr std::size_t kMaxSendPieces = 15;
 
 // The tap's own MTU limits (the kernel's MIN_MTU, and MAX_MTU less the
 // Ethernet header). 65521 + 14 is also the largest frame lwIP can hold.
@@ -387,12 +409,22 @@ base::Result<std::unique_ptr<TapLink>, std::string> TapLink::create_in_netns(std
     if (::ioctl(tap.get(), TUNSETIFF, &ifr) != 0) {
       return Err{"cannot create tap " + config.ifname + " in " + path + " (TUNSETIFF): " + errno_text(errno)};
     }
+    int header_size = kVnetHeaderSize;
+    if (::ioctl(tap.get(), TUNSETVNETHDRSZ, &header_size) != 0) {
+      return Err{"cannot set the vnet header size of tap " + config.ifname +
+                 " (TUNSETVNETHDRSZ): " + errno_text(errno)};
+    }
+    if (::ioctl(tap.get(), TUNSETOFFLOAD, kTapOffloads) != 0) {
+      return Err{"cannot set checksum offload on tap " + config.ifname +
+                 " (TUNSETOFFLOAD): " + errno_text(errno)};
+    }
     ifname.assign(ifr.ifr_name, strnlen(ifr.ifr_name, IFNAMSIZ));
   }  // back in our own namespace; the tap and the rtnetlink socket stay in the guest's
 
   if (auto r = configure(rs, ifname, config, path); !r) return Err{r.error()};
 
   std::unique_ptr<TapLink> link(new TapLink(std::move(tap), config.mtu, std::move(ifname)));
+  link->vnet_ = true;
   link->netns_path_ = path;
   link->netns_dev_ = ns_stat.st_dev;
   link->netns_ino_ = ns_stat.st_ino;
@@ -442,45 +474,85 @@ bool TapLink::netns_alive() const {
 // The frame path.
 
 // Checks only lengths: the frame's bytes are the netstack's to parse.
+// With a vnet header the kernel's header comes first, in its own iovec; only
+// its flags and gso_type are read (the tap had no GSO offered, so a frame
+// that claims GSO is dropped as oversize).
 base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
   const std::size_t room = std::min(buf.size(), max_frame_size());
   std::uint8_t spill = 0;  // a read that reaches this byte was too long
-  std::array<iovec, 2> iov = {{{buf.data(), room}, {&spill, 1}}};
+  VnetHeader header{};
+  std::array<iovec, 3> iov = {{{&header, sizeof header}, {buf.data(), room}, {&spill, 1}}};
+  iovec* first = vnet_ ? &iov[0] : &iov[1];
+  const int count = vnet_ ? 3 : 2;
+  const std::size_t header_size = vnet_ ? sizeof header : 0;
+  last_checksum_trusted_ = false;
   for (;;) {
-    const ssize_t n = ::readv(fd_.get(), iov.data(), static_cast<int>(iov.size()));
+    const ssize_t n = ::readv(fd_.get(), first, count);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) return std::size_t{0};
       return Err{errno};  // EBADFD: the tap device is gone
     }
-    const auto len = static_cast<std::size_t>(n);
-    if (len > room) {
-      ++counters_.dropped_oversize;
+    if (static_cast<std::size_t>(n) < header_size + kEthernetHeader) {
+      ++dropped_runt_;
       continue;
     }
-    if (len < kEthernetHeader) {
-      ++dropped_runt_;
+    const auto len = static_cast<std::size_t>(n) - header_size;
+    if (len > room || (vnet_ && header.gso_type != kVnetGsoNone)) {
+      ++counters_.dropped_oversize;
       continue;
     }
     ++counters_.frames_in;
     counters_.bytes_in += len;
+    last_checksum_trusted_ = vnet_ && (header.flags & (kVnetNeedsCsum | kVnetDataValid)) != 0;
     return len;
   }
 }
 
 base::Result<void, int> TapLink::send(std::span<const std::uint8_t> frame) {
-  if (frame.size() > max_frame_size()) {
+  const std::array<std::span<const std::uint8_t>, 1> one = {frame};
+  return send_frame(OutFrame{one});
+}
+
+// One writev: the vnet header (when the tap has one), then the pieces as
+// they are. The checksum offload fields were set by the stack only because
+// tx_checksum_offload() said yes; the kernel checks that they lie inside the
+// frame (and refuses the frame with EINVAL otherwise).
+base::Result<void, int> TapLink::send_frame(const OutFrame& frame) {
+  const std::size_t size = frame.size();
+  if (size > max_frame_size()) {
     ++counters_.dropped_oversize;
     return {};
   }
-  if (frame.size() < kEthernetHeader) {
+  if (size < kEthernetHeader) {
     ++counters_.dropped_send;
     return {};
   }
+  VnetHeader header{};
+  if (frame.checksum_offset != 0) {
+    header.flags = kVnetNeedsCsum;
+    header.csum_start = frame.checksum_start;
+    header.csum_offset = frame.checksum_offset;
+    // The tap copies hdr_len bytes into the packet's linear part and the
+    // rest into pages; the kernel takes the offload only when the checksum
+    // field is in the linear part (with hdr_len 0 a large frame is refused).
+    header.hdr_len = static_cast<std::uint16_t>(frame.checksum_start + frame.checksum_offset + 2);
+  }
+  std::array<iovec, kMaxSendPieces + 1> iov{};
+  std::size_t count = 0;
+  if (vnet_) iov[count++] = {&header, sizeof header};
+  if (frame.pieces.size() <= kMaxSendPieces) {
+    for (const auto& p : frame.pieces) iov[count++] = {const_cast<std::uint8_t*>(p.data()), p.size()};
+  } else {
+    gather_.clear();
+    for (const auto& p : frame.pieces) gather_.insert(gather_.end(), p.begin(), p.end());
+    iov[count++] = {gather_.data(), gather_.size()};
+  }
   for (;;) {
-    if (::write(fd_.get(), frame.data(), frame.size()) >= 0) {  // a tap takes a frame whole or not at all
+    // A tap takes a frame whole or not at all.
+    if (::writev(fd_.get(), iov.data(), static_cast<int>(count)) >= 0) {
       ++counters_.frames_out;
-      counters_.bytes_out += frame.size();
+      counters_.bytes_out += size;
       return {};
     }
     if (errno == EINTR) continue;

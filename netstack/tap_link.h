@@ -15,11 +15,19 @@
 // keeps frame boundaries). The buffer gets mtu() + 14 bytes and one more
 // byte goes to a scratch iovec, so a frame longer than the MTU allows shows
 // as a read that spilled into the scratch byte: it is dropped and counted,
-// never delivered truncated. send() writes one frame per write.
+// never delivered truncated. send_frame() writes one frame per writev, its
+// pieces as they are.
 //
-// Limits: frames up to mtu() + 14 bytes each way; no vnet header yet (the
-// tap is IFF_TAP | IFF_NO_PI). The vnet header (IFF_VNET_HDR, see
-// shared/design/LWIP.md) will go in its own iovec ahead of the frame.
+// The vnet header (create_in_netns only): the tap is IFF_VNET_HDR with
+// checksum offload (TUN_F_CSUM), so every frame either way carries a
+// virtio_net_hdr in its own iovec ahead of it. Frames from the guest may
+// carry partial TCP/UDP checksums (NEEDS_CSUM); last_frame_checksum_trusted()
+// tells the stack to skip checking those. Frames to the guest may leave the
+// checksum to the guest's kernel (OutFrame's checksum fields). No GSO: a
+// frame claiming it is dropped as oversize.
+//
+// Limits: frames up to mtu() + 14 bytes each way. A tap from from_fd() has
+// no vnet header (IFF_TAP | IFF_NO_PI) and no offloads.
 //
 // When the guest goes away:
 //  - The tap device is deleted (someone ran `ip link del eth0`): receive()
@@ -43,6 +51,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/result.h"
 #include "base/unique_fd.h"
@@ -114,6 +123,10 @@ class TapLink final : public Link {
   // dropped (dropped_send). Both return success: the link is still fine.
   // EAGAIN is counted in dropped_send and returned.
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override;
+  // The same checks and results as send(), for a frame in pieces.
+  base::Result<void, int> send_frame(const OutFrame& frame) override;
+  bool last_frame_checksum_trusted() const override { return last_checksum_trusted_; }
+  bool tx_checksum_offload() const override { return vnet_; }
   const LinkCounters& counters() const override { return counters_; }
 
   // mtu() plus the Ethernet header: the largest frame either way.
@@ -139,6 +152,9 @@ class TapLink final : public Link {
   ino_t netns_ino_ = 0;
   LinkCounters counters_;
   std::uint64_t dropped_runt_ = 0;
+  bool vnet_ = false;  // frames carry a virtio_net_hdr; checksum offload on
+  bool last_checksum_trusted_ = false;
+  std::vector<std::uint8_t> gather_;  // send_frame() with more pieces than one writev takes
 };
 
 }  // namespace abox::netstack

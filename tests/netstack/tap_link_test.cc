@@ -693,6 +693,96 @@ TEST_F(TapLinkTest, GuestPingsTheGatewayThroughTheLink) {
   EXPECT_EQ(link->counters().frames_out, 2u);
 }
 
+// The vnet header's checksum offload, both ways, with the guest's own UDP
+// stack: its datagram to the gateway leaves with the checksum partial (the
+// link says so), and the answer we send in three pieces with only the
+// pseudo-header sum in its checksum field reaches the guest's socket.
+TEST_F(TapLinkTest, ChecksumOffloadBothWaysWithTheGuestsUdp) {
+  ScopedNetns ns;
+  const GuestNetConfig config;
+  auto link = create(ns, config);
+  ASSERT_TRUE(link);
+  EXPECT_TRUE(link->tx_checksum_offload());
+
+  base::UniqueFd udp = in_netns(ns.path(), [] {
+    base::UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_port = htons(40001);
+    if (fd && ::bind(fd.get(), reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) return base::UniqueFd();
+    return fd;
+  });
+  ASSERT_TRUE(udp);
+  sockaddr_in gw{};
+  gw.sin_family = AF_INET;
+  gw.sin_port = htons(9999);
+  gw.sin_addr.s_addr = htonl(config.gateway.v4_value());
+  const std::string hello = "hello, gateway";
+  ASSERT_EQ(::sendto(udp.get(), hello.data(), hello.size(), 0, reinterpret_cast<sockaddr*>(&gw), sizeof gw),
+            static_cast<ssize_t>(hello.size()));
+
+  auto arp = wait_frame(
+      *link, [&](const Frame& f) { return is_arp_request_for(f, config.gateway); }, 3s);
+  ASSERT_TRUE(arp);
+  const Mac guest_mac = mac_at(*arp, 6);
+  ASSERT_TRUE(
+      link->send(arp_reply(config.gateway_mac, config.gateway, guest_mac, config.guest_address)).ok());
+  auto datagram = wait_frame(
+      *link, [](const Frame& f) { return f.size() >= 42 && get16(f, 12) == kEtherIpv4 && f[23] == 17; }, 3s);
+  ASSERT_TRUE(datagram) << "the guest's datagram never came out";
+  EXPECT_TRUE(link->last_frame_checksum_trusted()) << "the guest's kernel left the checksum to us";
+
+  // The answer: gateway:9999 -> guest:40001, UDP checksum = pseudo-header sum.
+  const std::string answer = "hello, guest; this answer comes in three pieces";
+  Frame head;
+  put_bytes(head, guest_mac);
+  put_bytes(head, config.gateway_mac);
+  put16(head, kEtherIpv4);
+  const auto ip_len = static_cast<std::uint16_t>(20 + 8 + answer.size());
+  const std::array<std::uint8_t, 12> ip_start = {0x45,
+                                                 0,
+                                                 static_cast<std::uint8_t>(ip_len >> 8),
+                                                 static_cast<std::uint8_t>(ip_len),
+                                                 0,
+                                                 1,
+                                                 0x40,
+                                                 0,
+                                                 64,
+                                                 17,
+                                                 0,
+                                                 0};
+  put_bytes(head, ip_start);
+  put_bytes(head, ip4(config.gateway));
+  put_bytes(head, ip4(config.guest_address));
+  const std::uint16_t ip_sum = inet_checksum(std::span(head).subspan(14, 20));
+  head[24] = static_cast<std::uint8_t>(ip_sum >> 8);
+  head[25] = static_cast<std::uint8_t>(ip_sum);
+  const auto udp_len = static_cast<std::uint16_t>(8 + answer.size());
+  put16(head, 9999);
+  put16(head, 40001);
+  put16(head, udp_len);
+  std::uint32_t pseudo = 0;
+  for (std::size_t i = 26; i < 34; i += 2) pseudo += get16(head, i);
+  pseudo += 17 + udp_len;
+  while (pseudo >> 16) pseudo = (pseudo & 0xFFFF) + (pseudo >> 16);
+  put16(head, static_cast<std::uint16_t>(pseudo));
+  const auto* text = reinterpret_cast<const std::uint8_t*>(answer.data());
+  const std::array<std::span<const std::uint8_t>, 3> pieces = {
+      std::span<const std::uint8_t>(head), std::span<const std::uint8_t>(text, 10),
+      std::span<const std::uint8_t>(text + 10, answer.size() - 10)};
+  OutFrame out{pieces};
+  out.checksum_start = 34;
+  out.checksum_offset = 6;
+  ASSERT_TRUE(link->send_frame(out).ok());
+  EXPECT_EQ(link->counters().dropped_send, 0u);
+
+  pollfd p{udp.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 3000), 1) << "the guest's socket got nothing";
+  std::array<char, 256> in{};
+  const ssize_t n = ::recv(udp.get(), in.data(), in.size(), 0);
+  EXPECT_EQ(std::string(in.data(), static_cast<std::size_t>(std::max<ssize_t>(n, 0))), answer);
+}
+
 TEST_F(TapLinkTest, ShortBufferDropsTheFrameInsteadOfTruncating) {
   auto ns = std::make_unique<ScopedNetns>();
   GuestNetConfig config;
