@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -100,7 +101,7 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
       config_(config),
       table_(policy, policy.limits().answer_entries),
       netif_(std::make_unique<netif>()),
-      rx_(link.mtu() + 14 + 4) {
+      rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.mtu() + 14, 0xFFFF))) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
   g_stack = this;
   static bool lwip_ready = false;
@@ -187,13 +188,22 @@ GuestStack::~GuestStack() {
   if (listener_ != nullptr) tcp_close(listener_);
   if (udp_all_ != nullptr) udp_remove(udp_all_);
   abox_lwip_set_syn_hook(nullptr);
+  if (rx_pbuf_ != nullptr) pbuf_free(rx_pbuf_);
   netif_remove(netif_.get());
   g_stack = nullptr;
 }
 
+// Frames are read straight into a pbuf of the largest frame size. One that
+// fills at least half of it goes to lwIP as it is, uncopied (bulk TCP at a
+// large MTU); a smaller one is copied into a pbuf of its own size, so that a
+// small frame lwIP queues never holds 64 KiB (mem_trim does nothing with
+// MEM_LIBC_MALLOC, LWIP.md), and the big pbuf is read into again.
 void GuestStack::poll_link() {
   for (int i = 0; i < 256; ++i) {
-    auto r = link_.receive(rx_);
+    if (rx_pbuf_ == nullptr) rx_pbuf_ = pbuf_alloc(PBUF_RAW, rx_size_, PBUF_RAM);
+    if (rx_pbuf_ == nullptr) break;  // out of memory: the frames wait in the link
+    std::span<std::uint8_t> frame(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_);
+    auto r = link_.receive(frame);
     if (!r.ok()) {
       if (link_alive_) {
         link_alive_ = false;
@@ -206,7 +216,7 @@ void GuestStack::poll_link() {
     if (n == 0) return;
     ++counters_.frames_in;
     if (n < 14) continue;
-    std::uint16_t type = static_cast<std::uint16_t>((rx_[12] << 8) | rx_[13]);
+    std::uint16_t type = static_cast<std::uint16_t>((frame[12] << 8) | frame[13]);
     if (type == kEtherIpv6) {
       ++counters_.frames_dropped_ipv6;
       if (!ipv6_logged_) {
@@ -233,21 +243,28 @@ void GuestStack::poll_link() {
       ++counters_.frames_dropped_other;
       continue;
     }
-    if (type == kEtherIpv4 && drop_before_lwip(std::span<const std::uint8_t>(rx_.data() + 14, n - 14)))
+    if (type == kEtherIpv4 && drop_before_lwip(std::span<const std::uint8_t>(frame.data() + 14, n - 14)))
       continue;
     if (type == kEtherIpv4) {
       // Only the guest's own address may send: a spoofed source could
       // otherwise make lwIP answer (and admit) on behalf of another host.
       std::uint32_t src = 0;
-      std::memcpy(&src, rx_.data() + 14 + 12, 4);
+      std::memcpy(&src, frame.data() + 14 + 12, 4);
       if (src != to_net(config_.guest)) {
         ++counters_.frames_dropped_spoofed;
         continue;
       }
     }
-    pbuf* p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(n), PBUF_RAM);
-    if (p == nullptr) continue;
-    pbuf_take(p, rx_.data(), static_cast<u16_t>(n));
+    pbuf* p = nullptr;
+    if (n * 2 >= rx_size_) {
+      p = rx_pbuf_;
+      rx_pbuf_ = nullptr;
+      pbuf_realloc(p, static_cast<u16_t>(n));
+    } else {
+      p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(n), PBUF_RAM);
+      if (p == nullptr) continue;
+      pbuf_take(p, frame.data(), static_cast<u16_t>(n));
+    }
     // A frame whose TCP/UDP checksum the guest's kernel left partial (or
     // verified) is not checked again: it would fail or cost for nothing.
     std::uint16_t flags = tx_checksum_flags_;

@@ -156,7 +156,9 @@ class GuestStack {
   std::vector<UdpFlow*> sweep_udp_;
   std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
   std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
-  std::vector<std::uint8_t> rx_;
+  // The pbuf the next frame is read into (see poll_link()), and its size.
+  pbuf* rx_pbuf_ = nullptr;
+  std::uint16_t rx_size_;
   std::vector<std::uint8_t> rx_out_;  // a frame lwIP hands out, made contiguous when it must be
   // lwIP's checksum flags for this link: all on, or TCP/UDP generation left
   // to the link (tx_checksum_offload()).
