@@ -32,16 +32,14 @@ err_t recv_cb(void* arg, tcp_pcb*, pbuf* p, err_t) {
   f->on_guest_data(p);
   return f->aborted() ? ERR_ABRT : ERR_OK;
 }
-err_t sent_cb(void* arg, tcp_pcb*, u16_t) {
+err_t sent_cb(void* arg, tcp_pcb*, u16_t len) {
   auto* f = static_cast<TcpFlow*>(arg);
-  f->on_guest_sent();
+  f->on_guest_sent(len);
   return f->aborted() ? ERR_ABRT : ERR_OK;
 }
 void err_cb(void* arg, err_t) {
   static_cast<TcpFlow*>(arg)->on_guest_error();
 }
-
-constexpr std::size_t kReadChunk = 64 * 1024;
 
 }  // namespace
 
@@ -245,19 +243,27 @@ void TcpFlow::flush_to_host() {
   }
 }
 
+// Each read goes into to_guest_'s tail and is queued with a no-copy
+// tcp_write: at most what lwIP's send buffer has room for, and at most what
+// its segment queue can take (a no-copy segment uses two queue entries, and
+// one more when lwIP extends the last segment), so that tcp_write never
+// fails for room after the bytes have left the host socket.
 void TcpFlow::read_from_host() {
   if (pcb_ == nullptr || host_eof_) return;
-  std::uint8_t buf[kReadChunk];
   bool drained = false;  // stopped for a reason that brings its own wake-up
   for (int round = 0; round < 16; ++round) {
-    std::size_t room = tcp_sndbuf(pcb_);
-    std::size_t queue_room = TCP_SND_QUEUELEN > tcp_sndqueuelen(pcb_) ? 1 : 0;
-    if (room == 0 || queue_room == 0) {
+    std::size_t room = std::min<std::size_t>(tcp_sndbuf(pcb_), 0xFFFF);  // tcp_write takes a u16
+    const std::size_t mss = std::max<std::size_t>(tcp_mss(pcb_), 1);
+    const std::size_t queued = tcp_sndqueuelen(pcb_);
+    const std::size_t queue_free = TCP_SND_QUEUELEN > queued + 3 ? TCP_SND_QUEUELEN - queued - 3 : 0;
+    room = std::min(room, queue_free / 2 * mss);
+    if (room == 0) {
       host_paused_ = true;  // lwIP's sent callback resumes us
       drained = true;
       break;
     }
-    ssize_t n = ::recv(host_.get(), buf, std::min(room, sizeof buf), MSG_DONTWAIT);
+    std::span<std::uint8_t> tail = to_guest_.tail();
+    ssize_t n = ::recv(host_.get(), tail.data(), std::min(room, tail.size()), MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         drained = true;  // the next arrival wakes the poll
@@ -274,16 +280,12 @@ void TcpFlow::read_from_host() {
       drained = true;
       break;
     }
-    std::size_t off = 0;
-    while (off < static_cast<std::size_t>(n)) {
-      auto chunk = static_cast<u16_t>(std::min<std::size_t>(static_cast<std::size_t>(n) - off, 0xFFFF));
-      err_t e = tcp_write(pcb_, buf + off, chunk, TCP_WRITE_FLAG_COPY);
-      if (e != ERR_OK) {
-        abort_both("guest send queue failed");
-        return;
-      }
-      off += chunk;
+    // No copy: lwIP's segments point into to_guest_ until acknowledged.
+    if (tcp_write(pcb_, tail.data(), static_cast<u16_t>(n), 0) != ERR_OK) {
+      abort_both("guest send queue failed");
+      return;
     }
+    to_guest_.commit(static_cast<std::size_t>(n));
   }
   if (pcb_ != nullptr) tcp_output(pcb_);
   // Readiness is edge-like: a socket left with data and no new arrival would
@@ -291,8 +293,9 @@ void TcpFlow::read_from_host() {
   if (!drained && handle_ != EventLoop::kNoHandle) stack_.loop().wake_next_turn(handle_);
 }
 
-void TcpFlow::on_guest_sent() {
+void TcpFlow::on_guest_sent(std::size_t acked) {
   last_activity_ = stack_.loop().now();
+  to_guest_.release(acked);
   if (host_paused_) {
     host_paused_ = false;
     read_from_host();

@@ -13,7 +13,9 @@
 //                   only then tcp_recved() opens the guest's window.
 //                 host → guest: the host socket is read only while lwIP has
 //                   send buffer (tcp_sndbuf); otherwise POLLIN is not watched
-//                   until lwIP's sent callback frees room.
+//                   until lwIP's sent callback frees room. Bytes are read
+//                   into a GuestSendBuffer and queued without copying; the
+//                   sent callback releases what the guest acknowledged.
 //   Half-close is carried across (guest FIN → shutdown(SHUT_WR) once the
 //   queue drains; host EOF → FIN to the guest), resets too (guest RST → the
 //   host socket closes with SO_LINGER 0; host reset → tcp_abort, an RST).
@@ -28,6 +30,7 @@
 #include "base/clock.h"
 #include "base/unique_fd.h"
 #include "netstack/event_loop.h"
+#include "netstack/guest_send_buffer.h"
 #include "policy/ip_address.h"
 
 struct pbuf;
@@ -52,7 +55,8 @@ class TcpFlow final : public EventLoop::Watcher {
 
   // lwIP callbacks (static trampolines in tcp_flow.cc call these).
   void on_guest_data(pbuf* p);
-  void on_guest_sent();
+  // The guest acknowledged `acked` more bytes of what the host sent.
+  void on_guest_sent(std::size_t acked);
   void on_guest_error();
   // True once this flow has aborted its pcb: an lwIP callback that did so
   // must return ERR_ABRT.
@@ -87,6 +91,7 @@ class TcpFlow final : public EventLoop::Watcher {
   pbuf* to_host_ = nullptr;  // guest bytes not yet taken by the host socket
   std::size_t to_host_bytes_ = 0;
   std::vector<std::uint8_t> peeked_;  // copy of the first bytes while peeking
+  GuestSendBuffer to_guest_;          // host bytes lwIP's segments point into
 
   bool guest_fin_ = false;      // the guest sent FIN
   bool host_shut_wr_ = false;   // we shut the host socket's write side
