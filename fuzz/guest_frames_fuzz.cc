@@ -5,7 +5,11 @@
 // admit a flow that the empty AnswerTable cannot vouch for.
 //
 // Each input is a sequence of frames: a 2-byte big-endian length, then that
-// many bytes, repeated. The stack lives across inputs (like a long-running
+// many bytes, repeated. The length's top bit marks a frame the link says has
+// trusted checksums (as a vnet header's NEEDS_CSUM would): lwIP then skips
+// the TCP/UDP checksum check, so random segments reach TCP and UDP proper.
+// The link offers checksum offload, so every frame lwIP sends goes through
+// the stack's checksum-offload path too. The stack lives across inputs (like a long-running
 // instance); lwIP's timers run between inputs. DNS questions for the one
 // allowed name go to 127.0.0.1:9, where nothing answers.
 #include <sys/eventfd.h>
@@ -34,7 +38,8 @@ class MemoryLink final : public netstack::Link {
   std::size_t mtu() const override { return 1500; }
   base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) override {
     if (in_.empty()) return std::size_t{0};
-    auto f = std::move(in_.front());
+    auto f = std::move(in_.front().bytes);
+    last_trusted_ = in_.front().checksum_trusted;
     in_.pop_front();
     std::size_t n = std::min(f.size(), buf.size());
     if (n > 0) std::memcpy(buf.data(), f.data(), n);
@@ -45,11 +50,18 @@ class MemoryLink final : public netstack::Link {
     counters_.bytes_out += frame.size();
     return {};
   }
+  bool last_frame_checksum_trusted() const override { return last_trusted_; }
+  bool tx_checksum_offload() const override { return true; }
   const netstack::LinkCounters& counters() const override { return counters_; }
-  std::deque<std::vector<std::uint8_t>> in_;
+  struct Frame {
+    std::vector<std::uint8_t> bytes;
+    bool checksum_trusted = false;
+  };
+  std::deque<Frame> in_;
 
  private:
   int fd_;
+  bool last_trusted_ = false;
   netstack::LinkCounters counters_;
 };
 
@@ -84,9 +96,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (int frames = 0; frames < 64; ++frames) {
     auto len = r.u16be();
     if (!len) break;
-    auto bytes = r.bytes(std::min<std::size_t>(*len, r.remaining()));
+    const bool trusted = (*len & 0x8000) != 0;
+    auto bytes = r.bytes(std::min<std::size_t>(*len & 0x7FFF, r.remaining()));
     if (!bytes) break;
-    world->link.in_.emplace_back(bytes->begin(), bytes->end());
+    world->link.in_.push_back({std::vector<std::uint8_t>(bytes->begin(), bytes->end()), trusted});
   }
   world->stack.poll_link();
   world->loop.run_once(abox::base::Millis(0));
