@@ -479,6 +479,44 @@ TYPED_TEST(LinkContract, SentFramesReachThePeerWholeAndCounted) {
   EXPECT_EQ(this->link().counters().bytes_out, bytes);
 }
 
+// send_frame(): a frame in pieces (a pbuf chain) arrives whole, however it
+// is cut: one piece, many small ones, more pieces than one writev takes,
+// empty pieces between; checked like send() (too big: dropped and counted).
+TYPED_TEST(LinkContract, FramesSentInPiecesArriveWhole) {
+  const Frame big = test_frame(this->max_frame(), 1);
+  const Frame small = test_frame(300, 2);
+  const Frame many = test_frame(600, 3);
+  auto cut = [](const Frame& f, std::vector<std::size_t> sizes) {
+    std::vector<std::span<const std::uint8_t>> pieces;
+    std::size_t at = 0;
+    for (std::size_t n : sizes) {
+      pieces.emplace_back(f.data() + at, n);
+      at += n;
+    }
+    pieces.emplace_back(f.data() + at, f.size() - at);
+    return pieces;
+  };
+  std::vector<std::size_t> thirty(30, 20);  // 31 pieces of 20 bytes and the rest
+  const std::vector<std::vector<std::span<const std::uint8_t>>> sends = {
+      cut(big, {14, 20, 32}), cut(small, {}), cut(small, {0, 14, 0, 100}), cut(many, thirty)};
+  const std::vector<const Frame*> expect = {&big, &small, &small, &many};
+  for (const auto& pieces : sends) {
+    auto r = this->link().send_frame(OutFrame{pieces});
+    ASSERT_TRUE(r.ok()) << std::strerror(r.error());
+  }
+  for (const Frame* f : expect) {
+    auto got = this->peer().next_sent(2s);
+    ASSERT_TRUE(got) << "a frame of " << f->size() << " bytes sent in pieces never reached the peer";
+    EXPECT_EQ(*got, *f);
+  }
+  EXPECT_EQ(this->link().counters().frames_out, expect.size());
+  const Frame too_big = test_frame(this->max_frame() + 1, 4);
+  const auto pieces = cut(too_big, {100});
+  EXPECT_TRUE(this->link().send_frame(OutFrame{pieces}).ok());
+  EXPECT_EQ(this->link().counters().dropped_oversize, 1u);
+  EXPECT_EQ(this->link().counters().frames_out, expect.size());
+}
+
 TYPED_TEST(LinkContract, ReceiveReturnsZeroWhenNothingWaits) {
   Frame buf(this->max_frame());
   int drained = 0;
