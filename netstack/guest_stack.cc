@@ -101,7 +101,7 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
       config_(config),
       table_(policy, policy.limits().answer_entries),
       netif_(std::make_unique<netif>()),
-      rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.mtu() + 14, 0xFFFF))) {
+      rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.max_receive_size(), 0xFFFF))) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
   g_stack = this;
   static bool lwip_ready = false;

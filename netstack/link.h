@@ -5,8 +5,12 @@
 //
 // A link is non-blocking and owned by the event loop's thread. Frames are
 // whole Ethernet frames (no vnet header, no length prefix: the link strips
-// and adds its own framing). A frame larger than mtu() + 14 is never
-// delivered by receive(): the link drops and counts it.
+// and adds its own framing). A frame larger than max_receive_size() is never
+// delivered by receive(): the link drops and counts it. That is mtu() + 14,
+// except for a link that takes TCP segmentation offload from the guest's
+// kernel (TSO: one large TCP/IPv4 segment instead of many MTU-sized ones),
+// which delivers such segments up to 65535 bytes and nothing else over
+// mtu() + 14.
 //
 // Sending takes a frame in pieces (OutFrame: a pbuf chain as it is), so a
 // link that can write a scatter list (writev) never copies it. A link whose
@@ -60,6 +64,9 @@ class Link {
   virtual int fd() const = 0;
   // The guest-facing MTU (IP packet size, without the Ethernet header).
   virtual std::size_t mtu() const = 0;
+  // The largest frame receive() delivers (see the top of this file): give
+  // receive() a buffer this big.
+  virtual std::size_t max_receive_size() const { return mtu() + 14; }
 
   // Reads one frame into buf. Returns its length, 0 when no frame is waiting
   // (EAGAIN), or an errno (the link is dead: the peer went away).

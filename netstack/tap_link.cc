@@ -42,7 +42,12 @@ using VoidOrError = base::Result<void, std::string>;
 // receive() and send_frame(). TUN_F_CSUM (TUNSETOFFLOAD) lets the guest's
 // kernel hand us TCP/UDP with the checksum left partial (NEEDS_CSUM), and
 // lets us do the same the other way (LWIP.md: checksums were half of lwIP's
-// CPU time at MTU 65520). No TSO/GSO yet: every frame fits the MTU.
+// CPU time at MTU 65520). TUN_F_TSO4 lets it hand us one large TCP/IPv4
+// segment where it would send many MTU-sized ones (a guest with MTU 1500
+// then moves 64 KiB per frame, as one with MTU 65520 does). The kernel's TCP
+// keeps such a segment under 65536 - MAX_TCP_HEADER bytes with the default
+// gso_max_size, so it fits lwIP's u16 pbuf with its Ethernet header; a
+// larger one is dropped as oversize, never truncated.
 constexpr int kTapFlags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
 
 // struct virtio_net_hdr of <linux/virtio_net.h> (which C++ cannot include:
@@ -60,7 +65,11 @@ constexpr std::uint8_t kVnetNeedsCsum = 1;  // kVnetNeedsCsum
 constexpr std::uint8_t kVnetDataValid = 2;  // kVnetDataValid
 constexpr std::uint8_t kVnetGsoNone = 0;    // kVnetGsoNone
 constexpr int kVnetHeaderSize = sizeof(VnetHeader);
-constexpr unsigned kTapOffloads = TUN_F_CSUM;
+constexpr unsigned kTapOffloads = TUN_F_CSUM | TUN_F_TSO4;
+constexpr std::uint8_t kVnetGsoTcpv4 = 1;   // VIRTIO_NET_HDR_GSO_TCPV4
+constexpr std::uint8_t kVnetGsoEcn = 0x80;  // VIRTIO_NET_HDR_GSO_ECN: a flag on the type
+// The largest frame lwIP can hold (u16 pbuf lengths): the limit of a TSO frame.
+constexpr std::size_t kMaxTsoFrame = 0xFFFF;
 // More pieces than this are gathered into one buffer first.
 constexpr std::size_t kMaxSendPieces = 15;
 
@@ -459,6 +468,10 @@ base::Result<std::unique_ptr<TapLink>, std::string> TapLink::from_fd(base::Uniqu
   return std::unique_ptr<TapLink>(new TapLink(std::move(fd), mtu, std::move(ifname)));
 }
 
+std::size_t TapLink::max_receive_size() const {
+  return vnet_ ? std::max(kMaxTsoFrame, max_frame_size()) : max_frame_size();
+}
+
 bool TapLink::netns_alive() const {
   if (netns_path_.empty()) return true;
   struct stat st {};
@@ -475,10 +488,11 @@ bool TapLink::netns_alive() const {
 
 // Checks only lengths: the frame's bytes are the netstack's to parse.
 // With a vnet header the kernel's header comes first, in its own iovec; only
-// its flags and gso_type are read (the tap had no GSO offered, so a frame
-// that claims GSO is dropped as oversize).
+// its flags and gso_type are read. A TSO frame (TCPV4) may be larger than
+// the MTU allows, up to max_receive_size(); any other GSO type was never
+// offered and is dropped as oversize, as is a plain frame over the MTU.
 base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
-  const std::size_t room = std::min(buf.size(), max_frame_size());
+  const std::size_t room = std::min(buf.size(), max_receive_size());
   std::uint8_t spill = 0;  // a read that reaches this byte was too long
   VnetHeader header{};
   std::array<iovec, 3> iov = {{{&header, sizeof header}, {buf.data(), room}, {&spill, 1}}};
@@ -498,7 +512,9 @@ base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
       continue;
     }
     const auto len = static_cast<std::size_t>(n) - header_size;
-    if (len > room || (vnet_ && header.gso_type != kVnetGsoNone)) {
+    const std::uint8_t gso = vnet_ ? static_cast<std::uint8_t>(header.gso_type & ~kVnetGsoEcn) : kVnetGsoNone;
+    const std::size_t limit = gso == kVnetGsoTcpv4 ? room : std::min(room, max_frame_size());
+    if (len > limit || (gso != kVnetGsoNone && gso != kVnetGsoTcpv4)) {
       ++counters_.dropped_oversize;
       continue;
     }

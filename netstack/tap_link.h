@@ -23,8 +23,10 @@
 // virtio_net_hdr in its own iovec ahead of it. Frames from the guest may
 // carry partial TCP/UDP checksums (NEEDS_CSUM); last_frame_checksum_trusted()
 // tells the stack to skip checking those. Frames to the guest may leave the
-// checksum to the guest's kernel (OutFrame's checksum fields). No GSO: a
-// frame claiming it is dropped as oversize.
+// checksum to the guest's kernel (OutFrame's checksum fields). TSO4 is
+// offered too: the guest's kernel may hand over one TCP/IPv4 segment of up
+// to 65535 bytes (max_receive_size()) whatever the MTU; other GSO types are
+// dropped as oversize. Frames to the guest are never GSO.
 //
 // Limits: frames up to mtu() + 14 bytes each way. A tap from from_fd() has
 // no vnet header (IFF_TAP | IFF_NO_PI) and no offloads.
@@ -127,6 +129,8 @@ class TapLink final : public Link {
   base::Result<void, int> send_frame(const OutFrame& frame) override;
   bool last_frame_checksum_trusted() const override { return last_checksum_trusted_; }
   bool tx_checksum_offload() const override { return vnet_; }
+  // 65535 with the vnet header (TSO frames), else max_frame_size().
+  std::size_t max_receive_size() const override;
   const LinkCounters& counters() const override { return counters_; }
 
   // mtu() plus the Ethernet header: the largest frame either way.
