@@ -311,6 +311,12 @@ void GuestStack::output_frame(pbuf* p) {
       head[offload.field_end - 1] = static_cast<std::uint8_t>(offload.pseudo_sum);
       frame.checksum_start = offload.start;
       frame.checksum_offset = offload.offset;
+      // A TCP frame over the MTU is a flow whose MSS on_accept() widened:
+      // the guest's kernel takes it as one GSO packet of MSS-sized segments.
+      if (offload.tcp_headers != 0 && p->tot_len > link_.mtu() + 14 && link_.tx_tso()) {
+        frame.gso_size = static_cast<std::uint16_t>(link_.mtu() - 40);
+        frame.gso_header_size = offload.tcp_headers;
+      }
     }
   } else if (!chain_fits) {
     if (rx_out_.size() < p->tot_len) rx_out_.resize(p->tot_len);
@@ -357,6 +363,11 @@ GuestStack::ChecksumOffload GuestStack::checksum_offload_of(std::span<const std:
   out.offset = static_cast<std::uint16_t>(field);
   out.field_end = 14 + ihl + field + 2;
   out.pseudo_sum = static_cast<std::uint16_t>(sum);
+  if (proto == 6 && head.size() >= 14 + ihl + 13) {
+    const std::size_t tcp_header = std::size_t{ip[ihl + 12]} / 16 * 4;
+    if (tcp_header >= 20 && ihl + tcp_header <= total)
+      out.tcp_headers = static_cast<std::uint16_t>(14 + ihl + tcp_header);
+  }
   return out;
 }
 
@@ -461,6 +472,15 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
     events_.emit("unsafe", {{"reason", "flow to a reserved range lifted by [unsafe] allow_reserved"},
                             {"dst", policy::Endpoint{dst, port}.to_string()},
                             {"range", a.lifted->range.to_string()}});
+  }
+  // A guest whose MSS is its MTU's gets segments of up to 64 KiB, which the
+  // link hands over as GSO packets (see output_frame()): a whole number of
+  // guest MSS each, so the guest sees the same segments it would otherwise.
+  // A flow that asked for a smaller MSS keeps it, unwidened.
+  if (link_.tx_tso() && link_.mtu() >= 576 && pcb->mss == link_.mtu() - 40) {
+    const std::size_t guest_mss = pcb->mss;
+    const std::size_t wide = std::min<std::size_t>(TCP_MSS, (0xFFFF - 14 - 40) / guest_mss * guest_mss);
+    if (wide > guest_mss) pcb->mss = static_cast<u16_t>(wide);
   }
   auto flow = std::make_unique<TcpFlow>(*this, pcb, a.needs_name, std::string(a.name));
   TcpFlow* raw = flow.get();

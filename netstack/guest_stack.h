@@ -114,10 +114,11 @@ class GuestStack {
   class LinkWatcher;
 
   struct ChecksumOffload {
-    std::uint16_t start = 0;       // from the start of the frame
-    std::uint16_t offset = 0;      // of the checksum field, from start
-    std::size_t field_end = 0;     // 0: no offload for this frame
-    std::uint16_t pseudo_sum = 0;  // what the field starts from
+    std::uint16_t start = 0;        // from the start of the frame
+    std::uint16_t offset = 0;       // of the checksum field, from start
+    std::size_t field_end = 0;      // 0: no offload for this frame
+    std::uint16_t pseudo_sum = 0;   // what the field starts from
+    std::uint16_t tcp_headers = 0;  // TCP: Ethernet + IP + TCP header bytes; 0 otherwise
   };
   static ChecksumOffload checksum_offload_of(std::span<const std::uint8_t> head, std::size_t frame_size);
   static constexpr std::size_t kMaxFramePieces = 16;

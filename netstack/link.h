@@ -38,6 +38,12 @@ struct OutFrame {
   // computes the rest (a vnet header's NEEDS_CSUM).
   std::uint16_t checksum_start = 0;
   std::uint16_t checksum_offset = 0;
+  // Non-zero only when the link said tx_tso() (and with the checksum fields
+  // set): a TCP/IPv4 frame larger than the MTU, up to 65535 bytes, that the
+  // receiving kernel takes as segments of gso_size payload bytes each (GSO);
+  // gso_header_size is its Ethernet, IP and TCP headers together.
+  std::uint16_t gso_size = 0;
+  std::uint16_t gso_header_size = 0;
 
   std::size_t size() const {
     std::size_t n = 0;
@@ -89,6 +95,9 @@ class Link {
   virtual bool last_frame_checksum_trusted() const { return false; }
   // True when send_frame() honours OutFrame's checksum offload.
   virtual bool tx_checksum_offload() const { return false; }
+  // True when send_frame() takes TCP frames larger than the MTU (OutFrame's
+  // gso_size).
+  virtual bool tx_tso() const { return false; }
 
   virtual const LinkCounters& counters() const = 0;
 

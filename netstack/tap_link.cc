@@ -536,8 +536,13 @@ base::Result<void, int> TapLink::send(std::span<const std::uint8_t> frame) {
 // frame (and refuses the frame with EINVAL otherwise).
 base::Result<void, int> TapLink::send_frame(const OutFrame& frame) {
   const std::size_t size = frame.size();
-  if (size > max_frame_size()) {
+  const bool gso = vnet_ && frame.gso_size != 0;
+  if (size > (gso ? kMaxTsoFrame : max_frame_size())) {
     ++counters_.dropped_oversize;
+    return {};
+  }
+  if (gso && (frame.checksum_offset == 0 || frame.gso_header_size >= size)) {
+    ++counters_.dropped_send;  // GSO needs the checksum left partial, and a payload
     return {};
   }
   if (size < kEthernetHeader) {
@@ -553,6 +558,11 @@ base::Result<void, int> TapLink::send_frame(const OutFrame& frame) {
     // rest into pages; the kernel takes the offload only when the checksum
     // field is in the linear part (with hdr_len 0 a large frame is refused).
     header.hdr_len = static_cast<std::uint16_t>(frame.checksum_start + frame.checksum_offset + 2);
+  }
+  if (gso) {
+    header.gso_type = kVnetGsoTcpv4;
+    header.gso_size = frame.gso_size;
+    header.hdr_len = frame.gso_header_size;
   }
   std::array<iovec, kMaxSendPieces + 1> iov{};
   std::size_t count = 0;

@@ -26,7 +26,9 @@
 // checksum to the guest's kernel (OutFrame's checksum fields). TSO4 is
 // offered too: the guest's kernel may hand over one TCP/IPv4 segment of up
 // to 65535 bytes (max_receive_size()) whatever the MTU; other GSO types are
-// dropped as oversize. Frames to the guest are never GSO.
+// dropped as oversize. The other way, a TCP frame of up to 65535 bytes goes
+// to the guest as one GSO packet (OutFrame's gso_size): the guest's kernel
+// takes it whole, as if its driver had coalesced (GRO) the segments.
 //
 // Limits: frames up to mtu() + 14 bytes each way. A tap from from_fd() has
 // no vnet header (IFF_TAP | IFF_NO_PI) and no offloads.
@@ -129,6 +131,7 @@ class TapLink final : public Link {
   base::Result<void, int> send_frame(const OutFrame& frame) override;
   bool last_frame_checksum_trusted() const override { return last_checksum_trusted_; }
   bool tx_checksum_offload() const override { return vnet_; }
+  bool tx_tso() const override { return vnet_; }
   // 65535 with the vnet header (TSO frames), else max_frame_size().
   std::size_t max_receive_size() const override;
   const LinkCounters& counters() const override { return counters_; }

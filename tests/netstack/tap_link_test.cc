@@ -913,6 +913,91 @@ TEST_F(TapLinkTest, TsoSegmentFromTheGuestArrivesWhole) {
   EXPECT_TRUE(link->last_frame_checksum_trusted());
 }
 
+// GSO to the guest: a 20,000-byte TCP frame sent with gso_size reaches the
+// guest's eth0 as one packet that its kernel knows to be TCPv4 segments of
+// gso_size bytes (a packet socket with a vnet header reads it as such).
+TEST_F(TapLinkTest, GsoFrameToTheGuestArrivesAsOneTcpPacket) {
+  ScopedNetns ns;
+  GuestNetConfig config;
+  config.mtu = 1500;
+  auto link = create(ns, config);
+  ASSERT_TRUE(link);
+  ASSERT_TRUE(link->tx_tso());
+  base::UniqueFd watcher = in_netns(ns.path(), [&] {
+    base::UniqueFd s(::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_IP)));
+    int on = 1;
+    if (!s || ::setsockopt(s.get(), SOL_PACKET, PACKET_VNET_HDR, &on, sizeof on) != 0)
+      return base::UniqueFd();
+    sockaddr_ll at{};
+    at.sll_family = AF_PACKET;
+    at.sll_protocol = htons(ETH_P_IP);
+    at.sll_ifindex = static_cast<int>(::if_nametoindex(config.ifname.c_str()));
+    if (at.sll_ifindex == 0 || ::bind(s.get(), reinterpret_cast<sockaddr*>(&at), sizeof at) != 0) {
+      return base::UniqueFd();
+    }
+    return s;
+  });
+  ASSERT_TRUE(watcher);
+
+  constexpr std::size_t kPayload = 20000;
+  Frame f;
+  put_bytes(f, Mac{0x02, 0, 0, 0, 0, 0x15});  // the guest's MAC does not matter to a packet socket
+  put_bytes(f, config.gateway_mac);
+  put16(f, kEtherIpv4);
+  const auto ip_len = static_cast<std::uint16_t>(20 + 20 + kPayload);
+  const std::array<std::uint8_t, 12> ip_start = {0x45,
+                                                 0,
+                                                 static_cast<std::uint8_t>(ip_len >> 8),
+                                                 static_cast<std::uint8_t>(ip_len),
+                                                 0,
+                                                 9,
+                                                 0x40,
+                                                 0,
+                                                 64,
+                                                 6,
+                                                 0,
+                                                 0};
+  put_bytes(f, ip_start);
+  put_bytes(f, std::array<std::uint8_t, 4>{93, 184, 216, 34});
+  put_bytes(f, ip4(config.guest_address));
+  const std::uint16_t ip_sum = inet_checksum(std::span(f).subspan(14, 20));
+  f[24] = static_cast<std::uint8_t>(ip_sum >> 8);
+  f[25] = static_cast<std::uint8_t>(ip_sum);
+  const std::array<std::uint8_t, 20> tcp = {0, 80, 0x9c, 0x40, 0,    0,    0, 1, 0, 0,
+                                            0, 1,  0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0};
+  put_bytes(f, tcp);
+  while (f.size() < 14 + ip_len) f.push_back(static_cast<std::uint8_t>(f.size()));
+  const std::array<std::span<const std::uint8_t>, 2> pieces = {std::span<const std::uint8_t>(f).first(54),
+                                                               std::span<const std::uint8_t>(f).subspan(54)};
+  OutFrame out{pieces};
+  out.checksum_start = 34;
+  out.checksum_offset = 16;
+  out.gso_size = 1460;
+  out.gso_header_size = 54;
+  ASSERT_TRUE(link->send_frame(out).ok());
+  EXPECT_EQ(link->counters().dropped_send, 0u);
+  EXPECT_EQ(link->counters().dropped_oversize, 0u);
+
+  struct {
+    std::uint8_t flags, gso_type;
+    std::uint16_t hdr_len, gso_size, csum_start, csum_offset;
+  } vnet{};
+  Frame in(70000);
+  bool seen = false;
+  const auto deadline = Clock::now() + 3s;
+  while (!seen && Clock::now() < deadline) {
+    pollfd p{watcher.get(), POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    std::array<iovec, 2> iov = {{{&vnet, sizeof vnet}, {in.data(), in.size()}}};
+    const ssize_t n = ::readv(watcher.get(), iov.data(), 2);
+    seen = n == static_cast<ssize_t>(sizeof vnet + f.size()) && in[23] == 6;
+  }
+  ASSERT_TRUE(seen) << "the guest's eth0 never got the GSO packet whole";
+  EXPECT_EQ(vnet.gso_type & 0x7F, 1) << "TCPv4 GSO";
+  EXPECT_EQ(vnet.gso_size, 1460);
+  EXPECT_TRUE(std::equal(f.begin() + 54, f.end(), in.begin() + 54));
+}
+
 TEST_F(TapLinkTest, ShortBufferDropsTheFrameInsteadOfTruncating) {
   auto ns = std::make_unique<ScopedNetns>();
   GuestNetConfig config;
