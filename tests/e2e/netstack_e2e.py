@@ -74,7 +74,11 @@ INDEX = {WEB: f"abox e2e: {WEB} {TOKEN}\n", OTHER: f"abox e2e: {OTHER} {TOKEN}\n
 ALLOWED_DSTS = {(WEB_ADDR, 80), (WEB_ADDR, 443), (IPERF_ADDR, nr.IPERF_PORT), (TOOLS_ADDR, nr.STREAM_PORT), (TOOLS_ADDR, UDP_ECHO_PORT),
                 (TOOLS_ADDR, nr.RESET_PORT), (TOOLS_ADDR, nr.HALFCLOSE_PORT)}
 
-ZONE_RECORDS = [f"{short} IN A {addr}" for short, addr in nr.ADDR.items()]
+# A [[broker]] name: abox-net never connects to its address, it hands the
+# flow to the broker's socket (a recorder in this test), so nothing listens there.
+API, API_ADDR = nr.fqdn("api"), "93.184.215.20"
+INSTANCE = "e2e-guest"
+ZONE_RECORDS = [f"{short} IN A {addr}" for short, addr in nr.ADDR.items()] + [f"api IN A {API_ADDR}"]
 
 POLICY = f"""# netstack_e2e.py: written by the test
 [dns]
@@ -97,6 +101,12 @@ ports = ["{nr.STREAM_PORT}-{nr.HALFCLOSE_PORT}"]
 names = ["{TOOLS}"]
 ports = [{UDP_ECHO_PORT}]
 protocols = ["udp"]
+
+[[broker]]
+name = "{API}"
+credential = "test-key"
+header = "x-api-key"
+nonce_env = "TEST_API_KEY"
 
 [timeouts]
 peek_ms = {PEEK_MS}
@@ -625,6 +635,77 @@ def server_reset_mid_stream_reaches_the_guest(t):
     t.tools_work()
 
 
+class BrokerRecorder:
+    """Stands in for the broker on abox-net's --broker socket: records what
+    each connection starts with (the hand-off line, then the guest's bytes)
+    and answers with the line it read, so the guest can see it too."""
+
+    def __init__(self, path):
+        self.path, self.seen = path, []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(16)
+        self.sock.settimeout(0.5)
+        self.stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with c:
+                c.settimeout(5)
+                data = b""
+                try:
+                    while b"\n" not in data or len(data.split(b"\n", 1)[1]) < 5:
+                        chunk = c.recv(4096)
+                        if not chunk:
+                            break
+                        data += chunk
+                        if len(data) > 4096:
+                            break
+                    self.seen.append(data)
+                    c.sendall(b"broker saw: " + data.split(b"\n", 1)[0] + b"\n")
+                except OSError:
+                    self.seen.append(data)
+
+
+@case
+@abox_only
+def broker_name_is_handed_to_the_broker_socket(t):
+    before = len(t.broker.seen)
+    r = t.client("handoff", API, 443, "hello")
+    assert r.get("reply", "").startswith("broker saw: ABOX/1"), f"the guest did not reach the broker: {r}"
+    want = f"ABOX/1 {INSTANCE} {API} 443 {API_ADDR}\n".encode()
+    got = t.broker.seen[before:]
+    assert got and got[0] == want + b"hello", f"the broker's socket got {got[:1]!r}, expected {want + b'hello'!r}"
+    t.expect("admit", "the brokered flow is admitted", addr=API_ADDR, port=443, name=API, mention="broker")
+    # The broker name on a port its binding does not cover goes nowhere.
+    r = t.client("probe", API, 80)
+    t.attack("broker name on another port", r["outcome"] in ("reset", "refused"), r["outcome"] == "connected", r,
+             deny=dict(addr=API_ADDR, port=80, proto="tcp"))
+    t.web_works()
+
+
+def client_handoff(host, port, payload):
+    addr = _resolve(host)
+    with socket.create_connection((addr, int(port)), timeout=10) as s:
+        s.sendall(payload.encode())
+        s.settimeout(10)
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    return {"reply": reply.decode(errors="replace").strip()}
+
+
+CLIENTS["handoff"] = client_handoff
+
+
 def _dst_is(e, addr, port):
     d = str(e.get("dst", ""))
     if port is None:
@@ -679,7 +760,8 @@ def start_abox_net(rig, abox):
     with open(policy, "w") as f:
         f.write(POLICY)
     p = rig.spawn("abox-net", [abox, "run", "--policy", policy, "--netns", f"/run/netns/{rig.guest}",
-                               "--events", rig.path("events.jsonl")], ns=rig.outside, stdout=subprocess.PIPE)
+                               "--events", rig.path("events.jsonl"), "--instance", INSTANCE,
+                               "--broker", rig.path("broker.sock")], ns=rig.outside, stdout=subprocess.PIPE)
     line, deadline = b"", time.monotonic() + 15
     while not line.endswith(b"\n") and time.monotonic() < deadline:
         ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))
@@ -716,6 +798,7 @@ def run_cases(rig, mode, abox=None):
             print(f"FAIL {name}: {note}", flush=True)
 
     if mode == "abox":
+        t.broker = BrokerRecorder(rig.path("broker.sock"))
         t.abox = start_abox_net(rig, abox)
     for fn in CASES:
         if getattr(fn, "abox_only", False) and mode != "abox":
