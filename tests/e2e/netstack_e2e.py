@@ -42,9 +42,7 @@ What abox-net is held to here, beyond its policy decisions:
 import hashlib
 import json
 import os
-import select
 import selectors
-import shutil
 import socket
 import subprocess
 import sys
@@ -756,32 +754,7 @@ def build_servers(rig):
 
 
 def start_abox_net(rig, abox):
-    policy = rig.path("policy.toml")
-    with open(policy, "w") as f:
-        f.write(POLICY)
-    p = rig.spawn("abox-net", [abox, "run", "--policy", policy, "--netns", f"/run/netns/{rig.guest}",
-                               "--events", rig.path("events.jsonl"), "--instance", INSTANCE,
-                               "--broker", rig.path("broker.sock")], ns=rig.outside, stdout=subprocess.PIPE)
-    line, deadline = b"", time.monotonic() + 15
-    while not line.endswith(b"\n") and time.monotonic() < deadline:
-        ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))
-        if ready:
-            b = os.read(p.stdout.fileno(), 1)
-            if not b:
-                break
-            line += b
-    if not line.startswith(b"ready"):
-        how = f"exited {p.returncode}" if p.poll() is not None else "did not print 'ready' within 15 s"
-        raise RuntimeError(f"abox-net run {how}; stdout {line!r}, stderr:\n{rig.log_tail('abox-net')}")
-
-    def drain():  # stdout must never fill up and stall abox-net
-        with open(rig.path("abox-net.stdout"), "ab") as out:
-            out.write(line)
-            for chunk in iter(lambda: os.read(p.stdout.fileno(), 65536), b""):
-                out.write(chunk)
-
-    threading.Thread(target=drain, daemon=True).start()
-    return p
+    return rig.start_abox_net(abox, POLICY, "--instance", INSTANCE, "--broker", rig.path("broker.sock"))
 
 
 def run_cases(rig, mode, abox=None):
@@ -926,60 +899,24 @@ def selfcheck(rig):
     return passed, failed
 
 
+def setup(rig, mode):
+    build_servers(rig)
+    rig.add_guest()
+    if mode == "control":
+        rig.build_kernel_router()
+
+
+def run(rig, mode, abox):
+    return selfcheck(rig) if mode == "selfcheck" else run_cases(rig, mode, abox)
+
+
 def main(argv):
-    keep = "--keep" in argv
-    argv = [a for a in argv if a != "--keep"]
-    if "--only" in argv[:-1]:
-        i = argv.index("--only")
-        words = argv[i + 1].split(",")
-        CASES[:] = [fn for fn in CASES if any(w in fn.__name__ for w in words)]
-        del argv[i:i + 2]
     if argv[:1] == ["--client"]:
         print(json.dumps(CLIENTS[argv[1]](*argv[2:])))
         return 0
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    mode = {"--selfcheck": "selfcheck", "--control": "control"}.get(argv[0], "abox")
-    abox = os.path.abspath(argv[0]) if mode == "abox" else None
-    if abox and not os.access(abox, os.X_OK):
-        print(f"netstack_e2e: {abox} is not an executable")
-        return 1
-    if os.geteuid() != 0:
-        print("netstack_e2e: needs root (namespaces)")
-        return 1
-    for tool in ("ip", "nsd", "nginx", "curl", "dig", "iperf3", "openssl", "ss"):
-        if shutil.which(tool) is None:
-            print(f"netstack_e2e: {tool} is missing (scripts/setup.sh installs it)")
-            return 1
-    passed = failed = 0
-    rig = nr.Rig("ns")
-    try:
-        rig.unwind_on_signals()
-        build_servers(rig)
-        rig.add_guest()
-        if mode == "control":
-            rig.build_kernel_router()
-        if mode == "selfcheck":
-            passed, failed = selfcheck(rig)
-        else:
-            passed, failed = run_cases(rig, mode, abox)
-    except KeyboardInterrupt:
-        print("interrupted: cleaning up")
-        failed += 1
-    except Exception as e:  # noqa: BLE001 - setup failed: report, clean up
-        print(f"FAIL setup: {type(e).__name__}: {e}")
-        failed += 1
-    finally:
-        rig.close(keep_dir=keep)
-    if keep:
-        print(f"(kept {rig.dir})")
-    left = rig.leftovers()
-    if left:
-        failed += 1
-        print(f"FAIL nothing_left_behind: {left}")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 and passed > 0 else 1
+    return nr.run_suite("netstack_e2e", "ns", ("ip", "nsd", "nginx", "curl", "dig", "iperf3", "openssl", "ss"),
+                        argv, CASES, setup, run, modes={"--selfcheck": "selfcheck", "--control": "control"},
+                        doc=__doc__)
 
 
 if __name__ == "__main__":
