@@ -2,9 +2,12 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "lwip/pbuf.h"
 #include "lwip/udp.h"
@@ -47,14 +50,27 @@ bool UdpFlow::start() {
   return true;
 }
 
+// The datagram goes out as the pbufs hold it (one iovec each, uncopied: a
+// datagram from the guest is normally one pbuf).
 void UdpFlow::from_guest(pbuf* p) {
   last_activity_ = stack_.loop().now();
-  std::uint8_t buf[kMaxDatagram];
-  std::size_t n = pbuf_copy_partial(p, buf, p->tot_len, 0);
-  pbuf_free(p);
-  if (host_ && ::send(host_.get(), buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+  std::array<iovec, 8> iov{};
+  std::size_t count = 0;
+  for (pbuf* q = p; q != nullptr && count < iov.size(); q = q->next) iov[count++] = {q->payload, q->len};
+  msghdr msg{};
+  msg.msg_iov = iov.data();
+  msg.msg_iovlen = count;
+  std::size_t covered = 0;
+  for (std::size_t i = 0; i < count; ++i) covered += iov[i].iov_len;
+  if (host_ && covered == p->tot_len && ::sendmsg(host_.get(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
     // UDP: a full buffer or an ICMP error just loses this datagram.
   }
+  if (host_ && covered != p->tot_len) {  // a longer chain than iov holds: copy it whole
+    std::vector<std::uint8_t> whole(p->tot_len);
+    pbuf_copy_partial(p, whole.data(), p->tot_len, 0);
+    (void)::send(host_.get(), whole.data(), whole.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  pbuf_free(p);
 }
 
 void UdpFlow::on_ready(std::uint32_t) {
