@@ -7,6 +7,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "lwip/pbuf.h"
@@ -19,6 +20,7 @@ namespace abox::netstack {
 namespace {
 
 constexpr std::size_t kMaxDatagram = 65535;
+constexpr std::size_t kBatch = 8;  // datagrams per recvmmsg
 
 }  // namespace
 
@@ -73,25 +75,43 @@ void UdpFlow::from_guest(pbuf* p) {
   pbuf_free(p);
 }
 
+// Datagrams from the destination, up to kBatch per recvmmsg: one call takes
+// what is waiting and says how much, so a socket that had one datagram costs
+// one call, not a second one that finds nothing (EAGAIN). The buffers are
+// shared by every flow (one thread) and made on first use; a page is
+// resident only once a datagram that long has used it.
 void UdpFlow::on_ready(std::uint32_t) {
   if (retired_) return;
-  std::uint8_t buf[kMaxDatagram];
-  for (int i = 0; i < 32; ++i) {
-    ssize_t n = ::recv(host_.get(), buf, sizeof buf, MSG_DONTWAIT);
-    if (n < 0) {
+  static std::unique_ptr<std::uint8_t[]> buffers;
+  if (!buffers) buffers = std::make_unique_for_overwrite<std::uint8_t[]>(kBatch * kMaxDatagram);
+  std::array<iovec, kBatch> iov{};
+  std::array<mmsghdr, kBatch> msgs{};
+  for (int round = 0; round < 4; ++round) {
+    for (std::size_t i = 0; i < kBatch; ++i) {
+      iov[i] = {buffers.get() + i * kMaxDatagram, kMaxDatagram};
+      msgs[i] = {};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    const int got = ::recvmmsg(host_.get(), msgs.data(), kBatch, MSG_DONTWAIT, nullptr);
+    if (got < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
       continue;  // ECONNREFUSED and the like: the destination said no to one datagram
     }
     last_activity_ = stack_.loop().now();
-    pbuf* p = pbuf_alloc(PBUF_TRANSPORT, static_cast<u16_t>(n), PBUF_RAM);
-    if (p == nullptr) return;
-    pbuf_take(p, buf, static_cast<u16_t>(n));
-    // From the destination's address, which is not the netif's own: lwIP's
-    // plain udp_send() would refuse that source.
-    ip_addr_t guest;
-    ip_addr_set_ip4_u32(&guest, guest_ip_);
-    udp_sendto_if_src(pcb_, p, &guest, guest_port_, stack_.guest_netif(), &pcb_->local_ip);
-    pbuf_free(p);
+    for (int i = 0; i < got; ++i) {
+      const std::size_t n = msgs[static_cast<std::size_t>(i)].msg_len;
+      pbuf* p = pbuf_alloc(PBUF_TRANSPORT, static_cast<u16_t>(n), PBUF_RAM);
+      if (p == nullptr) return;
+      pbuf_take(p, iov[static_cast<std::size_t>(i)].iov_base, static_cast<u16_t>(n));
+      // From the destination's address, which is not the netif's own: lwIP's
+      // plain udp_send() would refuse that source.
+      ip_addr_t guest;
+      ip_addr_set_ip4_u32(&guest, guest_ip_);
+      udp_sendto_if_src(pcb_, p, &guest, guest_port_, stack_.guest_netif(), &pcb_->local_ip);
+      pbuf_free(p);
+    }
+    if (static_cast<std::size_t>(got) < kBatch) return;  // that was all that was waiting
   }
   stack_.loop().wake_next_turn(handle_);
 }
