@@ -1,5 +1,7 @@
 #include "netstack/run_command.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -9,7 +11,12 @@
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
 #include "netstack/lwip/abox_lwip.h"
+#include "netstack/pcap_writer.h"
 #include "netstack/process_setup.h"
+#include "netstack/recording_link.h"
+#include "netstack/sandbox.h"
+#include "netstack/stats.h"
+#include "netstack/stats_server.h"
 #include "netstack/tap_link.h"
 
 namespace abox::netstack {
@@ -36,50 +43,19 @@ constexpr std::string_view kUsage =
     "                         only DNS server (default 10.0.2.2)\n"
     "  --mtu N                the guest link's MTU, 576-65520 (default 65520)\n"
     "  --ifname NAME          the tap's name in the namespace (default eth0)\n"
+    "  --pcap FILE            record every frame to and from the guest in FILE (pcap, made 0600)\n"
+    "  --pcap-max-bytes N     stop recording before FILE passes N bytes (K/M/G suffix; default 1G)\n"
+    "  --stats-socket PATH    serve the live counters as JSON on a unix socket (0600); read them\n"
+    "                         with 'abox-net stats PATH'\n"
+    "  --no-sandbox           FOR DEBUGGING ONLY: keep capabilities, skip the seccomp filter and\n"
+    "                         the io_uring restrictions (docs/security.md)\n"
     "\n"
-    "Prints 'ready ...' on stdout once the guest side is up. SIGUSR1 prints the\n"
-    "counters as JSON to stderr.\n"
+    "Prints 'ready ...' on stdout once the guest side is up and the process is\n"
+    "sandboxed. SIGUSR1 prints the counters as JSON to stderr.\n"
     "\n"
     "Exit status: 0 stopped by a signal or the namespace went away, 2 usage error,\n"
-    "3 could not start (invalid policy, namespace or tap, no upstream).\n";
-
-void write_counters(const GuestStack& s, const Link& link) {
-  const auto& c = s.counters();
-  const auto& g = s.dns().gate().counters();
-  const auto& l = link.counters();
-  std::string out;
-  base::JsonWriter w(out);
-  w.begin_object()
-      .field("frames_in", l.frames_in)
-      .field("frames_out", l.frames_out)
-      .field("frames_dropped_ipv6", c.frames_dropped_ipv6)
-      .field("frames_dropped_other", c.frames_dropped_other)
-      .field("frames_dropped_spoofed", c.frames_dropped_spoofed)
-      .field("frames_dropped_fragment", c.frames_dropped_fragment)
-      .field("icmp_not_for_gateway", abox_lwip_counters()->icmp_not_for_netif)
-      .field("frames_dropped_oversize", l.dropped_oversize)
-      .field("tcp_flows", static_cast<std::uint64_t>(s.tcp_flows()))
-      .field("udp_flows", static_cast<std::uint64_t>(s.udp_flows()))
-      .field("tcp_admitted", c.tcp_admitted)
-      .field("tcp_refused", c.tcp_refused)
-      .field("udp_admitted", c.udp_admitted)
-      .field("udp_refused", c.udp_refused)
-      .field("name_refused", c.name_refused)
-      .field("connect_failed", c.connect_failed)
-      .field("limit_flows", c.limit_flows)
-      .field("limit_half_open", c.limit_half_open)
-      .field("dns_queries", g.queries)
-      .field("dns_denied", g.denied)
-      .field("dns_cache_hits", g.cache_hits)
-      .field("dns_rebinding", g.rebinding)
-      .field("dns_malformed", g.malformed)
-      .field("dns_in_flight_full", g.in_flight_full)
-      .field("answer_table_size", static_cast<std::uint64_t>(s.table().size()))
-      .end_object();
-  out += '\n';
-  std::fputs(out.c_str(), stderr);
-  std::fflush(stderr);
-}
+    "3 could not start (invalid policy, namespace or tap, no upstream, pcap file or\n"
+    "stats socket not usable, no sandbox possible).\n";
 
 std::optional<unsigned long> parse_number(std::string_view s, unsigned long lo, unsigned long hi) {
   if (s.empty() || s.size() > 9) return std::nullopt;
@@ -92,6 +68,18 @@ std::optional<unsigned long> parse_number(std::string_view s, unsigned long lo, 
   return v;
 }
 
+// A byte count with an optional K, M or G (binary) suffix, 1 to 2^50.
+std::optional<std::uint64_t> parse_byte_size(std::string_view s) {
+  std::uint64_t unit = 1;
+  if (!s.empty() && (s.back() == 'K' || s.back() == 'M' || s.back() == 'G')) {
+    unit = s.back() == 'K' ? 1ull << 10 : s.back() == 'M' ? 1ull << 20 : 1ull << 30;
+    s.remove_suffix(1);
+  }
+  auto n = parse_number(s, 1, 999'999'999);
+  if (!n || *n * unit > (1ull << 50)) return std::nullopt;
+  return *n * unit;
+}
+
 }  // namespace
 
 int run_run_command(std::span<const std::string_view> args) {
@@ -101,11 +89,19 @@ int run_run_command(std::span<const std::string_view> args) {
   std::string events_path;
   std::string instance = "guest";
   GuestNetConfig net;
+  std::optional<std::string> pcap_path;
+  std::uint64_t pcap_max_bytes = 1ull << 30;
+  std::optional<std::string> stats_socket;
+  bool sandbox = true;
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto a = args[i];
     if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
+    }
+    if (a == "--no-sandbox") {
+      sandbox = false;
+      continue;
     }
     if (i + 1 >= args.size()) {
       std::cerr << "abox-net run: unknown or incomplete option '" << a << "'\n" << kUsage;
@@ -145,6 +141,14 @@ int run_run_command(std::span<const std::string_view> args) {
       auto n = parse_number(v, 576, 65520);
       if (!n) return bad("a number from 576 to 65520");
       net.mtu = *n;
+    } else if (a == "--pcap") {
+      pcap_path = std::string(v);
+    } else if (a == "--pcap-max-bytes") {
+      auto n = parse_byte_size(v);
+      if (!n) return bad("a size in bytes, like 1048576 or 100M (at most 1048576G)");
+      pcap_max_bytes = *n;
+    } else if (a == "--stats-socket") {
+      stats_socket = std::string(v);
     } else if (a == "--ifname") {
       if (v.empty() || v.size() > 15) return bad("an interface name of 1 to 15 bytes");
       net.ifname = std::string(v);
@@ -169,6 +173,18 @@ int run_run_command(std::span<const std::string_view> args) {
     return 3;
   }
   TapLink& tap = **link;
+  std::optional<PcapWriter> pcap;
+  if (pcap_path) {
+    auto w = PcapWriter::create(*pcap_path, pcap_max_bytes);
+    if (!w.ok()) {
+      std::cerr << "abox-net run: --pcap: " << w.error() << '\n';
+      return 3;
+    }
+    pcap.emplace(std::move(w).value());
+  }
+  std::optional<RecordingLink> recording;
+  Link& guest_link = pcap ? static_cast<Link&>(recording.emplace(tap, *pcap)) : tap;
+  MemoryProbe memory;
 
   auto sink = open_events("abox-net run", events_path);
   if (!sink) return 3;
@@ -182,8 +198,27 @@ int run_run_command(std::span<const std::string_view> args) {
     gc.guest = net.guest_address;
     gc.prefix_len = net.prefix_len;
     gc.gateway_mac = net.gateway_mac;
-    GuestStack stack(loop, tap, policy, upstreams, events, random, gc);
-    SignalWatch signals(loop, [&stack, &tap] { write_counters(stack, tap); });
+    GuestStack stack(loop, guest_link, policy, upstreams, events, random, gc);
+    auto stats = [&] { return run_stats_json({stack, guest_link, memory, pcap ? &*pcap : nullptr}); };
+    SignalWatch signals(loop, [&] { write_stats_line(STDERR_FILENO, stats()); });
+    std::unique_ptr<StatsServer> stats_server;
+    if (stats_socket) {
+      auto server = StatsServer::create(loop, *stats_socket, stats);
+      if (!server.ok()) {
+        std::cerr << "abox-net run: --stats-socket: " << server.error() << '\n';
+        return 3;
+      }
+      stats_server = std::move(server).value();
+    }
+    base::MonoTime next_pcap_flush = loop.now() + base::Seconds(1);
+    if (pcap) {
+      loop.add_timer_source({[&] { return next_pcap_flush; },
+                             [&](base::MonoTime now) {
+                               if (now < next_pcap_flush) return;
+                               next_pcap_flush = now + base::Seconds(1);
+                               pcap->flush();
+                             }});
+    }
     // pasta's way: notice the namespace going away about once a second.
     base::MonoTime next_check = loop.now() + base::Seconds(1);
     loop.add_timer_source({[&] { return next_check; },
@@ -195,7 +230,14 @@ int run_run_command(std::span<const std::string_view> args) {
                                loop.stop();
                              }
                            }});
+    if (sandbox) {
+      if (auto r = enter_sandbox(loop); !r.ok()) {
+        std::cerr << "abox-net run: cannot enter the sandbox: " << r.error() << '\n';
+        return 3;
+      }
+    }
     events.emit("start", {{"mode", "run"},
+                          {"sandbox", sandbox},
                           {"policy", policy.source()},
                           {"guest", net.guest_address.to_string()},
                           {"gateway", net.gateway.to_string()},
@@ -203,7 +245,7 @@ int run_run_command(std::span<const std::string_view> args) {
     std::cout << "ready guest=" << net.guest_address.to_string() << '/' << net.prefix_len
               << " gateway=" << net.gateway.to_string() << " mtu=" << net.mtu << std::endl;
     loop.run();
-    write_counters(stack, tap);
+    write_stats_line(STDERR_FILENO, stats());
   } catch (const std::exception& e) {
     std::cerr << "abox-net run: " << e.what() << '\n';
     return 3;

@@ -18,7 +18,7 @@ build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   clang libclang-rt-14-dev clang-format clang-tidy
   liburing-dev libldns-dev android-libboringssl-dev
-  libnl-3-dev libnl-route-3-dev libboost1.81-dev
+  libnl-3-dev libnl-route-3-dev libboost1.81-dev libseccomp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev
   dpkg-dev
 )
@@ -27,7 +27,7 @@ build_pkgs=(
 peer_pkgs=(
   python3 iproute2 procps
   unbound nsd dnsmasq-base dnsutils ldnsutils dnsperf
-  nginx-light curl wrk iperf3 socat
+  nginx-light curl wrk iperf3 socat tcpdump strace
   passt slirp4netns python3-scapy
   qemu-system-x86 busybox-static cpio
 )
@@ -36,10 +36,10 @@ need_cmds() {
   cat >&2 <<MSG
 abox's setup script knows Debian 12 (bookworm) only. On this machine, install
 by hand: a C++20 compiler (g++ 12 or clang 14+), CMake 3.25+, Ninja, liburing,
-ldns, BoringSSL, libnl-3 and libnl-route-3, Boost 1.81 headers, GoogleTest,
+ldns, BoringSSL, libnl-3 and libnl-route-3, libseccomp, Boost 1.81 headers, GoogleTest,
 Google Benchmark, toml++ 3, clang-format 14, and lwIP 2.1.3's source unpacked
 at $cache/lwip/src (with src/core/tcp.c inside). For the tests also: unbound,
-nsd, dnsmasq, dig, drill, dnsperf, nginx, curl, wrk, iperf3, socat, pasta,
+nsd, dnsmasq, dig, drill, dnsperf, nginx, curl, wrk, iperf3, socat, tcpdump, pasta,
 slirp4netns, scapy and qemu-system-x86.
 MSG
 }
