@@ -50,8 +50,13 @@ base::Result<PcapWriter, std::string> PcapWriter::create(const std::string& path
   }
   base::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) return base::Err{"cannot create " + path + ": " + std::strerror(errno)};
-  // An existing file keeps its mode through O_CREAT: make it 0600 as promised.
-  if (::fchmod(fd.get(), 0600) != 0) return base::Err{"cannot chmod " + path + ": " + std::strerror(errno)};
+  // An existing file keeps its mode through O_CREAT: make it 0600 as
+  // promised. Only a regular file: a FIFO or device is the operator's.
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return base::Err{"cannot stat " + path + ": " + std::strerror(errno)};
+  if (S_ISREG(st.st_mode) && ::fchmod(fd.get(), 0600) != 0) {
+    return base::Err{"cannot chmod " + path + ": " + std::strerror(errno)};
+  }
   std::vector<std::uint8_t> header;
   put_u32(header, kMagicNanoseconds);
   put_u16(header, 2);  // version 2.4

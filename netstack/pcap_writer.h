@@ -15,8 +15,9 @@
 // Frames longer than kSnapLen are cut to kSnapLen in the file (the record
 // keeps the original length, as pcap does).
 //
-// The file is created 0600 (it holds every byte the guest sent and got),
-// truncated if it exists, and is not followed if it is a symlink.
+// The file is created 0600 (it holds every byte the guest sent and got), or
+// made 0600 and truncated if it exists; a symlink is not followed. A FIFO
+// works too (tcpdump -r - reading live), and keeps its mode.
 #pragma once
 
 #include <cstddef>

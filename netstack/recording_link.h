@@ -3,9 +3,11 @@
 // not know it is there; any link (tap, stream, packet) can be wrapped.
 //
 // What is recorded: every frame receive() delivers from the guest, and every
-// frame send() hands to the guest that the inner link accepted (a frame the
-// inner link refused with EAGAIN never reached the guest, so it is not in
-// the file). Frames are recorded in the order the stack sees them.
+// frame send() hands over that the inner link counted in frames_out (a frame
+// it refused with EAGAIN, or dropped as oversize, never reached the guest,
+// so it is not in the file). So the file holds exactly frames_in +
+// frames_out frames, until the writer's cap. Frames are recorded in the
+// order the stack sees them.
 //
 // The recorder is owned by the caller and must outlive the link. Recording
 // never fails the data path: the writer counts its own losses.
