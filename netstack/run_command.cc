@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "base/broker_handoff.h"
 #include "base/json.h"
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
@@ -49,6 +50,8 @@ constexpr std::string_view kUsage =
     "                         with 'abox-net stats PATH'\n"
     "  --no-sandbox           FOR DEBUGGING ONLY: keep capabilities, skip the seccomp filter and\n"
     "                         the io_uring restrictions (docs/security.md)\n"
+    "  --broker PATH          hand flows to [[broker]] names to the broker's unix socket at PATH\n"
+    "                         (without it, flows to broker names are refused)\n"
     "\n"
     "Prints 'ready ...' on stdout once the guest side is up and the process is\n"
     "sandboxed. SIGUSR1 prints the counters as JSON to stderr.\n"
@@ -88,6 +91,7 @@ int run_run_command(std::span<const std::string_view> args) {
   std::optional<int> tap_fd;
   std::string events_path;
   std::string instance = "guest";
+  std::string broker_path;
   GuestNetConfig net;
   std::optional<std::string> pcap_path;
   std::uint64_t pcap_max_bytes = 1ull << 30;
@@ -123,6 +127,7 @@ int run_run_command(std::span<const std::string_view> args) {
     } else if (a == "--events") {
       events_path = std::string(v);
     } else if (a == "--instance") {
+      if (!base::valid_handoff_instance(v)) return bad("1 to 64 of A-Z a-z 0-9 . _ -");
       instance = std::string(v);
     } else if (a == "--address") {
       auto slash = v.find('/');
@@ -149,6 +154,9 @@ int run_run_command(std::span<const std::string_view> args) {
       pcap_max_bytes = *n;
     } else if (a == "--stats-socket") {
       stats_socket = std::string(v);
+    } else if (a == "--broker") {
+      if (v.empty() || v.size() > 107) return bad("a unix socket path of 1 to 107 bytes");
+      broker_path = std::string(v);
     } else if (a == "--ifname") {
       if (v.empty() || v.size() > 15) return bad("an interface name of 1 to 15 bytes");
       net.ifname = std::string(v);
@@ -198,6 +206,8 @@ int run_run_command(std::span<const std::string_view> args) {
     gc.guest = net.guest_address;
     gc.prefix_len = net.prefix_len;
     gc.gateway_mac = net.gateway_mac;
+    gc.broker_path = broker_path;
+    gc.instance = instance;
     GuestStack stack(loop, guest_link, policy, upstreams, events, random, gc);
     auto stats = [&] { return run_stats_json({stack, guest_link, memory, pcap ? &*pcap : nullptr}); };
     SignalWatch signals(loop, [&] { write_stats_line(STDERR_FILENO, stats()); });

@@ -79,6 +79,7 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("udp_flows", u64(s.udp_flows()))
       .field("tcp_admitted", c.tcp_admitted)
       .field("tcp_refused", c.tcp_refused)
+      .field("tcp_brokered", c.tcp_brokered)
       .field("udp_admitted", c.udp_admitted)
       .field("udp_refused", c.udp_refused)
       .field("name_refused", c.name_refused)
