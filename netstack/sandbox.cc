@@ -186,12 +186,16 @@ void add_allowed_syscalls(FilterBuilder& f) {
 #if defined(ABOX_SANDBOX_ASAN)
   // ASan + UBSan builds only (ABOX_SANITIZE=ON), for the sanitizer runtime:
   // LeakSanitizer's check at exit runs in a clone()d task that ptrace()s
-  // this one and reads /proc/self/maps and /proc/self/task (openat,
-  // getdents64, read-only); reports go through sigaltstack'd handlers and
-  // the built-in symbolizer (which reads the binary: openat, lseek,
-  // readlink). None of this is in a release build.
+  // this one and reads /proc/self/maps and /proc/self/task (open, openat,
+  // getdents, read-only); reports go through sigaltstack'd handlers and the
+  // built-in symbolizer (which reads the binary: openat, lseek, readlink);
+  // UBSan probes memory by writing it to a pipe (pipe2). Found by running
+  // the e2e suites with SCMP_ACT_LOG. None of this is in a release build.
   f.allow(SCMP_SYS(openat), {arg_clear(2, O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND)});
+  f.allow(SCMP_SYS(open),
+          {arg_clear(1, O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND)});  // raw, in the runtime
   f.allow(SCMP_SYS(getdents64));
+  f.allow(SCMP_SYS(getdents));  // raw, in the runtime
   f.allow(SCMP_SYS(lseek));
   f.allow(SCMP_SYS(readlink));
   f.allow(SCMP_SYS(readlinkat));

@@ -6,6 +6,18 @@
 
 #include <cerrno>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ABOX_STATS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ABOX_STATS_ASAN 1
+#endif
+#endif
+#if defined(ABOX_STATS_ASAN)
+// From the sanitizer runtime (GCC ships no header for it).
+extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
+#endif
+
 #include "base/json.h"
 #include "netstack/dns_host_server.h"
 #include "netstack/guest_dns.h"
@@ -50,8 +62,13 @@ MemoryUsage MemoryProbe::read() const {
       out.rss_bytes = pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     }
   }
+#if defined(ABOX_STATS_ASAN)
+  // ASan replaces malloc, and its mallinfo2 reports nothing: ask it instead.
+  out.heap_in_use_bytes = u64(__sanitizer_get_current_allocated_bytes());
+#else
   const struct mallinfo2 mi = ::mallinfo2();
   out.heap_in_use_bytes = u64(mi.uordblks) + u64(mi.hblkhd);
+#endif
   return out;
 }
 

@@ -10,7 +10,7 @@
 //
 // Memory: RSS from /proc/self/statm (kept open from startup, so it still
 // works under the sandbox, which forbids open()), heap in use from glibc's
-// mallinfo2().
+// mallinfo2() (from the sanitizer's allocator in an ASan build).
 #pragma once
 
 #include <cstdint>
