@@ -84,7 +84,10 @@ struct StackGlue {
 class GuestStack::LinkWatcher final : public EventLoop::Watcher {
  public:
   explicit LinkWatcher(GuestStack& s) : s_(s) {}
-  void on_ready(std::uint32_t) override { s_.poll_link(); }
+  void on_ready(std::uint32_t events) override {
+    if ((events & POLLOUT) != 0) s_.flush_link();
+    s_.poll_link();
+  }
 
  private:
   GuestStack& s_;
@@ -142,7 +145,8 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   udp_recv(udp_all_, &StackGlue::udp, nullptr);
 
   link_watcher_ = std::make_unique<LinkWatcher>(*this);
-  link_handle_ = loop_.watch(link_.fd(), POLLIN, link_watcher_.get());
+  link_events_ = POLLIN;
+  link_handle_ = loop_.watch(link_.fd(), link_events_, link_watcher_.get());
 
   // lwIP's own timers, and ours: flow deadlines once a second is enough
   // (peek and connect timeouts are seconds).
@@ -165,7 +169,10 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
                             for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
                             for (UdpFlow* f : sweep_udp_) f->check_idle(now);
                           }});
-  loop_.add_turn_hook([this] { reap(); });
+  loop_.add_turn_hook([this] {
+    reap();
+    watch_link_output();
+  });
   next_sweep_ = loop_.now() + base::Seconds(1);
 }
 
@@ -189,11 +196,7 @@ void GuestStack::poll_link() {
   for (int i = 0; i < 256; ++i) {
     auto r = link_.receive(rx_);
     if (!r.ok()) {
-      if (link_alive_) {
-        link_alive_ = false;
-        events_.emit("link", {{"reason", "the guest link failed"}, {"errno", r.error()}});
-        loop_.stop();
-      }
+      link_failed(r.error());
       return;
     }
     std::size_t n = *r;
@@ -245,6 +248,27 @@ void GuestStack::poll_link() {
     if (netif_->input(p, netif_.get()) != ERR_OK) pbuf_free(p);
   }
   loop_.wake_next_turn(link_handle_);
+}
+
+void GuestStack::link_failed(int err) {
+  if (!link_alive_) return;
+  link_alive_ = false;
+  events_.emit("link", {{"reason", "the guest link failed"}, {"errno", err}});
+  loop_.stop();
+}
+
+void GuestStack::flush_link() {
+  if (!link_alive_) return;
+  if (auto r = link_.flush(); !r.ok()) link_failed(r.error());
+}
+
+// POLLOUT only while the link holds output back: a writable socket would
+// otherwise wake the loop on every turn.
+void GuestStack::watch_link_output() {
+  const std::uint32_t want = link_alive_ && link_.output_pending() ? (POLLIN | POLLOUT) : POLLIN;
+  if (want == link_events_) return;
+  link_events_ = want;
+  loop_.modify(link_handle_, want);
 }
 
 void GuestStack::output_frame(const pbuf* p) {

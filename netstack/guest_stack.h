@@ -113,6 +113,9 @@ class GuestStack {
   class LinkWatcher;
 
   void output_frame(const pbuf* p);
+  void flush_link();
+  void link_failed(int err);
+  void watch_link_output();
   int on_syn(const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
              std::uint16_t dst_port);
   void on_accept(tcp_pcb* pcb);
@@ -133,6 +136,7 @@ class GuestStack {
   std::unique_ptr<netif> netif_;
   std::unique_ptr<LinkWatcher> link_watcher_;
   EventLoop::Handle link_handle_ = EventLoop::kNoHandle;
+  std::uint32_t link_events_ = 0;  // what the link's watch asks for (POLLIN, + POLLOUT)
   tcp_pcb* listener_ = nullptr;
   udp_pcb* udp_all_ = nullptr;
   std::unique_ptr<GuestDns> dns_;

@@ -1,7 +1,10 @@
 #include "netstack/run_command.h"
 
+#include <poll.h>
+
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -10,6 +13,7 @@
 #include "netstack/guest_stack.h"
 #include "netstack/lwip/abox_lwip.h"
 #include "netstack/process_setup.h"
+#include "netstack/stream_link.h"
 #include "netstack/tap_link.h"
 
 namespace abox::netstack {
@@ -17,31 +21,36 @@ namespace abox::netstack {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: abox-net run --policy FILE (--netns NAME|PATH | --tap-fd N) [options]\n"
+    "usage: abox-net run --policy FILE (--netns NAME|PATH | --tap-fd N | --stream PATH) [options]\n"
     "\n"
     "Runs the network appliance for one guest: a tap in the guest's network\n"
-    "namespace, lwIP on one io_uring loop, the DNS gate on the gateway, and\n"
-    "admission of every new flow. Stays in the foreground until SIGTERM/SIGINT\n"
-    "or until the namespace goes away.\n"
+    "namespace (or a VM's QEMU stream socket), lwIP on one io_uring loop, the\n"
+    "DNS gate on the gateway, and admission of every new flow. Stays in the\n"
+    "foreground until SIGTERM/SIGINT, until the namespace goes away, or until\n"
+    "the VM disconnects.\n"
     "\n"
     "Options:\n"
     "  --policy FILE          the instance's policy (required)\n"
     "  --netns NAME|PATH      create the tap in this namespace (a name under /run/netns, or a path\n"
     "                         such as /proc/PID/ns/net) and configure it\n"
     "  --tap-fd N             use an already-open tap (configured by its owner)\n"
+    "  --stream PATH          create a unix socket at PATH (mode 0600) for one VMM to connect to,\n"
+    "                         QEMU's -netdev stream framing (4-byte big-endian length, frame)\n"
     "  --events FILE|-        JSON-lines events to FILE, or '-' for stdout (default: stderr)\n"
     "  --instance NAME        the instance name in events (default: guest)\n"
     "  --address ADDR/LEN     the guest's address (default 10.0.2.15/24)\n"
     "  --gateway ADDR         the gateway: abox-net itself, the guest's default route and its\n"
     "                         only DNS server (default 10.0.2.2)\n"
     "  --mtu N                the guest link's MTU, 576-65520 (default 65520)\n"
-    "  --ifname NAME          the tap's name in the namespace (default eth0)\n"
+    "  --ifname NAME          the tap's name in the namespace (default eth0; not with --stream)\n"
     "\n"
-    "Prints 'ready ...' on stdout once the guest side is up. SIGUSR1 prints the\n"
+    "Prints 'ready ...' on stdout once the guest side is up (with --stream: once\n"
+    "the socket listens, so the VMM can connect after). SIGUSR1 prints the\n"
     "counters as JSON to stderr.\n"
     "\n"
-    "Exit status: 0 stopped by a signal or the namespace went away, 2 usage error,\n"
-    "3 could not start (invalid policy, namespace or tap, no upstream).\n";
+    "Exit status: 0 stopped by a signal, the namespace went away or the VM\n"
+    "disconnected, 2 usage error, 3 could not start (invalid policy, namespace,\n"
+    "tap or socket path, no upstream).\n";
 
 void write_counters(const GuestStack& s, const Link& link) {
   const auto& c = s.counters();
@@ -81,6 +90,28 @@ void write_counters(const GuestStack& s, const Link& link) {
   std::fflush(stderr);
 }
 
+// Runs the loop (signals included) until a VMM connects to the listener.
+// Holds nullptr when a signal stopped the loop first.
+base::Result<std::unique_ptr<StreamLink>, std::string> wait_for_peer(EventLoop& loop,
+                                                                     StreamListener& listener,
+                                                                     std::size_t mtu) {
+  struct AcceptWatch final : EventLoop::Watcher {
+    void on_ready(std::uint32_t) override { ready = true; }
+    bool ready = false;
+  } watch;
+  const EventLoop::Handle handle = loop.watch(listener.fd(), POLLIN, &watch);
+  base::Result<std::unique_ptr<StreamLink>, std::string> peer = std::unique_ptr<StreamLink>();
+  while (!loop.stopping()) {
+    loop.run_once(base::Millis(1000));
+    if (!watch.ready) continue;
+    watch.ready = false;
+    peer = listener.accept(mtu);
+    if (!peer.ok() || *peer) break;
+  }
+  loop.unwatch(handle);
+  return peer;
+}
+
 std::optional<unsigned long> parse_number(std::string_view s, unsigned long lo, unsigned long hi) {
   if (s.empty() || s.size() > 9) return std::nullopt;
   unsigned long v = 0;
@@ -98,6 +129,7 @@ int run_run_command(std::span<const std::string_view> args) {
   std::optional<std::string> policy_path;
   std::optional<std::string> netns;
   std::optional<int> tap_fd;
+  std::optional<std::string> stream_path;
   std::string events_path;
   std::string instance = "guest";
   GuestNetConfig net;
@@ -124,6 +156,9 @@ int run_run_command(std::span<const std::string_view> args) {
       auto n = parse_number(v, 0, 1 << 20);
       if (!n) return bad("a file descriptor number");
       tap_fd = static_cast<int>(*n);
+    } else if (a == "--stream") {
+      if (v.empty()) return bad("a path for the unix socket");
+      stream_path = std::string(v);
     } else if (a == "--events") {
       events_path = std::string(v);
     } else if (a == "--instance") {
@@ -153,8 +188,10 @@ int run_run_command(std::span<const std::string_view> args) {
       return 2;
     }
   }
-  if (!policy_path || (netns.has_value() == tap_fd.has_value())) {
-    std::cerr << "abox-net run: --policy and exactly one of --netns or --tap-fd are required\n" << kUsage;
+  const int links = int{netns.has_value()} + int{tap_fd.has_value()} + int{stream_path.has_value()};
+  if (!policy_path || links != 1) {
+    std::cerr << "abox-net run: --policy and exactly one of --netns, --tap-fd or --stream are required\n"
+              << kUsage;
     return 2;
   }
   auto loaded = load_policy_for("abox-net run", *policy_path);
@@ -162,13 +199,28 @@ int run_run_command(std::span<const std::string_view> args) {
   const policy::Policy& policy = *loaded->policy;
   const auto& upstreams = loaded->upstreams;
 
-  auto link =
-      netns ? TapLink::create_in_netns(*netns, net) : TapLink::from_fd(base::UniqueFd(*tap_fd), net.mtu);
-  if (!link.ok()) {
-    std::cerr << "abox-net run: " << link.error() << '\n';
-    return 3;
+  // The link: a tap now, or a stream socket's listener now and its one peer
+  // once the VMM connects.
+  std::unique_ptr<Link> link;
+  TapLink* tap = nullptr;
+  std::unique_ptr<StreamListener> listener;
+  if (stream_path) {
+    auto listening = StreamListener::listen(*stream_path);
+    if (!listening.ok()) {
+      std::cerr << "abox-net run: " << listening.error() << '\n';
+      return 3;
+    }
+    listener = std::move(listening).value();
+  } else {
+    auto made =
+        netns ? TapLink::create_in_netns(*netns, net) : TapLink::from_fd(base::UniqueFd(*tap_fd), net.mtu);
+    if (!made.ok()) {
+      std::cerr << "abox-net run: " << made.error() << '\n';
+      return 3;
+    }
+    tap = made->get();
+    link = std::move(made).value();
   }
-  TapLink& tap = **link;
 
   auto sink = open_events("abox-net run", events_path);
   if (!sink) return 3;
@@ -182,28 +234,48 @@ int run_run_command(std::span<const std::string_view> args) {
     gc.guest = net.guest_address;
     gc.prefix_len = net.prefix_len;
     gc.gateway_mac = net.gateway_mac;
-    GuestStack stack(loop, tap, policy, upstreams, events, random, gc);
-    SignalWatch signals(loop, [&stack, &tap] { write_counters(stack, tap); });
-    // pasta's way: notice the namespace going away about once a second.
-    base::MonoTime next_check = loop.now() + base::Seconds(1);
-    loop.add_timer_source({[&] { return next_check; },
-                           [&](base::MonoTime now) {
-                             if (now < next_check) return;
-                             next_check = now + base::Seconds(1);
-                             if (!tap.netns_alive()) {
-                               events.emit("link", {{"reason", "the guest namespace went away"}});
-                               loop.stop();
-                             }
-                           }});
+    std::unique_ptr<GuestStack> stack;
+    SignalWatch signals(loop, [&stack, &link] {
+      if (stack) write_counters(*stack, *link);
+    });
     events.emit("start", {{"mode", "run"},
                           {"policy", policy.source()},
+                          {"link", listener ? "stream" : "tap"},
                           {"guest", net.guest_address.to_string()},
                           {"gateway", net.gateway.to_string()},
                           {"mtu", static_cast<std::uint64_t>(net.mtu)}});
-    std::cout << "ready guest=" << net.guest_address.to_string() << '/' << net.prefix_len
-              << " gateway=" << net.gateway.to_string() << " mtu=" << net.mtu << std::endl;
+    if (listener) {
+      std::cout << "ready stream=" << listener->path() << " guest=" << net.guest_address.to_string() << '/'
+                << net.prefix_len << " gateway=" << net.gateway.to_string() << " mtu=" << net.mtu
+                << std::endl;
+      auto peer = wait_for_peer(loop, *listener, net.mtu);
+      if (!peer.ok()) {
+        std::cerr << "abox-net run: " << peer.error() << '\n';
+        return 3;
+      }
+      if (!*peer) return 0;  // stopped by a signal before the VMM came
+      link = std::move(peer).value();
+      listener.reset();  // exactly one peer: the socket file goes, nobody else connects
+      events.emit("link", {{"reason", "the VMM connected"}, {"stream", *stream_path}});
+    }
+    stack = std::make_unique<GuestStack>(loop, *link, policy, upstreams, events, random, gc);
+    base::MonoTime next_check = loop.now() + base::Seconds(1);
+    if (tap != nullptr) {
+      // pasta's way: notice the namespace going away about once a second.
+      loop.add_timer_source({[&] { return next_check; },
+                             [&](base::MonoTime now) {
+                               if (now < next_check) return;
+                               next_check = now + base::Seconds(1);
+                               if (!tap->netns_alive()) {
+                                 events.emit("link", {{"reason", "the guest namespace went away"}});
+                                 loop.stop();
+                               }
+                             }});
+      std::cout << "ready guest=" << net.guest_address.to_string() << '/' << net.prefix_len
+                << " gateway=" << net.gateway.to_string() << " mtu=" << net.mtu << std::endl;
+    }
     loop.run();
-    write_counters(stack, tap);
+    write_counters(*stack, *link);
   } catch (const std::exception& e) {
     std::cerr << "abox-net run: " << e.what() << '\n';
     return 3;
