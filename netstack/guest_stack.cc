@@ -102,6 +102,11 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
       events_(events),
       config_(config),
       table_(policy, policy.limits().answer_entries),
+      dhcp_({.gateway = config.gateway.v4_value(),
+             .guest = config.guest.v4_value(),
+             .prefix_len = config.prefix_len,
+             .gateway_mac = config.gateway_mac,
+             .mtu = link.mtu()}),
       netif_(std::make_unique<netif>()),
       rx_(link.mtu() + 14 + 4) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
@@ -230,6 +235,15 @@ void GuestStack::poll_link() {
       ++counters_.frames_dropped_other;
       continue;
     }
+    if (type == kEtherIpv4) {
+      // DHCP first: a DISCOVER comes from 0.0.0.0, which the checks below drop.
+      const DhcpResult dhcp = dhcp_.handle(std::span<const std::uint8_t>(rx_.data(), n));
+      if (dhcp.outcome != DhcpOutcome::not_dhcp) {
+        count(dhcp.outcome);
+        if (!dhcp.reply.empty()) (void)link_.send(dhcp.reply);  // a full link loses it; the client retries
+        continue;
+      }
+    }
     if (type == kEtherIpv4 && drop_before_lwip(std::span<const std::uint8_t>(rx_.data() + 14, n - 14)))
       continue;
     if (type == kEtherIpv4) {
@@ -248,6 +262,28 @@ void GuestStack::poll_link() {
     if (netif_->input(p, netif_.get()) != ERR_OK) pbuf_free(p);
   }
   loop_.wake_next_turn(link_handle_);
+}
+
+void GuestStack::count(DhcpOutcome outcome) {
+  switch (outcome) {
+    case DhcpOutcome::offer:
+      ++counters_.dhcp_offers;
+      break;
+    case DhcpOutcome::ack:
+      ++counters_.dhcp_acks;
+      break;
+    case DhcpOutcome::nak:
+      ++counters_.dhcp_naks;
+      break;
+    case DhcpOutcome::ignored:
+      ++counters_.dhcp_ignored;
+      break;
+    case DhcpOutcome::malformed:
+      ++counters_.dhcp_malformed;
+      break;
+    case DhcpOutcome::not_dhcp:
+      break;
+  }
 }
 
 void GuestStack::link_failed(int err) {

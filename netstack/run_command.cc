@@ -83,6 +83,11 @@ void write_counters(const GuestStack& s, const Link& link) {
       .field("dns_rebinding", g.rebinding)
       .field("dns_malformed", g.malformed)
       .field("dns_in_flight_full", g.in_flight_full)
+      .field("dhcp_offers", c.dhcp_offers)
+      .field("dhcp_acks", c.dhcp_acks)
+      .field("dhcp_naks", c.dhcp_naks)
+      .field("dhcp_ignored", c.dhcp_ignored)
+      .field("dhcp_malformed", c.dhcp_malformed)
       .field("answer_table_size", static_cast<std::uint64_t>(s.table().size()))
       .end_object();
   out += '\n';

@@ -229,11 +229,14 @@ base::Result<std::unique_ptr<StreamListener>, std::string> StreamListener::liste
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) return Err{"stream socket path " + path + " exists and is not a socket"};
-    // A socket file: in use when something accepts connections on it,
-    // stale (left by a process that died) when the connection is refused.
-    base::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    // A socket file: in use when a socket is bound to it, stale (left by a
+    // process that died) when the kernel refuses the connection. The probe
+    // is a datagram socket: against a live stream listener it fails with
+    // EPROTOTYPE and never shows up in that listener's accept queue (a
+    // stream probe would be taken for its VMM).
+    base::UniqueFd probe(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (!probe) return Err{"cannot create a unix socket: " + errno_text(errno)};
-    if (::connect(probe.get(), sa, sizeof(*addr)) == 0) {
+    if (::connect(probe.get(), sa, sizeof(*addr)) == 0 || errno == EPROTOTYPE) {
       return Err{"something is already listening on " + path};
     }
     if (errno != ECONNREFUSED) return Err{"cannot check the socket at " + path + ": " + errno_text(errno)};

@@ -8,8 +8,9 @@
 //   qemu ... -netdev stream,id=n0,server=off,addr.type=unix,addr.path=PATH
 // Exactly one peer is accepted; the listener is closed and its file removed
 // right after, so nobody else can connect. A path that exists is refused
-// when something listens on it, removed when it is a stale socket (nobody
-// listening), and refused when it is anything but a socket.
+// when a live socket is bound to it (checked without connecting to it),
+// removed when it is a stale socket file, and refused when it is anything
+// but a socket.
 //
 // Life of a frame from the guest: receive() reads the socket in large
 // chunks (kReadChunk) into one input buffer and hands out the frames in it,
