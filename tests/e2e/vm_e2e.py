@@ -14,7 +14,9 @@ Usage:
   vm_e2e.py --passt             the same guest behind passt, which filters
                                 nothing: every attack must get THROUGH there
                                 (so each check proves something) and every
-                                legitimate flow must work
+                                legitimate flow must work. passt gets a
+                                default route in outside (into inet, which
+                                routes nowhere) and a DNS relay to nsd.
   --keep                        keep the temp dir (console, logs, events)
 
 Prints one line per check and 'N passed, N failed'; exits 1 on any failure.
@@ -27,14 +29,18 @@ What the guest is held to:
 - /init reports ready on the control port within BOOT_TIMEOUT s of QEMU's start;
 - DHCP (udhcpc) gets the fixed lease: 10.0.2.15/24, router and DNS server
   10.0.2.2, MTU 65520, and eth0, the default route and resolv.conf say so;
-  the gateway answers ping;
+  the gateway answers ping (abox-net only);
 - nslookup of the allowed name gives its address; wget of a BLOB_BYTES file
   from it has the sha256 nginx serves;
 - the denied name does not resolve; a connection straight to an address no
   allowed name was answered with fails;
 - "poweroff" on the control port ends QEMU with exit 0.
 With abox-net the events file shows the admission of the allowed flow and a
-deny for the name and the address.
+deny for the name and the address, and abox-net exits 0 once QEMU is gone.
+Each boot gets a fresh abox-net (or passt): either takes exactly one VMM.
+
+ABOX_GUEST_KERNEL_DIR overrides where the kernel is (default
+.cache/guest-kernel, which scripts/setup.sh fills).
 """
 import base64
 import hashlib
@@ -142,11 +148,14 @@ class GuestControl:
 
 class Guest:
     """One QEMU microvm: the kernel from setup.sh, our initramfs, a virtio-net
-    NIC on a stream socket, the control port on a socket we listen on."""
+    NIC on a stream socket, the control port on a socket we listen on.
+    start_net(socket_path) starts what serves the NIC (abox-net or passt)
+    and returns its Popen: both take exactly one VMM, so each boot gets its own."""
 
-    def __init__(self, rig, initramfs, net_socket):
-        self.rig, self.initramfs, self.net_socket = rig, initramfs, net_socket
+    def __init__(self, rig, initramfs, start_net):
+        self.rig, self.initramfs, self.start_net = rig, initramfs, start_net
         self.qemu = None
+        self.net = None
         self.ctl = None
         self.ready = None
         self.boots = 0
@@ -161,13 +170,15 @@ class Guest:
     def _start(self):
         self.boots += 1
         ctl_path = self.rig.path(f"ctl{self.boots}.sock")
+        net_path = self.rig.path(f"net{self.boots}.sock")
+        self.net = self.start_net(net_path)
         self.ctl = GuestControl(ctl_path)
         append = " ".join(["console=ttyS0", "quiet", "panic=-1", f"tsc_early_khz={host_tsc_khz()}",
                            "abox.ctl=ctl", f"abox.cmd_timeout={CMD_TIMEOUT}"])
         cmd = ["qemu-system-x86_64", "-M", "microvm", "-accel", "tcg", "-m", str(GUEST_MEM_MIB), "-smp", "1",
                "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
                "-serial", f"file:{self.rig.path(f'console{self.boots}.log')}",
-               "-netdev", f"stream,id=n0,server=off,addr.type=unix,addr.path={self.net_socket}",
+               "-netdev", f"stream,id=n0,server=off,addr.type=unix,addr.path={net_path}",
                "-device", "virtio-net-device,netdev=n0,mac=52:54:00:12:34:56",
                "-device", "virtio-serial-device",
                "-chardev", f"socket,id=c0,path={ctl_path},server=off",
@@ -183,24 +194,32 @@ class Guest:
     def _stop(self):
         if self.ctl is not None:
             self.ctl.close()
-        if self.qemu is not None and self.qemu.poll() is None:
-            self.qemu.kill()
-            self.qemu.wait(timeout=10)
+        for p in (self.qemu, self.net):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
 
     def boot(self):
-        """Boots, retrying once when the kernel hung before /init (TCG's rare
-        early hang). Returns (seconds to ready, note)."""
+        """Boots, retrying once (QEMU and the network side both anew) when the
+        kernel hung before /init: TCG's rare early hang. Returns (seconds to
+        ready, note)."""
         try:
             return self._start(), ""
         except (TimeoutError, EOFError, OSError) as e:
             first = f"{type(e).__name__}: {e}"
+            if self.qemu is None:
+                raise
             if "init:" in self.console(1000):
                 raise RuntimeError(f"/init started but did not get ready ({first}); console:\n{self.console()}")
             if self.qemu.poll() is not None:
                 raise RuntimeError(f"qemu exited {self.qemu.returncode} ({first}):\n"
                                    f"{self.rig.log_tail(f'qemu{self.boots}')}{self.console()}")
             self._stop()
-        secs = self._start()
+        try:
+            secs = self._start()
+        except (TimeoutError, EOFError, OSError) as e:
+            raise RuntimeError(f"the boot hung before /init ({first}) and the retry failed too: "
+                               f"{type(e).__name__}: {e}; console:\n{self.console()}") from None
         return secs, f"retried: the first boot hung before /init ({first})"
 
     def poweroff(self):
@@ -214,6 +233,7 @@ class Guest:
 # -- the network in front of the guest ------------------------------------------------
 
 def start_abox_net(rig, abox, net_socket):
+    """abox-net run --stream in outside; returns once it printed 'ready'."""
     policy = rig.path("policy.toml")
     with open(policy, "w") as f:
         f.write(POLICY)
@@ -241,11 +261,10 @@ def start_abox_net(rig, abox, net_socket):
     return p
 
 
-def start_passt(rig, net_socket):
-    """passt in outside, giving the same lease as abox-net. It filters
-    nothing. passt maps the gateway's address to the host's loopback, so the
-    guest's DNS (to the gateway) reaches a plain relay to nsd on 127.0.0.1:53
-    there."""
+def prepare_passt(rig):
+    """What passt needs in outside, once. passt maps the gateway's address to
+    the host's loopback, so the guest's DNS (to the gateway) reaches a plain
+    relay to nsd on 127.0.0.1:53 there."""
     relay = rig.spawn("dns-relay", [sys.executable, nr.__file__, "dns-relay", "127.0.0.1", "53", NS_ADDR, "53"],
                       ns=rig.outside)
     rig.wait_for("dns relay", lambda: rig.listening(rig.outside, 53, "t"), proc=relay, log="dns-relay")
@@ -253,6 +272,10 @@ def start_passt(rig, net_socket):
     # rig leaves out on purpose: this one ends in inet, which has no route
     # further, so nothing still leaves the rig.
     rig.ip("route", "add", "default", "via", nr.INET_LINK, ns=rig.outside)
+
+
+def start_passt(rig, net_socket):
+    """passt in outside, giving the same lease as abox-net. It filters nothing."""
     # Not -d: this passt (Debian 12) crashes printing a TCP debug line.
     p = rig.spawn("passt", ["passt", "-f", "-q", "-e", "--runas", "0", "-4", "-s", net_socket,
                             "-a", nr.GUEST_ADDR, "-n", str(nr.GUEST_PREFIX), "-g", nr.GATEWAY,
@@ -313,14 +336,14 @@ def dhcp_gives_the_fixed_lease(c):
     return f"lease {lease.get('lease')} s from {lease.get('serverid')}"
 
 
-def gateway_answers_ping(c):
+def gateway_answers_ping(c):  # abox-net only: passt (Debian 12) does not answer these
     rc, out = c.sh(f"ping -c 2 -W 3 {nr.GATEWAY}")
     assert rc == 0 and " 0% packet loss" in out, f"rc {rc}: {out}"
 
 
 def allowed_name_resolves(c):
     rc, out = c.sh(f"nslookup {WEB}")
-    assert rc == 0 and WEB_ADDR in out, f"nslookup {WEB}: rc {rc}: {out}"
+    assert rc == 0 and WEB_ADDR in out, f"nslookup {WEB}: rc {rc}: {out!r}"
 
 
 def allowed_name_download_has_the_served_digest(c):
@@ -392,20 +415,22 @@ def run(rig, abox):
     rig.start_nginx({WEB: {"index.html": INDEX.encode(), "blob.bin": BLOB}}, extra_ports=())
     rig.add_netns(rig.guest)  # QEMU's: nothing in it but lo
     initramfs = build_initramfs(rig)
-    net_socket = rig.path("net.sock")
-    net = start_passt(rig, net_socket) if control else start_abox_net(rig, abox, net_socket)
-    guest = Guest(rig, initramfs, net_socket)
+    if control:
+        prepare_passt(rig)
+    guest = Guest(rig, initramfs, lambda path: start_passt(rig, path) if control else start_abox_net(rig, abox, path))
     c = Checks(guest, control)
     try:
         secs, note = guest.boot()
     except Exception as e:  # noqa: BLE001 - nothing else can run
         c.report("guest_boots_to_init_and_the_control_port", False, f"{type(e).__name__}: {e}")
         return c
+    net = guest.net
     c.report("guest_boots_to_init_and_the_control_port", True,
              f"ready {secs:.1f} s after QEMU started, guest uptime {guest.ready.get('uptime')} s"
              + (f"; {note}" if note else ""))
-    for fn in (dhcp_gives_the_fixed_lease, gateway_answers_ping, allowed_name_resolves, allowed_name_download_has_the_served_digest,
-               denied_name_does_not_resolve, direct_connection_to_unanswered_address_fails):
+    for fn in (dhcp_gives_the_fixed_lease, *(() if control else (gateway_answers_ping,)), allowed_name_resolves,
+               allowed_name_download_has_the_served_digest, denied_name_does_not_resolve,
+               direct_connection_to_unanswered_address_fails):
         c.check(fn.__name__, lambda fn=fn: fn(c))
 
     def poweroff():
