@@ -182,7 +182,7 @@ if ! guest_kernel_ok; then
   kver=${kpkg#linux-image-}
   mkdir -p "$ktmp/out/modules"
   # Why the vmlinux and not the bzImage: QEMU boots the ELF through its PVH
-  # entry point, so the guest does not spend about 0.3 s of TCG time
+  # entry point, so the guest does not spend about half a second of TCG time
   # decompressing itself. The bzImage's payload is an LZ4 legacy frame: cut
   # it out at its magic (02 21 4c 18) and decompress it here.
   bz="$ktmp/pkg/boot/vmlinuz-$kver"
