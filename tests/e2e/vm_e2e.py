@@ -32,11 +32,12 @@ What the guest is held to:
   the gateway answers ping (abox-net only);
 - nslookup of the allowed name gives its address; wget of a BLOB_BYTES file
   from it has the sha256 nginx serves;
-- the denied name does not resolve; a connection straight to an address no
-  allowed name was answered with fails;
+- the denied name does not resolve; DNS straight to the authoritative server
+  gets no answer; a connection straight to an address no allowed name was
+  answered with fails;
 - "poweroff" on the control port ends QEMU with exit 0.
 With abox-net the events file shows the admission of the allowed flow and a
-deny for the name and the address, and abox-net exits 0 once QEMU is gone.
+deny for the name, the direct DNS and the address, and abox-net exits 0 once QEMU is gone.
 Each boot gets a fresh abox-net (or passt): either takes exactly one VMM.
 
 ABOX_GUEST_KERNEL_DIR overrides where the kernel is (default
@@ -367,6 +368,15 @@ def denied_name_does_not_resolve(c):
     return answer if not c.control else ""
 
 
+def dns_to_another_resolver_gets_no_answer(c):
+    start = time.monotonic()
+    rc, out = c.sh(f"timeout 10 nslookup {WEB} {NS_ADDR}")
+    secs = time.monotonic() - start
+    c.attack(f"DNS straight to {NS_ADDR}", rc != 0 and WEB_ADDR not in out, rc == 0 and WEB_ADDR in out,
+             f"rc {rc}: {out.strip()}")
+    return f"nslookup exit {rc} after {secs:.1f} s" if not c.control else ""
+
+
 def direct_connection_to_unanswered_address_fails(c):
     start = time.monotonic()
     rc, out = c.sh(f"timeout 15 wget -q -O - http://{SECRET_ADDR}/index.html")
@@ -379,6 +389,8 @@ def direct_connection_to_unanswered_address_fails(c):
 
 
 def events_show_the_admission_and_the_denials(path):
+    """The allowed flow was admitted, each refusal has its deny event, and
+    nothing went to the secret address."""
     events = []
     with open(path) as f:
         for line in f:
@@ -393,6 +405,7 @@ def events_show_the_admission_and_the_denials(path):
         (f"admit {WEB_ADDR}:80", has("admit", dst=f"{WEB_ADDR}:80", name=WEB)),
         (f"deny name {SECRET}", has("deny", name=SECRET)),
         (f"deny {SECRET_ADDR}:80", has("deny", dst=f"{SECRET_ADDR}:80")),
+        (f"deny {NS_ADDR}:53 udp", has("deny", dst=f"{NS_ADDR}:53", proto="udp")),
     ) if not ok]
     admitted = [e for e in events if e.get("kind") == "admit" and str(e.get("dst", "")).startswith(SECRET_ADDR)]
     assert not missing and not admitted, f"missing {missing}, admitted {admitted}; {len(events)} events in {path}"
@@ -430,7 +443,7 @@ def run(rig, abox):
              + (f"; {note}" if note else ""))
     for fn in (dhcp_gives_the_fixed_lease, *(() if control else (gateway_answers_ping,)), allowed_name_resolves,
                allowed_name_download_has_the_served_digest, denied_name_does_not_resolve,
-               direct_connection_to_unanswered_address_fails):
+               dns_to_another_resolver_gets_no_answer, direct_connection_to_unanswered_address_fails):
         c.check(fn.__name__, lambda fn=fn: fn(c))
 
     def poweroff():
@@ -483,7 +496,7 @@ def main(argv):
         return 1
     passed = failed = 0
     start = time.monotonic()
-    rig = nr.Rig("vm")
+    rig = nr.Rig("vmt")
     try:
         rig.unwind_on_signals()
         c = run(rig, abox)
