@@ -32,6 +32,7 @@ log() { echo "init: $*"; }
 
 # abox.KEY=VALUE from the kernel command line, or $2.
 option() {
+  # shellcheck disable=SC2013 # the command line is words, not lines
   for word in $(cat /proc/cmdline); do
     case "$word" in "abox.$1="*) echo "${word#*=}"; return ;; esac
   done
