@@ -363,7 +363,7 @@ def gateway_answers_ping(c):  # abox-net only: passt (Debian 12) does not answer
 
 
 def allowed_name_resolves(c):
-    rc, out = c.sh(f"nslookup {WEB}")
+    rc, out = c.sh(f"nslookup -type=a {WEB}")
     assert rc == 0 and WEB_ADDR in out, f"nslookup {WEB}: rc {rc}: {out!r}"
 
 
@@ -381,7 +381,7 @@ def allowed_name_download_has_the_served_digest(c):
 
 
 def denied_name_does_not_resolve(c):
-    rc, out = c.sh(f"nslookup {SECRET}")
+    rc, out = c.sh(f"nslookup -type=a {SECRET}")
     c.attack(f"resolving {SECRET}", rc != 0 and SECRET_ADDR not in out, rc == 0 and SECRET_ADDR in out,
              f"rc {rc}: {out.strip()}")
     c.expect(f"deny name {SECRET}", "deny", name=SECRET)
@@ -392,7 +392,7 @@ def denied_name_does_not_resolve(c):
 
 def dns_to_another_resolver_gets_no_answer(c):
     start = time.monotonic()
-    rc, out = c.sh(f"timeout 10 nslookup {WEB} {NS_ADDR}")
+    rc, out = c.sh(f"timeout 10 nslookup -type=a {WEB} {NS_ADDR}")
     secs = time.monotonic() - start
     c.attack(f"DNS straight to {NS_ADDR}", rc != 0 and WEB_ADDR not in out, rc == 0 and WEB_ADDR in out,
              f"rc {rc}: {out.strip()}")
