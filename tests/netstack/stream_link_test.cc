@@ -4,7 +4,9 @@
 // anywhere), the bounded output queue and a peer that goes away.
 //
 // Each test uses its own path under /tmp (abox-stream-test-<pid>-<n>) and
-// removes it; the peer is the test itself, over a real unix socket.
+// removes it; the peer is the test itself, over a real unix socket. The last
+// test puts a StreamLink under a GuestStack on an EventLoop, to check that
+// output queued while the VMM does not read is flushed when it does.
 #include "netstack/stream_link.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -25,7 +28,12 @@
 #include <thread>
 #include <vector>
 
+#include "base/event_log.h"
+#include "base/random.h"
 #include "base/unique_fd.h"
+#include "netstack/event_loop.h"
+#include "netstack/guest_stack.h"
+#include "policy/policy_file.h"
 #include "tests/support/alloc_counter.h"
 
 namespace abox::netstack {
@@ -366,6 +374,162 @@ TEST(StreamLinkTest, FramesSentBeforeThePeerLeftAreDeliveredThenTheLinkIsDead) {
   auto s = p.link->send(frame(64, 3));  // MSG_NOSIGNAL: an error, not SIGPIPE
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error(), EAGAIN);
+}
+
+// ---------------------------------------------------------------------------
+// Under a GuestStack: the loop watches POLLOUT while output is queued.
+
+std::uint16_t inet_checksum(const Bytes& b, std::size_t from, std::size_t n) {
+  std::uint32_t sum = 0;
+  for (std::size_t i = 0; i + 1 < n; i += 2)
+    sum += static_cast<std::uint32_t>((b[from + i] << 8) | b[from + i + 1]);
+  if (n % 2 != 0) sum += static_cast<std::uint32_t>(b[from + n - 1] << 8);
+  while ((sum >> 16) != 0) sum = (sum & 0xFFFF) + (sum >> 16);
+  return static_cast<std::uint16_t>(~sum);
+}
+
+constexpr std::array<std::uint8_t, 6> kGuestMac = {0x02, 0, 0, 0, 0, 0x15};
+constexpr std::array<std::uint8_t, 6> kGatewayMac = {0x52, 0x55, 0x0a, 0x00, 0x02, 0x02};
+
+Bytes ethernet(const std::array<std::uint8_t, 6>& dst, std::uint16_t type) {
+  Bytes f(dst.begin(), dst.end());
+  f.insert(f.end(), kGuestMac.begin(), kGuestMac.end());
+  f.push_back(static_cast<std::uint8_t>(type >> 8));
+  f.push_back(static_cast<std::uint8_t>(type));
+  return f;
+}
+
+// The guest asks for the gateway's MAC (and so tells lwIP its own).
+Bytes arp_request() {
+  Bytes f = ethernet({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0806);
+  const Bytes body = {0, 1, 8, 0, 6, 4, 0, 1};
+  f.insert(f.end(), body.begin(), body.end());
+  f.insert(f.end(), kGuestMac.begin(), kGuestMac.end());
+  f.insert(f.end(), {10, 0, 2, 15, 0, 0, 0, 0, 0, 0, 10, 0, 2, 2});
+  f.resize(60, 0);
+  return f;
+}
+
+// An echo request from the guest to the gateway with `payload` bytes.
+Bytes echo_request(std::uint16_t seq, std::size_t payload) {
+  Bytes f = ethernet(kGatewayMac, 0x0800);
+  const std::size_t total = 20 + 8 + payload;
+  f.insert(f.end(), {0x45,
+                     0,
+                     static_cast<std::uint8_t>(total >> 8),
+                     static_cast<std::uint8_t>(total),
+                     0,
+                     0,
+                     0,
+                     0,
+                     64,
+                     1,
+                     0,
+                     0,
+                     10,
+                     0,
+                     2,
+                     15,
+                     10,
+                     0,
+                     2,
+                     2});
+  const std::uint16_t ip_sum = inet_checksum(f, 14, 20);
+  f[24] = static_cast<std::uint8_t>(ip_sum >> 8);
+  f[25] = static_cast<std::uint8_t>(ip_sum);
+  f.insert(f.end(),
+           {8, 0, 0, 0, 0x12, 0x34, static_cast<std::uint8_t>(seq >> 8), static_cast<std::uint8_t>(seq)});
+  f.resize(f.size() + payload, 0x5A);
+  const std::uint16_t icmp_sum = inet_checksum(f, 34, 8 + payload);
+  f[36] = static_cast<std::uint8_t>(icmp_sum >> 8);
+  f[37] = static_cast<std::uint8_t>(icmp_sum);
+  return f;
+}
+
+TEST(StreamLinkInAGuestStackTest, OutputHeldWhileTheVmmDoesNotReadIsFlushedWhenItReads) {
+  auto parsed = policy::parse_policy(
+      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"example.com\"]\nports = [443]\n",
+      "stream-test.toml");
+  ASSERT_TRUE(parsed.ok());
+  const policy::Policy policy = std::move(parsed).value();
+  base::EventLog events = base::EventLog::discard();
+  base::SeededRandom random(1);
+  EventLoop loop;
+
+  std::array<int, 2> sv{};
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()), 0);
+  base::UniqueFd vmm(sv[1]);
+  auto made = StreamLink::from_connected(base::UniqueFd(sv[0]), kMtu);
+  ASSERT_TRUE(made.ok());
+  StreamLink& link = **made;
+  int small = 32 * 1024;  // small socket buffers: the queue fills soon
+  ASSERT_EQ(::setsockopt(link.fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+  ASSERT_EQ(::setsockopt(vmm.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+  GuestConfig config;
+  config.gateway_mac = kGatewayMac;
+  GuestStack stack(loop, link, policy, {policy::Endpoint{policy::IpAddress::v4(0x7F00'0001), 9}}, events,
+                   random, config);
+
+  // The VMM only writes: an ARP request, then pings of 1400 bytes, which the
+  // gateway answers into a socket nobody reads, until answers are dropped.
+  auto run_until_read = [&] {
+    for (int turns = 0; turns < 100; ++turns) {
+      loop.run_once(base::Millis(0));
+      pollfd p{link.fd(), POLLIN, 0};
+      if (::poll(&p, 1, 0) == 0) return;
+    }
+  };
+  write_all(vmm.get(), record(arp_request()));
+  run_until_read();
+  std::uint16_t sent = 0;
+  for (int round = 0; round < 200 && link.counters().dropped_send == 0; ++round) {
+    Bytes batch;
+    for (int i = 0; i < 10; ++i) {
+      const Bytes r = record(echo_request(sent++, 1400));
+      batch.insert(batch.end(), r.begin(), r.end());
+    }
+    write_all(vmm.get(), batch);
+    run_until_read();
+  }
+  ASSERT_GT(link.counters().dropped_send, 0u) << "the output queue never filled";
+  EXPECT_TRUE(link.output_pending());
+  EXPECT_LE(link.queued(), StreamLink::kMaxQueued);
+  const std::uint64_t accepted = link.counters().frames_out;
+
+  // Now the VMM reads, and writes nothing: only POLLOUT can wake the loop to
+  // flush, and every frame the link accepted must arrive, in order.
+  Bytes in;
+  std::uint64_t frames = 0;
+  int last_seq = -1;
+  bool in_order = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (int rounds = 0; rounds < 5000 && frames < accepted && std::chrono::steady_clock::now() < deadline;
+       ++rounds) {
+    loop.run_once(base::Millis(10));
+    std::array<std::uint8_t, 65536> chunk{};
+    const ssize_t n = ::recv(vmm.get(), chunk.data(), chunk.size(), MSG_DONTWAIT);
+    if (n > 0) in.insert(in.end(), chunk.begin(), chunk.begin() + n);
+    std::size_t at = 0;
+    while (in.size() - at >= 4) {
+      const std::size_t len = (std::size_t{in[at]} << 24) | (std::size_t{in[at + 1]} << 16) |
+                              (std::size_t{in[at + 2]} << 8) | in[at + 3];
+      if (in.size() - at < 4 + len) break;
+      const std::size_t f = at + 4;
+      if (len >= 42 && in[f + 12] == 0x08 && in[f + 13] == 0x00 && in[f + 23] == 1 && in[f + 34] == 0) {
+        const int seq = (in[f + 40] << 8) | in[f + 41];  // an echo reply
+        in_order = in_order && seq > last_seq;
+        last_seq = seq;
+      }
+      at = f + len;
+      ++frames;
+    }
+    in.erase(in.begin(), in.begin() + static_cast<long>(at));
+  }
+  EXPECT_EQ(frames, accepted);
+  EXPECT_TRUE(in_order);
+  EXPECT_FALSE(link.output_pending());
+  EXPECT_TRUE(in.empty());
+  EXPECT_TRUE(stack.link_alive());
 }
 
 }  // namespace
