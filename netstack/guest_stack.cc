@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
@@ -289,7 +290,14 @@ void GuestStack::count(DhcpOutcome outcome) {
 void GuestStack::link_failed(int err) {
   if (!link_alive_) return;
   link_alive_ = false;
-  events_.emit("link", {{"reason", "the guest link failed"}, {"errno", err}});
+  // A VMM that exits (or a namespace torn down) closes its end: that is the
+  // ordinary end of an instance, not a fault.
+  const bool peer_left = err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == EIO || err == 0;
+  events_.emit("link",
+               {{"reason", peer_left ? "the guest's side of the link closed (the VM or namespace went away)"
+                                     : "the guest link failed"},
+                {"errno", err},
+                {"error", std::strerror(err)}});
   loop_.stop();
 }
 

@@ -53,7 +53,6 @@ import select
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 sys.dont_write_bytecode = True  # the source tree may be read-only
@@ -251,31 +250,7 @@ class Guest:
 
 def start_abox_net(rig, abox, net_socket):
     """abox-net run --stream in outside; returns once it printed 'ready'."""
-    policy = rig.path("policy.toml")
-    with open(policy, "w") as f:
-        f.write(POLICY)
-    p = rig.spawn("abox-net", [abox, "run", "--policy", policy, "--stream", net_socket,
-                               "--events", rig.path("events.jsonl")], ns=rig.outside, stdout=subprocess.PIPE)
-    line, deadline = b"", time.monotonic() + 15
-    while not line.endswith(b"\n") and time.monotonic() < deadline:
-        ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))
-        if ready:
-            b = os.read(p.stdout.fileno(), 1)
-            if not b:
-                break
-            line += b
-    if not line.startswith(b"ready"):
-        how = f"exited {p.returncode}" if p.poll() is not None else "did not print 'ready' within 15 s"
-        raise RuntimeError(f"abox-net run {how}; stdout {line!r}, stderr:\n{rig.log_tail('abox-net')}")
-
-    def drain():  # stdout must never fill up and stall abox-net
-        with open(rig.path("abox-net.stdout"), "ab") as out:
-            out.write(line)
-            for chunk in iter(lambda: os.read(p.stdout.fileno(), 65536), b""):
-                out.write(chunk)
-
-    threading.Thread(target=drain, daemon=True).start()
-    return p
+    return rig.start_abox_net(abox, POLICY, link=["--stream", net_socket])
 
 
 def prepare_passt(rig):
