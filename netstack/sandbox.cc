@@ -286,6 +286,10 @@ base::Result<void, std::string> drop_privileges() {
 }
 
 base::Result<void, std::string> install_syscall_filter() {
+  // What the C library does lazily on first use, with syscalls the filter
+  // forbids, is done now: time conversion (gmtime_r in the event log) reads
+  // /etc/localtime once.
+  ::tzset();
   Filter filter(seccomp_init(SCMP_ACT_KILL_PROCESS));
   if (!filter) return base::Err{std::string("seccomp_init failed")};
   // A syscall from another ABI (i386 via int 0x80, x32) is killed too.
@@ -304,16 +308,16 @@ base::Result<void, std::string> install_syscall_filter() {
   return {};
 }
 
-base::Result<void, std::string> enter_sandbox(EventLoop& loop) {
+base::Result<void, std::string> lock_ring_and_drop_privileges(EventLoop& loop) {
   const auto restrictions = ring_restrictions();
   if (int rc = loop.enable_ring(restrictions); rc < 0) {
     return base::Err{errno_text("cannot restrict the io_uring (IORING_REGISTER_RESTRICTIONS)", -rc)};
   }
-  if (auto r = drop_privileges(); !r) return r;
-  // What the C library does lazily on first use, with syscalls the filter
-  // forbids, is done now: time conversion (gmtime_r in the event log) reads
-  // /etc/localtime once.
-  ::tzset();
+  return drop_privileges();
+}
+
+base::Result<void, std::string> enter_sandbox(EventLoop& loop) {
+  if (auto r = lock_ring_and_drop_privileges(loop); !r) return r;
   return install_syscall_filter();
 }
 

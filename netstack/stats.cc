@@ -109,6 +109,11 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("dns_rebinding", g.rebinding)
       .field("dns_malformed", g.malformed)
       .field("dns_in_flight_full", g.in_flight_full)
+      .field("dhcp_offers", c.dhcp_offers)
+      .field("dhcp_acks", c.dhcp_acks)
+      .field("dhcp_naks", c.dhcp_naks)
+      .field("dhcp_ignored", c.dhcp_ignored)
+      .field("dhcp_malformed", c.dhcp_malformed)
       .field("answer_table_size", u64(s.table().size()))
       // Added with the stats socket.
       .field("bytes_in", l.bytes_in)
