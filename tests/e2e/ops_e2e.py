@@ -12,6 +12,9 @@ What abox-net is held to here:
   no_new_privs and every capability set empty, and traffic still flows
   (DNS over UDP and TCP, HTTP, HTTPS) through the sandboxed process;
   --no-sandbox leaves it unconfined (a debugging switch);
+- --stream: capabilities dropped while it waits for the VMM, the syscall
+  filter on once the VMM has connected, frames from the stream link recorded
+  and answered (ARP for the gateway);
 - --stats-socket: a 0600 unix socket; `abox-net stats PATH --json` prints one
   JSON object whose counters match what the test did (frames, DNS queries and
   refusals, admitted and refused flows, memory); the table has the same
@@ -335,6 +338,47 @@ def case_pcap_cap(o):
         f"{final['frames_in']} in + {final['frames_out']} out")
 
 
+def case_stream_link_sandboxed_and_recorded(o):
+    """--stream: capabilities dropped while waiting for the VMM, the syscall
+    filter on once it has connected (and the socket file is gone), frames
+    recorded from the stream link like from a tap."""
+    path, pcap, sock = o.rig.path("vm.sock"), o.rig.path("stream.pcap"), o.rig.path("stream-stats.sock")
+    p, _ = o.start("abox-net-stream", ["run", "--policy", o.policy, "--stream", path, "--pcap", pcap,
+                                       "--stats-socket", sock], b"ready stream=")
+    st = proc_status(p.pid)
+    assert st.get("NoNewPrivs") == "1" and all(int(st[c], 16) == 0 for c in CAP_NAMES), f"before the VMM: {st}"
+    assert o.stats_json(sock) == {}, "counters before the VMM connected"
+    vmm = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    vmm.settimeout(5)
+    vmm.connect(path)
+    # The VMM's first frame: ARP, who has the gateway, from the guest's address.
+    guest_mac = bytes.fromhex("525400123456")
+    arp = (b"\xff" * 6 + guest_mac + b"\x08\x06" + bytes.fromhex("0001080006040001") + guest_mac
+           + socket.inet_aton(nr.GUEST_ADDR) + b"\x00" * 6 + socket.inet_aton(nr.GATEWAY))
+    vmm.sendall(len(arp).to_bytes(4, "big") + arp)
+    reply = None
+    for _ in range(20):  # a few frames at most before the ARP reply
+        n = int.from_bytes(nr.recv_exact(vmm, 4), "big")
+        frame = nr.recv_exact(vmm, n)
+        if frame[12:14] == b"\x08\x06" and frame[20:22] == b"\x00\x02":
+            reply = frame
+            break
+    assert reply is not None and reply[28:32] == socket.inet_aton(nr.GATEWAY), "no ARP reply for the gateway"
+    assert_sandboxed(p.pid)
+    assert not os.path.exists(path), "the stream socket file is still there after the VMM connected"
+    s = o.stats_json(sock)
+    assert s["frames_in"] >= 1 and s["frames_out"] >= 1, s
+    vmm.close()  # the VMM goes away: abox-net exits 0 with its counters
+    p.wait(timeout=10)
+    assert p.returncode == 0, f"exit {p.returncode}"
+    final = last_counters(o.rig.path("abox-net-stream.log"))
+    rc, lines, err = packets(pcap)
+    assert rc == 0, err
+    assert len(lines) == final["frames_in"] + final["frames_out"], f"{len(lines)} packets, counters {final}"
+    text = "\n".join(lines)
+    assert f"Request who-has {nr.GATEWAY} tell {nr.GUEST_ADDR}" in text and f"Reply {nr.GATEWAY} is-at" in text, text
+
+
 def case_dns_mode_sandboxed_with_stats(o):
     sock = o.rig.path("dns-stats.sock")
     p, line = o.start("abox-net-dns", ["dns", "--policy", o.policy, "--listen", "127.0.0.1:0",
@@ -411,6 +455,7 @@ def main(argv):
                          "pcap_is_read_by_tcpdump", "leaves_the_socket_file"):
                 report(name, getattr(run, name))
         report("pcap_cap", lambda: case_pcap_cap(o))
+        report("stream_link_sandboxed_and_recorded", lambda: case_stream_link_sandboxed_and_recorded(o))
         report("dns_mode_sandboxed_with_stats", lambda: case_dns_mode_sandboxed_with_stats(o))
         report("no_sandbox_is_unconfined", lambda: case_no_sandbox_is_unconfined(o))
         if failed:
