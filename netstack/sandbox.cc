@@ -100,7 +100,8 @@ void add_allowed_syscalls(FilterBuilder& f) {
   f.allow(SCMP_SYS(io_uring_enter));
 
   // Links and sockets, reading and writing on fds opened at startup or
-  // accepted/created below: TapLink (readv, write), the signalfd (read),
+  // accepted/created below: TapLink (readv, write), StreamLink (read, send,
+  // sendmsg), the signalfd (read),
   // TcpFlow (recv = recvfrom, sendmsg), UdpFlow and the DNS upstream client
   // (send = sendto, recv), DnsHostServer (recvmmsg, sendmmsg, send, recv),
   // StatsServer (send), the event log and SIGUSR1 counters (write), stdio
@@ -132,7 +133,8 @@ void add_allowed_syscalls(FilterBuilder& f) {
   f.allow(SCMP_SYS(getsockname));
   f.allow(SCMP_SYS(getpeername));
   f.allow(SCMP_SYS(shutdown));
-  // DnsHostServer's TCP listener, StatsServer, the stream link's one peer.
+  // DnsHostServer's TCP listener, StatsServer. (The stream link's one peer is
+  // accepted before the filter: run_command.cc.)
   f.allow(SCMP_SYS(accept4));
   // base::UniqueFd, everywhere.
   f.allow(SCMP_SYS(close));
