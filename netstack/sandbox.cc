@@ -101,11 +101,11 @@ void add_allowed_syscalls(FilterBuilder& f) {
 
   // Links and sockets, reading and writing on fds opened at startup or
   // accepted/created below: TapLink (readv, write), StreamLink (read, send,
-  // sendmsg), the signalfd (read),
-  // TcpFlow (recv = recvfrom, sendmsg), UdpFlow and the DNS upstream client
-  // (send = sendto, recv), DnsHostServer (recvmmsg, sendmmsg, send, recv),
-  // StatsServer (send), the event log and SIGUSR1 counters (write), stdio
-  // (write), MemoryProbe (pread64 of /proc/self/statm).
+  // sendmsg), the signalfd (read), TcpFlow (recv = recvfrom, sendmsg),
+  // UdpFlow and the DNS upstream client (send = sendto, recv), DnsHostServer
+  // (recvmmsg, sendmmsg, send, recv), StatsServer (send), the event log and
+  // SIGUSR1 counters (write), stdio (write), MemoryProbe (pread64 of
+  // /proc/self/statm).
   f.allow(SCMP_SYS(read));
   f.allow(SCMP_SYS(readv));
   f.allow(SCMP_SYS(pread64));
