@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
@@ -85,7 +86,10 @@ struct StackGlue {
 class GuestStack::LinkWatcher final : public EventLoop::Watcher {
  public:
   explicit LinkWatcher(GuestStack& s) : s_(s) {}
-  void on_ready(std::uint32_t) override { s_.poll_link(); }
+  void on_ready(std::uint32_t events) override {
+    if ((events & POLLOUT) != 0) s_.flush_link();
+    s_.poll_link();
+  }
 
  private:
   GuestStack& s_;
@@ -100,6 +104,11 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
       events_(events),
       config_(config),
       table_(policy, policy.limits().answer_entries),
+      dhcp_({.gateway = config.gateway.v4_value(),
+             .guest = config.guest.v4_value(),
+             .prefix_len = config.prefix_len,
+             .gateway_mac = config.gateway_mac,
+             .mtu = link.mtu()}),
       netif_(std::make_unique<netif>()),
       rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.max_receive_size(), 0xFFFF))) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
@@ -149,7 +158,8 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   udp_recv(udp_all_, &StackGlue::udp, nullptr);
 
   link_watcher_ = std::make_unique<LinkWatcher>(*this);
-  link_handle_ = loop_.watch(link_.fd(), POLLIN, link_watcher_.get());
+  link_events_ = POLLIN;
+  link_handle_ = loop_.watch(link_.fd(), link_events_, link_watcher_.get());
 
   // lwIP's own timers, and ours: flow deadlines once a second is enough
   // (peek and connect timeouts are seconds).
@@ -172,7 +182,10 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
                             for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
                             for (UdpFlow* f : sweep_udp_) f->check_idle(now);
                           }});
-  loop_.add_turn_hook([this] { reap(); });
+  loop_.add_turn_hook([this] {
+    reap();
+    watch_link_output();
+  });
   next_sweep_ = loop_.now() + base::Seconds(1);
 }
 
@@ -205,11 +218,7 @@ void GuestStack::poll_link() {
     std::span<std::uint8_t> frame(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_);
     auto r = link_.receive(frame);
     if (!r.ok()) {
-      if (link_alive_) {
-        link_alive_ = false;
-        events_.emit("link", {{"reason", "the guest link failed"}, {"errno", r.error()}});
-        loop_.stop();
-      }
+      link_failed(r.error());
       return;
     }
     std::size_t n = *r;
@@ -243,6 +252,15 @@ void GuestStack::poll_link() {
       ++counters_.frames_dropped_other;
       continue;
     }
+    if (type == kEtherIpv4) {
+      // DHCP first: a DISCOVER comes from 0.0.0.0, which the checks below drop.
+      const DhcpResult dhcp = dhcp_.handle(std::span<const std::uint8_t>(frame.data(), n));
+      if (dhcp.outcome != DhcpOutcome::not_dhcp) {
+        count(dhcp.outcome);
+        if (!dhcp.reply.empty()) (void)link_.send(dhcp.reply);  // a full link loses it; the client retries
+        continue;
+      }
+    }
     if (type == kEtherIpv4 && drop_before_lwip(std::span<const std::uint8_t>(frame.data() + 14, n - 14)))
       continue;
     if (type == kEtherIpv4) {
@@ -275,6 +293,56 @@ void GuestStack::poll_link() {
   loop_.wake_next_turn(link_handle_);
 }
 
+void GuestStack::count(DhcpOutcome outcome) {
+  switch (outcome) {
+    case DhcpOutcome::offer:
+      ++counters_.dhcp_offers;
+      break;
+    case DhcpOutcome::ack:
+      ++counters_.dhcp_acks;
+      break;
+    case DhcpOutcome::nak:
+      ++counters_.dhcp_naks;
+      break;
+    case DhcpOutcome::ignored:
+      ++counters_.dhcp_ignored;
+      break;
+    case DhcpOutcome::malformed:
+      ++counters_.dhcp_malformed;
+      break;
+    case DhcpOutcome::not_dhcp:
+      break;
+  }
+}
+
+void GuestStack::link_failed(int err) {
+  if (!link_alive_) return;
+  link_alive_ = false;
+  // A VMM that exits (or a namespace torn down) closes its end: that is the
+  // ordinary end of an instance, not a fault.
+  const bool peer_left = err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == EIO || err == 0;
+  events_.emit("link",
+               {{"reason", peer_left ? "the guest's side of the link closed (the VM or namespace went away)"
+                                     : "the guest link failed"},
+                {"errno", err},
+                {"error", std::strerror(err)}});
+  loop_.stop();
+}
+
+void GuestStack::flush_link() {
+  if (!link_alive_) return;
+  if (auto r = link_.flush(); !r.ok()) link_failed(r.error());
+}
+
+// POLLOUT only while the link holds output back: a writable socket would
+// otherwise wake the loop on every turn.
+void GuestStack::watch_link_output() {
+  const std::uint32_t want = link_alive_ && link_.output_pending() ? (POLLIN | POLLOUT) : POLLIN;
+  if (want == link_events_) return;
+  link_events_ = want;
+  loop_.modify(link_handle_, want);
+}
+
 // The frame goes to the link as the pbuf chain's pieces, uncopied. With
 // checksum offload, lwIP left the TCP/UDP checksum field zero: it gets the
 // pseudo-header sum here and the guest's kernel does the rest. The headers
@@ -283,15 +351,15 @@ void GuestStack::poll_link() {
 void GuestStack::output_frame(pbuf* p) {
   if (!link_alive_) return;
   std::array<std::span<const std::uint8_t>, kMaxFramePieces> pieces;
-  std::size_t count = 0;
+  std::size_t npieces = 0;
   bool chain_fits = true;
   for (pbuf* q = p; q != nullptr; q = q->next) {
     if (q->len == 0) continue;
-    if (count == pieces.size()) {
+    if (npieces == pieces.size()) {
       chain_fits = false;
       break;
     }
-    pieces[count++] = {static_cast<const std::uint8_t*>(q->payload), q->len};
+    pieces[npieces++] = {static_cast<const std::uint8_t*>(q->payload), q->len};
   }
   std::span<std::uint8_t> head(static_cast<std::uint8_t*>(p->payload), p->len);
   OutFrame frame{};
@@ -304,7 +372,7 @@ void GuestStack::output_frame(pbuf* p) {
       head = std::span<std::uint8_t>(rx_out_.data(), n);
       offload = checksum_offload_of(head, n);
       pieces[0] = head;
-      count = 1;
+      npieces = 1;
     }
     if (offload.field_end != 0 && offload.field_end <= head.size()) {
       head[offload.field_end - 2] = static_cast<std::uint8_t>(offload.pseudo_sum >> 8);
@@ -322,9 +390,9 @@ void GuestStack::output_frame(pbuf* p) {
     if (rx_out_.size() < p->tot_len) rx_out_.resize(p->tot_len);
     std::size_t n = pbuf_copy_partial(p, rx_out_.data(), p->tot_len, 0);
     pieces[0] = std::span<const std::uint8_t>(rx_out_.data(), n);
-    count = 1;
+    npieces = 1;
   }
-  frame.pieces = std::span<const std::span<const std::uint8_t>>(pieces.data(), count);
+  frame.pieces = std::span<const std::span<const std::uint8_t>>(pieces.data(), npieces);
   auto r = link_.send_frame(frame);
   (void)r;  // a full link drops the frame; TCP retransmits, UDP loses one datagram
 }

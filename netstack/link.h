@@ -65,8 +65,8 @@ class Link {
  public:
   virtual ~Link() = default;
 
-  // The fd the event loop watches for POLLIN (and POLLOUT while send() has
-  // reported EAGAIN).
+  // The fd the event loop watches for POLLIN (and POLLOUT while
+  // output_pending()).
   virtual int fd() const = 0;
   // The guest-facing MTU (IP packet size, without the Ethernet header).
   virtual std::size_t mtu() const = 0;
@@ -98,6 +98,13 @@ class Link {
   // True when send_frame() takes TCP frames larger than the MTU (OutFrame's
   // gso_size).
   virtual bool tx_tso() const { return false; }
+
+  // A link that queues output the fd could not take (a stream socket) says
+  // so here: while true the loop also watches fd() for POLLOUT and calls
+  // flush() when it is writable. flush() returns an errno when the link is
+  // dead; a still-full fd is not an error.
+  virtual bool output_pending() const { return false; }
+  virtual base::Result<void, int> flush() { return {}; }
 
   virtual const LinkCounters& counters() const = 0;
 
