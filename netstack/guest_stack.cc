@@ -181,6 +181,7 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
                             sweep_udp_.clear();
                             for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
                             for (UdpFlow* f : sweep_udp_) f->check_idle(now);
+                            bound_time_wait();
                           }});
   loop_.add_turn_hook([this] {
     reap();
@@ -464,6 +465,26 @@ bool GuestStack::drop_before_lwip(std::span<const std::uint8_t> ip) {
   if (pending < kMaxDnsHalfOpen) return false;
   ++counters_.limit_half_open;
   return true;
+}
+
+// lwIP keeps a connection it closed first in TIME_WAIT for 2 MSL (two
+// minutes), and with malloc-backed pools nothing else bounds how many: a
+// guest that opens and closes DNS-over-TCP connections to the gateway in a
+// loop would grow that list by every connection. TcpFlow frees its own at
+// once; the rest are held to kMaxTimeWait here, oldest dropped first
+// (tcp_abort() frees a TIME_WAIT pcb without sending anything). lwIP adds
+// new ones at the head of the list, so the tail is the oldest.
+void GuestStack::bound_time_wait() {
+  std::size_t n = 0;
+  tcp_pcb* keep_last = nullptr;
+  for (tcp_pcb* pcb = tcp_tw_pcbs; pcb != nullptr; pcb = pcb->next) {
+    if (++n == kMaxTimeWait) keep_last = pcb;
+  }
+  if (keep_last == nullptr || keep_last->next == nullptr) return;
+  sweep_time_wait_.clear();
+  for (tcp_pcb* pcb = keep_last->next; pcb != nullptr; pcb = pcb->next) sweep_time_wait_.push_back(pcb);
+  for (tcp_pcb* pcb : sweep_time_wait_) tcp_abort(pcb);
+  counters_.time_wait_dropped += sweep_time_wait_.size();
 }
 
 std::size_t GuestStack::half_open_now() const {

@@ -72,6 +72,7 @@ struct StackCounters {
   std::uint64_t limit_half_open = 0;
   std::uint64_t name_refused = 0;  // SNI/Host did not match
   std::uint64_t connect_failed = 0;
+  std::uint64_t time_wait_dropped = 0;  // lwIP TIME_WAIT pcbs freed early (bound_time_wait())
   std::uint64_t dhcp_offers = 0;
   std::uint64_t dhcp_acks = 0;
   std::uint64_t dhcp_naks = 0;
@@ -147,6 +148,9 @@ class GuestStack {
   void on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
               std::uint16_t dst_port);
   std::size_t half_open_now() const;
+  // TIME_WAIT pcbs lwIP holds, at most (see bound_time_wait()).
+  static constexpr std::size_t kMaxTimeWait = 1024;
+  void bound_time_wait();
   // Checks on an IPv4 packet before lwIP sees it; true drops it (counted).
   bool drop_before_lwip(std::span<const std::uint8_t> ip);
   static constexpr std::size_t kMaxDnsHalfOpen = 32;
@@ -175,6 +179,7 @@ class GuestStack {
   std::unordered_map<std::uint64_t, ReplyPcb> reply_pcbs_;  // key: dst << 16 | port
   std::vector<TcpFlow*> sweep_tcp_;                         // reused by the once-a-second sweep
   std::vector<UdpFlow*> sweep_udp_;
+  std::vector<tcp_pcb*> sweep_time_wait_;
   std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
   std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
   // The pbuf the next frame is read into (see poll_link()), and its size.

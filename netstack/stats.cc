@@ -150,6 +150,7 @@ std::string run_stats_json(const RunStatsSources& from) {
         .field("pcap_write_errors", p.write_errors);
   }
   memory_fields(w, from.memory);
+  w.field("tcp_time_wait_dropped", c.time_wait_dropped);  // added at the end: names are stable
   w.end_object();
   return out;
 }
