@@ -2,8 +2,9 @@
 // (nonce.h), kept in the instance's state folder as the file
 // "nonce-secret" (exactly 32 raw bytes, mode 0600, owned by the operator).
 //
-// Startup code only: errors are exceptions (std::runtime_error with the path
-// and the reason). load_or_create() refuses a file that is not a regular file
+// Startup code only: errors are messages naming the file and the problem (for
+// the CLI), as in ca.h. The caller has made the folder private first
+// (ensure_private_dir()). load_or_create() refuses a file that is not a regular file
 // (symlinks are not followed), is readable or writable by group or others, is
 // owned by another user, or is not exactly 32 bytes long; it creates a missing
 // one atomically (O_CREAT | O_EXCL, mode 0600) from the kernel's random
@@ -11,9 +12,10 @@
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <span>
+#include <string>
 
+#include "base/result.h"
 #include "broker/nonce.h"
 
 namespace abox::broker {
@@ -23,7 +25,7 @@ class InstanceSecret {
   static constexpr const char* kFileName = "nonce-secret";
 
   // Reads <state_dir>/nonce-secret, creating it first when missing.
-  static InstanceSecret load_or_create(const std::filesystem::path& state_dir);
+  static base::Result<InstanceSecret, std::string> load_or_create(const std::string& state_dir);
   // For tests and fuzzing.
   static InstanceSecret from_bytes(const InstanceSecretBytes& bytes);
 

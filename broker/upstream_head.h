@@ -37,7 +37,8 @@ bool is_guest_credential_header(std::string_view name);
 void write_upstream_head(const RequestHead& head, const KeyPlacement& placement, std::string_view key,
                          std::string& out);
 
-// Overwrites the string's bytes (not optimized away) and clears it.
+// Overwrites the string's whole capacity (OPENSSL_cleanse: not optimized
+// away) and clears it.
 void wipe_string(std::string& s);
 
 }  // namespace abox::broker
