@@ -30,7 +30,6 @@ namespace {
 
 constexpr std::uint8_t kCR = '\r';
 constexpr std::uint8_t kLF = '\n';
-constexpr std::uint8_t kSP = ' ';
 constexpr std::uint8_t kHTAB = '\t';
 constexpr std::uint8_t kDEL = 0x7F;
 constexpr std::uint64_t kMaxContentLength = std::numeric_limits<std::int64_t>::max();
