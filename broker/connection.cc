@@ -401,6 +401,7 @@ void Connection::start_resolve() {
                                                           : GateReason::upstream_resolve_failed,
                     r.error == ResolveError::all_reserved ? "every address is in a reserved range"
                                                           : "the name did not resolve");
+      drive();
       return;
     }
     addresses_ = r.addresses;
