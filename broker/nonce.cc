@@ -94,19 +94,28 @@ bool is_nonce_shaped(std::string_view text) {
 }
 
 bool looks_like_nonce(std::string_view text, bool percent_decode) {
-  std::size_t matched = 0;
+  // Raw and decoded are scanned side by side: decoding "%ab" eats the "ab"
+  // of a raw "abox-nonce-" that follows a stray "%".
+  std::size_t raw = 0;
+  std::size_t decoded = 0;
   for (std::size_t i = 0; i < text.size(); ++i) {
+    raw = step(raw, static_cast<std::uint8_t>(text[i]));
+    if (raw == kNoncePrefix.size()) return true;
+    if (!percent_decode) continue;
     auto byte = static_cast<std::uint8_t>(text[i]);
-    if (percent_decode && text[i] == '%' && i + 2 < text.size()) {
+    if (text[i] == '%' && i + 2 < text.size()) {
       int hi = hex_value(text[i + 1]);
       int lo = hex_value(text[i + 2]);
       if (hi >= 0 && lo >= 0) {
         byte = static_cast<std::uint8_t>(hi * 16 + lo);
+        // The raw automaton still has to see the two hex digits.
+        raw = step(step(raw, static_cast<std::uint8_t>(text[i + 1])), static_cast<std::uint8_t>(text[i + 2]));
+        if (raw == kNoncePrefix.size()) return true;
         i += 2;
       }
     }
-    matched = step(matched, byte);
-    if (matched == kNoncePrefix.size()) return true;
+    decoded = step(decoded, byte);
+    if (decoded == kNoncePrefix.size()) return true;
   }
   return false;
 }

@@ -56,7 +56,8 @@ std::string derive_nonce(std::span<const std::uint8_t, kInstanceSecretBytes> sec
 bool is_nonce_shaped(std::string_view text);
 
 // Does `text` contain "abox-nonce-" anywhere, in any ASCII case? When
-// `percent_decode`, "%XX" escapes are decoded first (for URL targets).
+// `percent_decode` (URL targets), also after decoding "%XX" escapes: either
+// reading finding it is enough.
 bool looks_like_nonce(std::string_view text, bool percent_decode = false);
 
 class NonceTable {

@@ -125,6 +125,9 @@ TEST(Nonce, MarkerPercentEncodedInTargets) {
   EXPECT_TRUE(looks_like_nonce("/v1/x?k=%61%62%6f%78-nonce-", true));
   EXPECT_FALSE(looks_like_nonce("/v1/x?k=abox%2Dnonce%2dabc", false));
   EXPECT_FALSE(looks_like_nonce("/v1/x?k=abox%2", true));
+  // A stray "%" before a raw marker: decoding "%ab" must not hide it (a fuzzer find).
+  EXPECT_TRUE(looks_like_nonce("/v1/x?k=abox%abox-nonce-1", true));
+  EXPECT_TRUE(looks_like_nonce("%abox-nonce-", true));
 }
 
 TEST(Nonce, ScannerAcrossPieces) {
