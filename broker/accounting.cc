@@ -49,6 +49,8 @@ std::string Accounting::to_json(std::string_view instance, std::uint64_t leaves_
       .field("idle_timeouts", s.idle_timeouts)
       .field("malformed_requests", s.malformed_requests)
       .field("upstream_failures", s.upstream_failures)
+      .field("upstream_connections", s.upstream_connections)
+      .field("upstream_reused", s.upstream_reused)
       .end_object();
   w.key("leaves").begin_object().field("cached", leaves_cached).field("minted", leaves_minted).end_object();
   w.end_object();

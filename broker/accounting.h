@@ -40,8 +40,10 @@ struct ServiceCounters {
   std::uint64_t sni_refused = 0;                // no binding for the SNI
   std::uint64_t handshake_failed = 0;
   std::uint64_t idle_timeouts = 0;
-  std::uint64_t malformed_requests = 0;  // 400s
-  std::uint64_t upstream_failures = 0;   // 502s
+  std::uint64_t malformed_requests = 0;    // 400s
+  std::uint64_t upstream_failures = 0;     // 502s
+  std::uint64_t upstream_connections = 0;  // new upstream TLS connections made
+  std::uint64_t upstream_reused = 0;       // requests sent on a pooled upstream connection
   std::uint64_t connections_open = 0;
   std::uint64_t handshakes_in_progress = 0;
 };

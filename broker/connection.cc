@@ -10,6 +10,7 @@
 
 #include "broker/upstream.h"
 #include "broker/upstream_head.h"
+#include "broker/upstream_pool.h"
 #include "policy/name.h"
 
 namespace abox::broker {
@@ -189,6 +190,7 @@ bool Connection::flush_both() {
   if (upstream_ && upstream_->handshake_done() && upstream_->queued_bytes() > 0) {
     std::size_t before = upstream_->queued_bytes();
     if (upstream_->flush() == TlsIo::failed) {
+      if (retry_on_fresh_connection()) return true;
       drop_upstream();
       if (!response_started_) {
         fail_upstream(GateReason::upstream_connect_failed, "upstream write failed");
@@ -387,7 +389,32 @@ void Connection::on_body_done() {
     return;
   }
   body_.reset();
+  request_counted_ = false;
+  start_upstream();
+}
+
+void Connection::start_upstream() {
+  if (auto pooled = rt_.pool.take(binding_index_)) {
+    upstream_ = std::move(pooled);
+    upstream_fd_number_ = upstream_->fd();
+    if (rt_.loop.watch(upstream_fd_number_, EPOLLIN | EPOLLOUT, [this](std::uint32_t) { drive(); })) {
+      reused_upstream_ = true;
+      ++rt_.accounting.service().upstream_reused;
+      on_upstream_handshake_done();
+      return;
+    }
+    drop_upstream();
+  }
+  reused_upstream_ = false;
   start_resolve();
+}
+
+bool Connection::retry_on_fresh_connection() {
+  if (!reused_upstream_ || response_started_ || upstream_request_.empty()) return false;
+  drop_upstream();
+  reused_upstream_ = false;
+  start_resolve();
+  return true;
 }
 
 void Connection::start_resolve() {
@@ -452,6 +479,7 @@ bool Connection::step_connect_result() {
     return false;
   }
   upstream_ = std::make_unique<TlsStream>(std::move(connecting_fd_), std::move(ssl));
+  ++rt_.accounting.service().upstream_connections;
   state_ = State::upstream_handshake;
   return true;
 }
@@ -490,15 +518,17 @@ void Connection::on_upstream_handshake_done() {
   X509_free(SSL_get_peer_certificate(upstream_->ssl()));
   request_bytes_up_ = upstream_request_.size();
   upstream_->queue(upstream_request_);
-  wipe_string(upstream_request_);
   response_raw_.clear();
   response_head_done_ = false;
   response_body_.reset();
   response_started_ = false;
   response_bytes_down_ = 0;
-  auto& account = rt_.accounting.binding(binding_index_);
-  ++account.requests;
-  account.bytes_up += request_bytes_up_;
+  if (!request_counted_) {
+    request_counted_ = true;
+    auto& account = rt_.accounting.binding(binding_index_);
+    ++account.requests;
+    account.bytes_up += request_bytes_up_;
+  }
   state_ = State::exchange;
   arm_timer(rt_.limits.idle_timeout);
 }
@@ -556,6 +586,7 @@ bool Connection::process_response() {
       if (*parsed == ResponseHeadStatus::need_more) return progress;
       std::size_t head_bytes = response_head_.head_bytes;
       int status = response_head_.status;
+      wipe_string(upstream_request_);  // the provider answered: no retry from here
       auto& account = rt_.accounting.binding(binding_index_);
       if (status >= 100 && status < 200 && status != 101) {
         // Interim (100 Continue, 103): forwarded, the final head follows.
@@ -660,6 +691,15 @@ void Connection::finish_response() {
                                      {"bytes_up", request_bytes_up_},
                                      {"bytes_down", response_bytes_down_}});
   bool close_guest = guest_wants_close_ || response_head_.connection_close;
+  wipe_string(upstream_request_);
+  bool reusable = upstream_ && !response_head_.connection_close && response_head_.status != 101 &&
+                  response_head_.framing != ResponseFraming::until_close && response_raw_.empty() &&
+                  !upstream_->has_pending() && upstream_->queued_bytes() == 0;
+  if (reusable) {
+    rt_.loop.unwatch(upstream_fd_number_);
+    upstream_fd_number_ = -1;
+    rt_.pool.give(binding_index_, std::move(upstream_));
+  }
   drop_upstream();
   response_body_.reset();
   response_head_done_ = false;

@@ -23,6 +23,7 @@
 //              every byte through the KeyScrubber; its head is parsed only to
 //              count it and to find where it ends
 //   tunnel     after a 101 on a binding with allow_upgrade: bytes both ways
+//   (a pooled upstream connection skips resolve, connect and handshake)
 //   closing    flush what is queued for the guest, then close
 // After a response ends the upstream connection is closed and, unless either
 // side asked to close, the guest's next request is read (keep-alive).
@@ -31,8 +32,12 @@
 // bytes queued for the guest (max_buffered_bytes: upstream reads pause past
 // it), and one timer (handshake, connect or idle timeout).
 //
-// The key lives in the upstream head buffer only until it is queued on the
-// upstream TLS stream, which wipes its buffer once sent; it is never logged.
+// Upstream connections are kept for the next request when a response ends
+// cleanly (upstream_pool.h).
+//
+// The key lives in the upstream request buffer until the response head
+// arrives (for the one retry) and in the upstream TLS stream's buffer until
+// sent; both are wiped. It is never logged.
 #pragma once
 
 #include <cstdint>
@@ -104,7 +109,11 @@ class Connection {
   bool read_guest(std::size_t max);
   void on_head(const RequestHead& head);
   void on_body_done();
+  void start_upstream();
   void start_resolve();
+  // A request that failed on a pooled connection before any response byte
+  // goes again on a fresh one; false when that does not apply.
+  bool retry_on_fresh_connection();
   void try_next_address();
   void on_upstream_handshake_done();
   bool process_response();
@@ -138,8 +147,12 @@ class Connection {
   std::uint16_t port_ = 443;
 
   // The request in progress.
-  std::string in_;                // guest plaintext not consumed yet
-  std::string upstream_request_;  // head (with the key) and body, until queued upstream
+  std::string in_;  // guest plaintext not consumed yet
+  // Head (with the key) and body; kept until the response head arrives, for
+  // one retry when a pooled upstream connection turns out closed.
+  std::string upstream_request_;
+  bool request_counted_ = false;
+  bool reused_upstream_ = false;
   std::optional<BodyDecoder> body_;
   NonceMarkerScanner body_scanner_;
   std::size_t body_offset_ = 0;  // where the body starts in in_

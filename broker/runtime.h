@@ -18,6 +18,7 @@
 #include "broker/nonce.h"
 #include "broker/resolver.h"
 #include "broker/tls.h"
+#include "broker/upstream_pool.h"
 #include "policy/policy.h"
 
 namespace abox::broker {
@@ -44,6 +45,7 @@ struct InstanceRuntime {
   SSL_CTX* server_ctx = nullptr;
   SSL_CTX* upstream_ctx = nullptr;
   UpstreamResolver& resolver;
+  UpstreamPool& pool;
   Accounting& accounting;
   base::EventLog& events;
   BrokerLoop& loop;

@@ -32,6 +32,7 @@
 #include "broker/runtime.h"
 #include "broker/tls.h"
 #include "broker/upstream.h"
+#include "broker/upstream_pool.h"
 #include "dns/resolv_conf.h"
 #include "policy/policy_file.h"
 
@@ -139,6 +140,7 @@ struct BrokerService::Impl {
   SslCtxPtr upstream_ctx;
   BrokerLoop loop;
   std::unique_ptr<UpstreamResolver> resolver;
+  std::unique_ptr<UpstreamPool> pool;
   std::unique_ptr<Accounting> accounting;
   std::unique_ptr<InstanceRuntime> runtime;
   Listener listener;
@@ -193,6 +195,7 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   }
   impl->resolver = std::make_unique<UpstreamResolver>(impl->loop, pol, std::move(upstreams), events);
   impl->accounting = std::make_unique<Accounting>(pol);
+  impl->pool = std::make_unique<UpstreamPool>(impl->loop, pol.brokers().size());
 
   auto listener = open_listener(options.listen);
   if (!listener.ok()) return base::Err{listener.error()};
@@ -209,8 +212,8 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   Impl* raw = impl.get();
   impl->runtime.reset(new InstanceRuntime{
       options.instance, pol, *impl->credentials, *impl->nonces, *impl->gate, *impl->leaves,
-      impl->server_ctx.get(), impl->upstream_ctx.get(), *impl->resolver, *impl->accounting, events,
-      impl->loop, HeadLimits::from(pol.limits()), BodyLimits::from(pol.limits()), limits,
+      impl->server_ctx.get(), impl->upstream_ctx.get(), *impl->resolver, *impl->pool, *impl->accounting,
+      events, impl->loop, HeadLimits::from(pol.limits()), BodyLimits::from(pol.limits()), limits,
       options.listen.starts_with("unix:"), [raw](Connection* c) {
         std::uint64_t id = c->id();
         --raw->accounting->service().connections_open;

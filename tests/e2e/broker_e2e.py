@@ -503,6 +503,9 @@ def accounting_counts_what_the_broker_saw(env):
     assert after["requests"] == before["requests"] + 2
     assert after["bytes_up"] > before["bytes_up"] and after["bytes_down"] > before["bytes_down"]
     assert after["refused"] >= 1 and "host_mismatch" in after["refused_by_reason"], after
+    service = read_stats(env)["service"]
+    # Keep-alive to the provider: requests went on pooled connections.
+    assert service["upstream_reused"] > 0 and service["upstream_connections"] < after["requests"], service
 
 
 @case
