@@ -19,7 +19,21 @@ constexpr std::array<std::string_view, 4> kGuestCredentialHeaders = {
     "cookie",
 };
 
+constexpr std::array<std::string_view, 4> kHopByHopHeaders = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+};
+
 }  // namespace
+
+bool is_hop_by_hop_header(std::string_view name) {
+  for (auto h : kHopByHopHeaders) {
+    if (iequals(name, h)) return true;
+  }
+  return false;
+}
 
 bool is_guest_credential_header(std::string_view name) {
   for (auto h : kGuestCredentialHeaders) {
@@ -35,12 +49,16 @@ void write_upstream_head(const RequestHead& head, const KeyPlacement& placement,
   out.append(head.target());
   out.append(" HTTP/1.1\r\n");
   for (const auto& f : head.fields()) {
-    if (is_guest_credential_header(f.name) || iequals(f.name, placement.header)) continue;
+    if (is_guest_credential_header(f.name) || is_hop_by_hop_header(f.name) ||
+        iequals(f.name, placement.header)) {
+      continue;
+    }
     out.append(f.name);
     out.append(": ");
     out.append(f.value);
     out.append("\r\n");
   }
+  if (head.wants_upgrade()) out.append("Connection: upgrade\r\n");
   out.append(placement.header);
   out.append(": ");
   out.append(placement.prefix);

@@ -7,7 +7,12 @@
 //   - every header field as sent (name spelling kept, value OWS-trimmed),
 //     except these, dropped in any case spelling: authorization,
 //     proxy-authorization, x-api-key, cookie, and the binding's own header
-//     (which carried the nonce);
+//     (which carried the nonce); and the hop-by-hop headers connection,
+//     keep-alive, proxy-connection and te (RFC 9110 7.6.1): the upstream
+//     connection is the broker's own, kept alive across guest connections,
+//     so a guest's "Connection: close" must not end it. An upgrade request
+//     (wants_upgrade(), only past the gate when the binding allows it) gets
+//     "Connection: upgrade" instead, next to its Upgrade header;
 //   - then "<binding header>: <key prefix><key>" CRLF, and the empty line.
 // Framing headers (Content-Length, Transfer-Encoding) pass through unchanged:
 // the broker forwards the body under the same framing (body_decoder.h).
@@ -31,6 +36,9 @@ struct KeyPlacement {
 // Is this one of the header names a guest may never send upstream
 // (authorization, proxy-authorization, x-api-key, cookie)? Case-insensitive.
 bool is_guest_credential_header(std::string_view name);
+// Is this a hop-by-hop header the broker writes itself (connection,
+// keep-alive, proxy-connection, te)? Case-insensitive.
+bool is_hop_by_hop_header(std::string_view name);
 
 // Appends the upstream head to `out` (which the caller may reuse across
 // requests: no allocation once its capacity suffices).
