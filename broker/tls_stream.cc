@@ -1,6 +1,7 @@
 #include "broker/tls_stream.h"
 
 #include <openssl/err.h>
+#include <openssl/mem.h>
 
 #include <cerrno>
 #include <climits>
@@ -83,6 +84,8 @@ TlsIo TlsStream::flush() {
     }
     out_sent_ += static_cast<std::size_t>(ret);
   }
+  // What was sent may hold a key (upstream) or a response: wiped, not kept.
+  OPENSSL_cleanse(out_.data(), out_.size());
   out_.clear();
   out_sent_ = 0;
   return TlsIo::done;

@@ -6,6 +6,9 @@
 // (wants_read_event / wants_write_event), which the owner gives to the loop:
 // TLS may need to read while writing and the reverse.
 //
+// Sent bytes are wiped from the output buffer once it drains (the upstream
+// side carries the key).
+//
 // Bounds: the output buffer is the owner's to bound (queued_bytes()); the
 // owner stops reading from the other side while it is over its limit.
 #pragma once
