@@ -89,6 +89,9 @@ nonce_env = "REBIND_API_KEY"
 [limits]
 http_head_bytes = 4096
 http_body_bytes = 65536
+
+[timeouts]
+connect_ms = 2000
 """
 
 CREDENTIALS = f"""[credentials]
@@ -461,10 +464,19 @@ def alpn_is_http11_only(env):
             pass
 
 
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 @case
 def sni_flood_keeps_memory_bounded_and_service_working(env):
     ctx = tls_context(env)
-    for i in range(200):
+    rss_before = rss_kib(env.broker_pid)
+    for i in range(300):
         with socket.create_connection(("127.0.0.1", 443), timeout=10) as s:
             try:
                 ctx.wrap_socket(s, server_hostname=f"flood{i}.example.test")
@@ -474,6 +486,22 @@ def sni_flood_keeps_memory_bounded_and_service_working(env):
     assert status_and_headers(resp)[0] == 200
     stats = read_stats(env)
     assert stats["leaves"]["cached"] <= 5, stats["leaves"]
+    assert stats["service"]["sni_refused"] >= 300, stats["service"]
+    grown = rss_kib(env.broker_pid) - rss_before
+    assert grown < 16 * 1024, f"the broker grew {grown} KiB during the flood"
+
+
+@case
+def silent_client_is_closed_after_the_handshake_timeout(env):
+    # The broker closes it (handshake timeout, connect_ms = 2 s); the socket's
+    # own 15 s timeout fails the case if it never does.
+    with socket.create_connection(("127.0.0.1", 443), timeout=15) as s:
+        try:
+            data = s.recv(1)
+        except ConnectionResetError:
+            data = b""
+        assert data == b"", data
+    assert read_stats(env)["service"]["handshakes_in_progress"] == 0
 
 
 def read_stats(env):
