@@ -43,7 +43,8 @@ BEARER = "bearer.example.test"    # a binding whose key goes in authorization: B
 WRONG = "wrong.example.test"      # its provider shows a certificate for another name
 UNTRUSTED = "untrusted.example.test"  # its provider's certificate is from an unknown CA
 REBIND = "rebind.example.test"    # resolves to 127.0.0.1 only
-ADDRS = {API: "93.184.215.14", BEARER: "93.184.215.14", WRONG: "93.184.215.16", UNTRUSTED: "93.184.215.17"}
+WS = "ws.example.test"            # a binding that allows upgrades
+ADDRS = {API: "93.184.215.14", BEARER: "93.184.215.14", WS: "93.184.215.14", WRONG: "93.184.215.16", UNTRUSTED: "93.184.215.17"}
 KEY = "sk-test-REALKEY-0123456789abcdef0123456789"
 KEY2 = "sk-test-BEARERKEY-fedcba9876543210"
 INSTANCE = "dev"
@@ -67,6 +68,15 @@ header = "authorization"
 nonce_env = "BEARER_API_KEY"
 methods = ["POST"]
 paths = ["/v1/"]
+
+[[broker]]
+name = "{WS}"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "WS_API_KEY"
+methods = ["GET"]
+paths = ["/v1/ws"]
+allow_upgrade = true
 
 [[broker]]
 name = "{WRONG}"
@@ -402,6 +412,36 @@ def method_and_path_outside_the_binding(env):
 
 
 @case
+def upgrade_on_a_binding_that_allows_it_is_tunnelled_and_scrubbed(env):
+    before = env.provider_log()
+    ctx = tls_context(env)
+    with socket.create_connection(("127.0.0.1", 443), timeout=10) as s:
+        with ctx.wrap_socket(s, server_hostname=WS) as t:
+            t.sendall((f"GET /v1/ws HTTP/1.1\r\nHost: {WS}\r\nx-api-key: {env.nonces[WS]}\r\n"
+                       "Upgrade: echo\r\nConnection: Upgrade\r\n\r\n").encode())
+            got = b""
+            for _ in range(100):
+                if got.count(b"\n") >= 5 and b"\r\n\r\n" in got and b"key=" in got:
+                    break
+                got += t.recv(65536)
+            assert got.startswith(b"HTTP/1.1 101"), got[:200]
+            assert KEY.encode() not in got, "the key came back through the tunnel"
+            assert b"key=" + b"*" * len(KEY) in got, got
+            t.sendall(b"hello tunnel\n")
+            echo = b""
+            for _ in range(100):
+                if b"hello tunnel\n" in echo:
+                    break
+                chunk = t.recv(65536)
+                if not chunk:
+                    break
+                echo += chunk
+            assert b"hello tunnel\n" in echo, echo
+    got = env.provider_log()[len(before):]
+    assert len(got) == 1 and {k.lower(): v for k, v in got[0]["headers"]}.get("x-api-key") == KEY, got
+
+
+@case
 def redirect_is_passed_through_not_followed(env):
     before = env.provider_log()
     resp = raw_exchange(env, request(env, method="GET", path="/v1/redirect", body=None))
@@ -627,13 +667,13 @@ def self_signed(rig, name):
 def setup(rig, abox):
     rig.build_internet()
     ca = rig.make_ca([API, BEARER])
-    rig.start_nsd([f"api IN A {ADDRS[API]}", f"bearer IN A {ADDRS[BEARER]}", f"wrong IN A {ADDRS[WRONG]}",
+    rig.start_nsd([f"api IN A {ADDRS[API]}", f"bearer IN A {ADDRS[BEARER]}", f"ws IN A {ADDRS[WS]}", f"wrong IN A {ADDRS[WRONG]}",
                    f"untrusted IN A {ADDRS[UNTRUSTED]}", "rebind IN A 127.0.0.1", f"ns1 IN A {nr.ADDR['ns1']}"])
     logs = {k: rig.path(f"provider-{k}.jsonl") for k in ("api", "wrong", "untrusted")}
     provider = os.path.join(HERE, "broker_fake_provider.py")
-    # api and bearer share one provider (one address), whose certificate
-    # names both.
-    both_crt, both_key = san_cert(rig, [API, BEARER])
+    # api, bearer and ws share one provider (one address), whose
+    # certificate names all three.
+    both_crt, both_key = san_cert(rig, [API, BEARER, WS])
     servers = [("api", ADDRS[API], both_crt, both_key),
                ("wrong", ADDRS[WRONG], *rig.ca[API]),          # a certificate for api, served as wrong
                ("untrusted", ADDRS[UNTRUSTED], *self_signed(rig, UNTRUSTED))]
@@ -652,8 +692,8 @@ def setup(rig, abox):
     os.makedirs(d)
     rig.etc_netns.append(d)
     with open(f"{d}/hosts", "w") as f:
-        f.write("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 {n}\n" for n in (API, BEARER, WRONG, UNTRUSTED,
-                                                                               REBIND)))
+        f.write("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 {n}\n" for n in (API, BEARER, WS, WRONG,
+                                                                               UNTRUSTED, REBIND)))
 
     policy = rig.path("policy.toml")
     with open(policy, "w") as f:

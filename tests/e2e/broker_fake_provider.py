@@ -16,6 +16,9 @@ Routes (any method):
   /v1/redirect   302 to another host (the broker must not follow it)
   /v1/ratelimit  429 with Retry-After: 17
   /v1/error      503 with Retry-After: 5
+  /v1/ws         with "Upgrade: echo": 101, then the x-api-key it received
+                 as a first line (a provider that leaks it), then an echo of
+                 every line until EOF
 Usage: broker_fake_provider.py ADDR PORT CERT KEY LOG
 """
 import http.server
@@ -92,6 +95,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._chunk(second)
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+        elif path == "/v1/ws" and self.headers.get("Upgrade", "").lower() == "echo":
+            self.send_response(101)
+            self.send_header("Upgrade", "echo")
+            self.send_header("Connection", "Upgrade")
+            self.end_headers()
+            self.wfile.write(b"key=%s\n" % self.headers.get("x-api-key", "").encode())
+            self.wfile.flush()
+            for _ in range(1000):
+                line = self.rfile.readline(65536)
+                if not line:
+                    break
+                self.wfile.write(line)
+                self.wfile.flush()
+            self.close_connection = True
         elif path == "/v1/redirect":
             self._send(302, b"", "text/plain", [("Location", "https://elsewhere.example.test/v1/messages")])
         elif path == "/v1/ratelimit":
