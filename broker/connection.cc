@@ -347,6 +347,15 @@ void Connection::on_head(const RequestHead& head) {
     return;
   }
   scrubber_.reset(key);
+  // The whole body is read before anything goes upstream, so the broker
+  // answers "Expect: 100-continue" itself (the provider's own 100, if it
+  // sends one, is then not forwarded twice).
+  sent_continue_ = false;
+  const HeaderField* expect = head.find("expect");
+  if (expect != nullptr && iequals(expect->value, "100-continue") && head.framing() != BodyFraming::none) {
+    guest_->queue("HTTP/1.1 100 Continue\r\n\r\n");
+    sent_continue_ = true;
+  }
   state_ = State::body;
 }
 
@@ -590,7 +599,8 @@ bool Connection::process_response() {
       auto& account = rt_.accounting.binding(binding_index_);
       if (status >= 100 && status < 200 && status != 101) {
         // Interim (100 Continue, 103): forwarded, the final head follows.
-        forward_to_guest(std::string_view(response_raw_).substr(0, head_bytes));
+        if (status != 100 || !sent_continue_)
+          forward_to_guest(std::string_view(response_raw_).substr(0, head_bytes));
         response_raw_.erase(0, head_bytes);
         progress = true;
         continue;

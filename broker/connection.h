@@ -158,6 +158,7 @@ class Connection {
   std::size_t body_offset_ = 0;  // where the body starts in in_
   bool body_chunked_ = false;
   bool request_is_head_ = false;
+  bool sent_continue_ = false;  // we answered Expect: 100-continue ourselves
   bool guest_wants_close_ = false;
   bool upgrade_allowed_ = false;
   std::string method_;

@@ -225,6 +225,22 @@ def curl_post_gets_the_key_upstream(env):
 
 
 @case
+def expect_100_continue_is_answered_by_the_broker(env):
+    before = env.provider_log()
+    body = b'{"pad":"' + b"x" * 40000 + b'"}'
+    path = env.logs["api"] + ".body"
+    with open(path, "wb") as f:
+        f.write(body)
+    # curl sends Expect: 100-continue for a body this large and waits for it.
+    r = curl(env, "-X", "POST", "-H", f"x-api-key: {env.nonces[API]}", "-H", "Expect: 100-continue",
+             "--data-binary", f"@{path}", "-o", "/dev/null", "-w", "%{http_code}", "-v", f"https://{API}/v1/messages")
+    assert r.stdout == b"200", (r.stdout, r.stderr[-800:])
+    assert r.stderr.count(b"< HTTP/1.1 100") == 1, r.stderr[-800:]
+    got = env.provider_log()[len(before):]
+    assert len(got) == 1 and len(got[0]["body"]) == len(body), len(got)
+
+
+@case
 def guest_credentials_are_dropped(env):
     before = env.provider_log()
     r = curl(env, "-H", f"x-api-key: {env.nonces[API]}", "-H", "Authorization: Basic Z3Vlc3Q6Z3Vlc3Q=",
