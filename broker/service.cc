@@ -154,6 +154,8 @@ struct BrokerService::Impl {
   void on_accept();
   void on_signal();
   void dump_stats();
+  void emit_stats_events();
+  void schedule_stats_events();
   std::string stats() const { return accounting->to_json(options.instance, leaves->size(), leaves->mints()); }
 };
 
@@ -249,8 +251,33 @@ void BrokerService::run() {
   impl_->events.emit("broker_started",
                      {{"listen", impl_->listener.where},
                       {"bindings", static_cast<std::uint64_t>(impl_->policy->brokers().size())}});
+  impl_->schedule_stats_events();
   impl_->loop.run();
   impl_->dump_stats();
+}
+
+void BrokerService::Impl::schedule_stats_events() {
+  loop.schedule(loop.now() + base::Seconds(kStatsIntervalSeconds), [this] {
+    emit_stats_events();
+    schedule_stats_events();
+  });
+}
+
+void BrokerService::Impl::emit_stats_events() {
+  for (std::size_t i = 0; i < policy->brokers().size(); ++i) {
+    const auto& b = policy->brokers()[i];
+    const auto& a = accounting->binding(i);
+    events.emit("broker_stats", {{"binding", b.name},
+                                 {"port", static_cast<std::uint64_t>(b.port)},
+                                 {"requests", a.requests},
+                                 {"refused", a.refused},
+                                 {"bytes_up", a.bytes_up},
+                                 {"bytes_down", a.bytes_down},
+                                 {"rate_limited", a.rate_limited},
+                                 {"server_errors", a.server_errors},
+                                 {"keys_scrubbed", a.keys_scrubbed},
+                                 {"last_retry_after", a.last_retry_after}});
+  }
 }
 
 std::string BrokerService::stats_json() const {
@@ -307,6 +334,7 @@ void BrokerService::Impl::on_signal() {
 }
 
 void BrokerService::Impl::dump_stats() {
+  emit_stats_events();
   std::string line = stats() + "\n";
   if (options.stats_file.empty()) {
     (void)!::write(STDERR_FILENO, line.data(), line.size());

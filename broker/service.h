@@ -16,8 +16,8 @@
 // connection is closed at once and counted), leaves cached, head and body
 // size (policy [limits]), handshake / connect / idle timeouts.
 // Stats: SIGUSR1 writes the accounting JSON (one line) to the stats file or
-// stderr, and each `stats_interval` the same goes to the event log as a
-// "broker_stats" event.
+// stderr; every kStatsInterval, on SIGUSR1 and at the end, each binding's
+// counters also go to the event log as one flat "broker_stats" event.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +47,8 @@ struct BrokerOptions {
 
 class BrokerService {
  public:
+  static constexpr int kStatsIntervalSeconds = 60;
+
   // Error: a message naming what is wrong (a file, a permission, a port).
   static base::Result<std::unique_ptr<BrokerService>, std::string> create(const BrokerOptions& options,
                                                                           base::EventLog& events);

@@ -541,7 +541,8 @@ def sni_flood_keeps_memory_bounded_and_service_working(env):
     resp = raw_exchange(env, request(env))
     assert status_and_headers(resp)[0] == 200
     stats = read_stats(env)
-    assert stats["leaves"]["cached"] <= 5, stats["leaves"]
+    # At most one leaf per binding: the flood of made-up names minted none.
+    assert stats["leaves"]["cached"] <= len(env.nonce_list), stats["leaves"]
     assert stats["service"]["sni_refused"] >= 300, stats["service"]
     grown = rss_kib(env.broker_pid) - rss_before
     assert grown < 16 * 1024, f"the broker grew {grown} KiB during the flood"
@@ -641,7 +642,7 @@ def the_key_is_in_no_event_and_no_log(env):
             assert KEY.encode() not in f.read()
     kinds = {json.loads(line)["kind"] for line in events.splitlines() if line.strip()}
     for k in ("broker_request", "broker_refused", "broker_sni_refused", "broker_upstream_failed",
-              "broker_handoff_refused", "broker_key_scrubbed"):
+              "broker_handoff_refused", "broker_key_scrubbed", "broker_stats"):
         assert k in kinds, f"no {k} event: {sorted(kinds)}"
 
 
