@@ -12,8 +12,12 @@ constexpr std::size_t kMaxName = 253;
 constexpr std::size_t kMinAddress = 2;
 constexpr std::size_t kMaxAddress = 45;  // the longest IPv6 text form
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_lower(char c) { return c >= 'a' && c <= 'z'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_lower(char c) {
+  return c >= 'a' && c <= 'z';
+}
 
 bool valid_instance(std::string_view s) {
   if (s.empty() || s.size() > kMaxHandoffInstance) return false;
@@ -61,17 +65,30 @@ bool next_field(std::string_view& rest, std::string_view& field) {
 
 }  // namespace
 
+bool valid_handoff_instance(std::string_view s) {
+  return valid_instance(s);
+}
+
 std::string_view describe(HandoffError e) {
   switch (e) {
-    case HandoffError::incomplete: return "the hand-off line is not complete yet";
-    case HandoffError::too_long: return "the hand-off line is longer than 512 bytes";
-    case HandoffError::bad_magic: return "the connection does not start with an ABOX hand-off line";
-    case HandoffError::bad_version: return "the hand-off line's version is not 1";
-    case HandoffError::bad_instance: return "the hand-off line's instance name is invalid";
-    case HandoffError::bad_name: return "the hand-off line's name is not a canonical DNS name";
-    case HandoffError::bad_port: return "the hand-off line's port is not 1-65535";
-    case HandoffError::bad_address: return "the hand-off line's address is not an IP address";
-    case HandoffError::bad_syntax: return "the hand-off line is malformed";
+    case HandoffError::incomplete:
+      return "the hand-off line is not complete yet";
+    case HandoffError::too_long:
+      return "the hand-off line is longer than 512 bytes";
+    case HandoffError::bad_magic:
+      return "the connection does not start with an ABOX hand-off line";
+    case HandoffError::bad_version:
+      return "the hand-off line's version is not 1";
+    case HandoffError::bad_instance:
+      return "the hand-off line's instance name is invalid";
+    case HandoffError::bad_name:
+      return "the hand-off line's name is not a canonical DNS name";
+    case HandoffError::bad_port:
+      return "the hand-off line's port is not 1-65535";
+    case HandoffError::bad_address:
+      return "the hand-off line's address is not an IP address";
+    case HandoffError::bad_syntax:
+      return "the hand-off line is malformed";
   }
   return "the hand-off line is malformed";
 }

@@ -59,6 +59,9 @@ struct ParsedHandoff {
 // newline or past kMaxHandoffLine bytes.
 Result<ParsedHandoff, HandoffError> parse_handoff(std::span<const std::uint8_t> bytes);
 
+// Whether `s` may name an instance in the line ([A-Za-z0-9._-], 1-64 bytes).
+bool valid_handoff_instance(std::string_view s);
+
 // The line for `h`, or an error if a field would not parse back (so the
 // writer can never send what the reader refuses).
 Result<std::string, HandoffError> encode_handoff(const BrokerHandoff& h);

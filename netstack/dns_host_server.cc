@@ -5,10 +5,12 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
+#include "dns/tcp_stream.h"
 #include "netstack/sockaddr.h"
 
 namespace abox::netstack {
@@ -17,6 +19,10 @@ namespace {
 
 constexpr std::size_t kUdpBuf = dns::kMaxAdvertisedUdpSize;
 constexpr std::uint64_t kTcpTokenBit = std::uint64_t{1} << 63;
+constexpr std::size_t kTcpReadChunk = 16384;
+// One whole message (two-byte length + 65535) plus one read: every complete
+// message is taken out after each read, so this is never reached.
+constexpr std::size_t kTcpInLimit = 2 + 65535 + kTcpReadChunk;
 
 std::uint64_t token(std::uint32_t index, std::uint32_t gen) {
   return (std::uint64_t{gen} << 32) | index;
@@ -55,8 +61,8 @@ struct DnsHostServer::TcpClient final : EventLoop::Watcher {
   std::uint32_t gen = 0;
   base::UniqueFd fd;
   EventLoop::Handle handle = EventLoop::kNoHandle;
-  std::vector<std::uint8_t> in;   // bytes read, not yet a whole message
-  std::vector<std::uint8_t> out;  // answers not yet written
+  dns::DnsTcpReader in{kTcpInLimit};  // bytes read, not yet a whole message
+  std::vector<std::uint8_t> out;      // answers not yet written
   std::size_t out_pos = 0;
   base::MonoTime idle_deadline{};
   void on_ready(std::uint32_t events) override { s->on_tcp_ready(index, events); }
@@ -204,8 +210,8 @@ void DnsHostServer::send_to_guest(const dns::GuestRef& to, std::span<const std::
     close_tcp(index);
     return;
   }
-  t.out.push_back(static_cast<std::uint8_t>(msg.size() >> 8));
-  t.out.push_back(static_cast<std::uint8_t>(msg.size() & 0xFF));
+  const auto len = dns::tcp_length_prefix(msg.size());
+  t.out.insert(t.out.end(), len.begin(), len.end());
   t.out.insert(t.out.end(), msg.begin(), msg.end());
   on_tcp_ready(index, POLLOUT);
 }
@@ -276,27 +282,27 @@ void DnsHostServer::on_tcp_ready(std::uint32_t index, std::uint32_t events) {
   loop_.modify(t.handle, t.out.empty() ? POLLIN : (POLLIN | POLLOUT));
   if (!(events & (POLLIN | POLLERR | POLLHUP))) return;
 
-  std::uint8_t buf[16384];
   for (int round = 0; round < 16; ++round) {
-    ssize_t n = ::recv(t.fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    auto room = t.in.append(kTcpReadChunk);
+    if (room.empty()) {  // cannot happen: whole messages are taken out after every read
+      close_tcp(index);
+      return;
+    }
+    ssize_t n = ::recv(t.fd.get(), room.data(), room.size(), MSG_DONTWAIT);
+    t.in.unappend(room.size() - static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       close_tcp(index);
       return;
     }
     if (n < 0) return;
-    t.in.insert(t.in.end(), buf, buf + n);
     t.idle_deadline = loop_.now() + kTcpIdle;
-    std::size_t pos = 0;
-    std::uint32_t gen = t.gen;
-    while (t.in.size() - pos >= 2) {
-      std::size_t len = (std::size_t{t.in[pos]} << 8) | t.in[pos + 1];
-      if (t.in.size() - pos < 2 + len) break;
-      gate_.on_guest_query(std::span<const std::uint8_t>(t.in).subspan(pos + 2, len),
-                           dns::GuestRef{kTcpTokenBit | token(index, gen), dns::Transport::tcp}, loop_.now());
-      if (!t.fd || t.gen != gen) return;  // closed while answering
-      pos += 2 + len;
-    }
-    t.in.erase(t.in.begin(), t.in.begin() + static_cast<std::ptrdiff_t>(pos));
+    const std::uint32_t gen = t.gen;
+    const dns::GuestRef from{kTcpTokenBit | token(index, gen), dns::Transport::tcp};
+    const bool open = t.in.for_each_message([&](std::span<const std::uint8_t> query) {
+      gate_.on_guest_query(query, from, loop_.now());
+      return t.fd && t.gen == gen;  // false: closed while answering
+    });
+    if (!open) return;
   }
   loop_.wake_next_turn(t.handle);
 }
@@ -307,8 +313,7 @@ void DnsHostServer::close_tcp(std::uint32_t index) {
   loop_.unwatch(t.handle);
   t.handle = EventLoop::kNoHandle;
   t.fd.reset();
-  t.in.clear();
-  t.in.shrink_to_fit();
+  t.in.release();
   t.out.clear();
   t.out.shrink_to_fit();
   t.gen += 1;  // answers still in flight for it are dropped

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "dns/tcp_stream.h"
 #include "lwip/pbuf.h"
 #include "lwip/tcp.h"
 #include "lwip/udp.h"
@@ -111,8 +112,8 @@ void GuestDns::send_to_guest(const dns::GuestRef& to, std::span<const std::uint8
     close_tcp(index, true);
     return;
   }
-  std::uint8_t len[2] = {static_cast<std::uint8_t>(msg.size() >> 8), static_cast<std::uint8_t>(msg.size())};
-  tcp_write(c.pcb, len, 2, TCP_WRITE_FLAG_COPY | TCP_WRITE_FLAG_MORE);
+  const auto len = dns::tcp_length_prefix(msg.size());
+  tcp_write(c.pcb, len.data(), 2, TCP_WRITE_FLAG_COPY | TCP_WRITE_FLAG_MORE);
   tcp_write(c.pcb, msg.data(), static_cast<u16_t>(msg.size()), TCP_WRITE_FLAG_COPY);
   tcp_output(c.pcb);
 }
@@ -142,32 +143,22 @@ bool GuestDns::on_tcp_data(std::uint32_t index, pbuf* p) {
     close_tcp(index, false);
     return true;
   }
-  if (c.in.size() + p->tot_len > kTcpBufferLimit) {
+  auto room = c.in.append(p->tot_len);
+  if (room.empty()) {
     pbuf_free(p);
     ++counters_.tcp_overflow;
     close_tcp(index, true);
     return false;
   }
-  std::size_t old = c.in.size();
-  c.in.resize(old + p->tot_len);
-  pbuf_copy_partial(p, c.in.data() + old, p->tot_len, 0);
+  pbuf_copy_partial(p, room.data(), p->tot_len, 0);
   tcp_recved(c.pcb, p->tot_len);
   pbuf_free(p);
-  std::uint32_t gen = c.gen;
-  std::size_t pos = 0;
-  while (c.in.size() - pos >= 2) {
-    std::size_t len = (std::size_t{c.in[pos]} << 8) | c.in[pos + 1];
-    if (c.in.size() - pos < 2 + len) break;
-    // The gate reads the query before it answers, and an answer that closes
-    // the connection only clears `in` (the bytes stay allocated): no copy.
-    auto query = std::span<const std::uint8_t>(c.in).subspan(pos + 2, len);
-    pos += 2 + len;
-    (void)gate_.on_guest_query(
-        query, dns::GuestRef{kTcpBit | (std::uint64_t{gen} << 32) | index, dns::Transport::tcp}, loop_.now());
-    if (c.pcb == nullptr || c.gen != gen) return false;  // aborted while answering
-  }
-  c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
-  return true;
+  const std::uint32_t gen = c.gen;
+  const dns::GuestRef from{kTcpBit | (std::uint64_t{gen} << 32) | index, dns::Transport::tcp};
+  return c.in.for_each_message([&](std::span<const std::uint8_t> query) {
+    (void)gate_.on_guest_query(query, from, loop_.now());
+    return c.pcb != nullptr && c.gen == gen;  // false: aborted while answering
+  });
 }
 
 void GuestDns::on_tcp_error(std::uint32_t index) {

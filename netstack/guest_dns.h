@@ -14,6 +14,7 @@
 
 #include "dns/answer_table.h"
 #include "dns/gate.h"
+#include "dns/tcp_stream.h"
 #include "netstack/dns_upstream_client.h"
 #include "netstack/event_loop.h"
 
@@ -60,7 +61,7 @@ class GuestDns final : public dns::GateSink {
   struct TcpClient {
     tcp_pcb* pcb = nullptr;
     std::uint32_t gen = 0;
-    std::vector<std::uint8_t> in;
+    dns::DnsTcpReader in{kTcpBufferLimit};
   };
   void close_tcp(std::uint32_t index, bool abort);
 

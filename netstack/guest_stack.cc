@@ -320,9 +320,8 @@ int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy
     events_.emit("deny", {{"reason", describe(a.refusal)}, {"dst", dst_text()}, {"proto", "tcp"}});
     return ABOX_LWIP_SYN_RESET;
   }
-  if (a.broker != nullptr) {
-    // The broker hand-off arrives with the VMs issue; until then a brokered
-    // name is refused rather than sent out without the broker's gate.
+  if (a.broker != nullptr && config_.broker_path.empty()) {
+    // Never sent out directly: without a broker there is nowhere to go.
     ++counters_.tcp_refused;
     events_.emit("deny", {{"reason", "brokered name: no broker attached to this abox-net"},
                           {"name", a.name},
@@ -339,7 +338,7 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
   // Decided again now that the handshake is done: the answer may have
   // expired in between, and nothing is remembered per SYN.
   Admission a = admit_flow(policy_, table_, dst, port, policy::Protocol::tcp, loop_.now());
-  if (!a.admitted() || a.broker != nullptr) {
+  if (!a.admitted() || (a.broker != nullptr && config_.broker_path.empty())) {
     tcp_abort(pcb);
     return;
   }
@@ -349,7 +348,10 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
     return;
   }
   ++counters_.tcp_admitted;
-  events_.emit("admit", {{"reason", a.needs_name ? "answered name, SNI/Host to be checked" : "answered name"},
+  if (a.broker != nullptr) ++counters_.tcp_brokered;
+  events_.emit("admit", {{"reason", a.broker != nullptr ? "answered name, handed to the broker"
+                                    : a.needs_name      ? "answered name, SNI/Host to be checked"
+                                                        : "answered name"},
                          {"name", a.name},
                          {"dst", policy::Endpoint{dst, port}.to_string()},
                          {"proto", "tcp"}});
@@ -358,7 +360,7 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
                             {"dst", policy::Endpoint{dst, port}.to_string()},
                             {"range", a.lifted->range.to_string()}});
   }
-  auto flow = std::make_unique<TcpFlow>(*this, pcb, a.needs_name, std::string(a.name));
+  auto flow = std::make_unique<TcpFlow>(*this, pcb, a.needs_name, std::string(a.name), a.broker);
   TcpFlow* raw = flow.get();
   tcp_flows_.emplace(raw, std::move(flow));
   raw->start();

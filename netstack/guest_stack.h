@@ -47,6 +47,11 @@ struct GuestConfig {
   policy::IpAddress guest = policy::IpAddress::v4(0x0A00020F);    // 10.0.2.15
   unsigned prefix_len = 24;
   std::array<std::uint8_t, 6> gateway_mac{0x02, 0xAB, 0x0C, 0x5E, 0x00, 0x02};
+  // Where flows to [[broker]] names go (a unix stream socket), and the
+  // instance name they are handed off under. Empty: brokered names are
+  // refused (never sent out directly).
+  std::string broker_path;
+  std::string instance = "guest";
 };
 
 struct StackCounters {
@@ -57,6 +62,7 @@ struct StackCounters {
   std::uint64_t frames_dropped_fragment = 0;  // IPv4 fragments: no reassembly, by design
   std::uint64_t tcp_admitted = 0;
   std::uint64_t tcp_refused = 0;
+  std::uint64_t tcp_brokered = 0;  // admitted flows handed to the broker
   std::uint64_t udp_admitted = 0;
   std::uint64_t udp_refused = 0;
   std::uint64_t limit_flows = 0;
@@ -79,6 +85,7 @@ class GuestStack {
   const StackCounters& counters() const { return counters_; }
   const dns::AnswerTable& table() const { return table_; }
   const GuestDns& dns() const { return *dns_; }
+  const GuestConfig& config() const { return config_; }
   std::size_t tcp_flows() const { return tcp_flows_.size(); }
   std::size_t udp_flows() const { return udp_flows_.size(); }
   // False once the link has failed for good (the guest's namespace or VM is gone).

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "base/broker_handoff.h"
 #include "base/json.h"
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
@@ -36,6 +37,8 @@ constexpr std::string_view kUsage =
     "                         only DNS server (default 10.0.2.2)\n"
     "  --mtu N                the guest link's MTU, 576-65520 (default 65520)\n"
     "  --ifname NAME          the tap's name in the namespace (default eth0)\n"
+    "  --broker PATH          hand flows to [[broker]] names to the broker's unix socket at PATH\n"
+    "                         (without it, flows to broker names are refused)\n"
     "\n"
     "Prints 'ready ...' on stdout once the guest side is up. SIGUSR1 prints the\n"
     "counters as JSON to stderr.\n"
@@ -62,6 +65,7 @@ void write_counters(const GuestStack& s, const Link& link) {
       .field("udp_flows", static_cast<std::uint64_t>(s.udp_flows()))
       .field("tcp_admitted", c.tcp_admitted)
       .field("tcp_refused", c.tcp_refused)
+      .field("tcp_brokered", c.tcp_brokered)
       .field("udp_admitted", c.udp_admitted)
       .field("udp_refused", c.udp_refused)
       .field("name_refused", c.name_refused)
@@ -100,6 +104,7 @@ int run_run_command(std::span<const std::string_view> args) {
   std::optional<int> tap_fd;
   std::string events_path;
   std::string instance = "guest";
+  std::string broker_path;
   GuestNetConfig net;
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto a = args[i];
@@ -127,6 +132,7 @@ int run_run_command(std::span<const std::string_view> args) {
     } else if (a == "--events") {
       events_path = std::string(v);
     } else if (a == "--instance") {
+      if (!base::valid_handoff_instance(v)) return bad("1 to 64 of A-Z a-z 0-9 . _ -");
       instance = std::string(v);
     } else if (a == "--address") {
       auto slash = v.find('/');
@@ -145,6 +151,9 @@ int run_run_command(std::span<const std::string_view> args) {
       auto n = parse_number(v, 576, 65520);
       if (!n) return bad("a number from 576 to 65520");
       net.mtu = *n;
+    } else if (a == "--broker") {
+      if (v.empty() || v.size() > 107) return bad("a unix socket path of 1 to 107 bytes");
+      broker_path = std::string(v);
     } else if (a == "--ifname") {
       if (v.empty() || v.size() > 15) return bad("an interface name of 1 to 15 bytes");
       net.ifname = std::string(v);
@@ -182,6 +191,8 @@ int run_run_command(std::span<const std::string_view> args) {
     gc.guest = net.guest_address;
     gc.prefix_len = net.prefix_len;
     gc.gateway_mac = net.gateway_mac;
+    gc.broker_path = broker_path;
+    gc.instance = instance;
     GuestStack stack(loop, tap, policy, upstreams, events, random, gc);
     SignalWatch signals(loop, [&stack, &tap] { write_counters(stack, tap); });
     // pasta's way: notice the namespace going away about once a second.

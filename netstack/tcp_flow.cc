@@ -5,11 +5,13 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "base/broker_handoff.h"
 #include "lwip/pbuf.h"
 #include "lwip/tcp.h"
 #include "netstack/admission.h"
@@ -45,13 +47,15 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 
 }  // namespace
 
-TcpFlow::TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string name)
+TcpFlow::TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string name,
+                 const policy::BrokerBinding* broker)
     : stack_(stack),
       pcb_(pcb),
       dst_{from_lwip(pcb->local_ip), pcb->local_port},
       src_{from_lwip(pcb->remote_ip), pcb->remote_port},
       name_(std::move(name)),
-      state_(needs_name ? State::peeking : State::connecting) {}
+      broker_(broker),
+      state_(needs_name && broker == nullptr ? State::peeking : State::connecting) {}
 
 TcpFlow::~TcpFlow() {
   if (handle_ != EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
@@ -83,8 +87,54 @@ void TcpFlow::start() {
   connect_host();
 }
 
+// The broker's socket: the hand-off line goes ahead of the guest's bytes.
+bool TcpFlow::open_broker_socket() {
+  auto line =
+      base::encode_handoff({stack_.config().instance, broker_->name, dst_.port, dst_.address.to_string()});
+  const std::string& path = stack_.config().broker_path;
+  sockaddr_un sun{};
+  sun.sun_family = AF_UNIX;
+  if (!line.ok() || path.size() >= sizeof sun.sun_path) {
+    stack_.events().emit("flow",
+                         {{"reason", "cannot hand the flow to the broker"},
+                          {"error", line.ok() ? "socket path too long" : base::describe(line.error())},
+                          {"name", name_},
+                          {"proto", "tcp"}});
+    abort_both("broker hand-off");
+    return false;
+  }
+  handoff_ = std::move(line.value());
+  std::memcpy(sun.sun_path, path.data(), path.size());
+  host_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!host_) {
+    abort_both("broker socket failed");
+    return false;
+  }
+  // A unix connect completes at once or fails at once (EAGAIN: the broker's
+  // backlog is full); either way the POLLOUT below reports it.
+  int rc = ::connect(host_.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun);
+  if (rc < 0 && errno != EINPROGRESS) {
+    ++stack_.mutable_counters().connect_failed;
+    stack_.events().emit("flow", {{"reason", "broker unreachable"},
+                                  {"error", std::strerror(errno)},
+                                  {"name", name_},
+                                  {"dst", dst_.to_string()},
+                                  {"proto", "tcp"}});
+    abort_both("broker unreachable");
+    return false;
+  }
+  return true;
+}
+
 void TcpFlow::connect_host() {
   state_ = State::connecting;
+  if (broker_ != nullptr) {
+    if (!open_broker_socket()) return;
+    deadline_ = stack_.loop().now() + base::Millis(stack_.policy().timeouts().connect_ms);
+    watching_ = POLLOUT;
+    handle_ = stack_.loop().watch(host_.get(), POLLOUT, this);
+    return;
+  }
   sockaddr_storage ss{};
   socklen_t len = to_sockaddr(dst_, ss);
   host_.reset(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -143,7 +193,7 @@ void TcpFlow::on_ready(std::uint32_t events) {
 void TcpFlow::update_watch() {
   if (!host_ || handle_ == EventLoop::kNoHandle) return;
   std::uint32_t want = 0;
-  if (to_host_bytes_ > 0) want |= POLLOUT;
+  if (to_host_bytes_ > 0 || !handoff_.empty()) want |= POLLOUT;
   if (!host_eof_ && !host_paused_) want |= POLLIN;
   if (want != watching_) {
     stack_.loop().modify(handle_, want == 0 ? POLLERR : want);
@@ -212,9 +262,10 @@ void TcpFlow::peek() {
 
 void TcpFlow::flush_to_host() {
   if (state_ != State::open) return;
-  while (to_host_ != nullptr && to_host_bytes_ > 0) {
+  while (!handoff_.empty() || (to_host_ != nullptr && to_host_bytes_ > 0)) {
     iovec iov[64];
     int n = 0;
+    if (!handoff_.empty()) iov[n++] = {handoff_.data(), handoff_.size()};
     for (pbuf* q = to_host_; q != nullptr && n < 64; q = q->next) {
       if (q->len == 0) continue;
       iov[n++] = {q->payload, q->len};
@@ -230,6 +281,11 @@ void TcpFlow::flush_to_host() {
       return;
     }
     auto done = static_cast<std::size_t>(sent);
+    if (!handoff_.empty()) {
+      const std::size_t line = std::min(done, handoff_.size());
+      handoff_.erase(0, line);
+      done -= line;
+    }
     to_host_bytes_ -= done;
     // Free what the host took and open the guest's window by as much.
     while (done > 0) {
@@ -239,7 +295,7 @@ void TcpFlow::flush_to_host() {
       done -= step;
     }
   }
-  if (guest_fin_ && to_host_bytes_ == 0 && !host_shut_wr_ && host_) {
+  if (guest_fin_ && handoff_.empty() && to_host_bytes_ == 0 && !host_shut_wr_ && host_) {
     ::shutdown(host_.get(), SHUT_WR);
     host_shut_wr_ = true;
   }

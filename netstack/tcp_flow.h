@@ -7,7 +7,11 @@
 //               AnswerTable (admission.h); a mismatch, a timeout or
 //               peek_bytes without a decision resets the guest.
 //   connecting  a non-blocking connect to the original destination, bounded
-//               by timeouts.connect_ms; failure resets the guest.
+//               by timeouts.connect_ms; failure resets the guest. A flow to
+//               a [[broker]] name connects to the broker's unix socket
+//               instead and sends the hand-off line (base/broker_handoff.h)
+//               ahead of the guest's first byte; it is never peeked (the
+//               broker checks the SNI itself).
 //   open        bytes flow both ways with backpressure:
 //                 guest → host: lwIP pbufs are held until send() takes them;
 //                   only then tcp_recved() opens the guest's window.
@@ -29,6 +33,7 @@
 #include "base/unique_fd.h"
 #include "netstack/event_loop.h"
 #include "policy/ip_address.h"
+#include "policy/policy.h"
 
 struct pbuf;
 struct tcp_pcb;
@@ -41,7 +46,9 @@ class TcpFlow final : public EventLoop::Watcher {
  public:
   // pcb: the accepted lwIP pcb (its local address/port is the destination).
   // needs_name: peek SNI/Host before connecting. `name` is the admitting name.
-  TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string name);
+  // broker: set when the flow goes to the broker (needs_name is then false).
+  TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string name,
+          const policy::BrokerBinding* broker = nullptr);
   ~TcpFlow() override;
   TcpFlow(const TcpFlow&) = delete;
   TcpFlow& operator=(const TcpFlow&) = delete;
@@ -64,6 +71,7 @@ class TcpFlow final : public EventLoop::Watcher {
   enum class State : std::uint8_t { peeking, connecting, open, done };
 
   void connect_host();
+  bool open_broker_socket();
   void on_connected();
   void flush_to_host();
   void read_from_host();
@@ -79,6 +87,8 @@ class TcpFlow final : public EventLoop::Watcher {
   policy::Endpoint dst_;
   policy::Endpoint src_;
   std::string name_;
+  const policy::BrokerBinding* broker_;
+  std::string handoff_;  // the hand-off line still to send to the broker
   State state_;
   base::UniqueFd host_;
   EventLoop::Handle handle_ = EventLoop::kNoHandle;

@@ -9,7 +9,9 @@
 namespace abox::base {
 namespace {
 
-Result<ParsedHandoff, HandoffError> parse(std::string_view s) { return parse_handoff(as_bytes(s)); }
+Result<ParsedHandoff, HandoffError> parse(std::string_view s) {
+  return parse_handoff(as_bytes(s));
+}
 
 TEST(BrokerHandoff, RoundTrips) {
   BrokerHandoff h{"agent-1", "api.anthropic.com", 443, "93.184.215.14"};
@@ -78,7 +80,8 @@ TEST(BrokerHandoff, NastyFields) {
 }
 
 TEST(BrokerHandoff, EncodeRefusesWhatParseWouldRefuse) {
-  EXPECT_EQ(encode_handoff({"bad instance", "a.example", 443, "1.2.3.4"}).error(), HandoffError::bad_instance);
+  EXPECT_EQ(encode_handoff({"bad instance", "a.example", 443, "1.2.3.4"}).error(),
+            HandoffError::bad_instance);
   EXPECT_EQ(encode_handoff({"i", "A.example", 443, "1.2.3.4"}).error(), HandoffError::bad_name);
   EXPECT_EQ(encode_handoff({"i", "a.example", 0, "1.2.3.4"}).error(), HandoffError::bad_port);
   EXPECT_EQ(encode_handoff({"i", "a.example", 443, "x"}).error(), HandoffError::bad_address);

@@ -27,6 +27,7 @@ namespace: `netns_rig.py tools-server` and `netns_rig.py dns-relay ...`.
 import hashlib
 import os
 import shutil
+import select
 import signal
 import socket
 import struct
@@ -398,6 +399,95 @@ http {{
         self.wait_for("tools server", lambda: all(self.listening(self.inet, port)
                                                   for port in (STREAM_PORT, RESET_PORT, HALFCLOSE_PORT)),
                       proc=p, log="tools")
+
+
+    def start_abox_net(self, abox, policy_text, *args):
+        """Starts `abox-net run` in the outside namespace with this policy,
+        the guest namespace's tap, events to events.jsonl and `args`; waits
+        for its 'ready' line (15 s) and drains its stdout from then on (a
+        full pipe would stall it). Returns the Popen."""
+        policy = self.path("policy.toml")
+        with open(policy, "w") as f:
+            f.write(policy_text)
+        p = self.spawn("abox-net", [abox, "run", "--policy", policy, "--netns", f"/run/netns/{self.guest}",
+                                    "--events", self.path("events.jsonl"), *args], ns=self.outside,
+                       stdout=subprocess.PIPE)
+        line, deadline = b"", time.monotonic() + 15
+        while not line.endswith(b"\n") and time.monotonic() < deadline:
+            ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))
+            if ready:
+                b = os.read(p.stdout.fileno(), 1)
+                if not b:
+                    break
+                line += b
+        if not line.startswith(b"ready"):
+            how = f"exited {p.returncode}" if p.poll() is not None else "did not print 'ready' within 15 s"
+            raise RuntimeError(f"abox-net run {how}; stdout {line!r}, stderr:\n{self.log_tail('abox-net')}")
+
+        def drain():
+            with open(self.path("abox-net.stdout"), "ab") as out:
+                out.write(line)
+                for chunk in iter(lambda: os.read(p.stdout.fileno(), 65536), b""):
+                    out.write(chunk)
+
+        threading.Thread(target=drain, daemon=True).start()
+        return p
+
+
+def run_suite(name, tag, tools, argv, cases, setup, run, modes=None, doc=""):
+    """The main of an end-to-end suite. argv: the mode word (a path to
+    abox-net, or a key of `modes`, e.g. {"--control": "control"}) plus
+    `--keep` (keep the temp dir) and `--only WORD[,WORD]` (keeps, in place,
+    the `cases` whose name holds a word). Checks root and `tools`, builds one
+    Rig (`setup(rig, mode)`), runs `run(rig, mode, abox)` -> (passed,
+    failed), always closes the rig, fails if anything is left behind, and
+    prints the summary. Returns the exit status."""
+    modes = modes or {}
+    started = time.monotonic()
+    keep = "--keep" in argv
+    argv = [a for a in argv if a != "--keep"]
+    if "--only" in argv[:-1]:
+        i = argv.index("--only")
+        words = argv[i + 1].split(",")
+        cases[:] = [fn for fn in cases if any(w in fn.__name__ for w in words)]
+        del argv[i:i + 2]
+    if len(argv) != 1:
+        print(doc, file=sys.stderr)
+        return 2
+    mode = modes.get(argv[0], "abox")
+    abox = os.path.abspath(argv[0]) if mode == "abox" else None
+    if abox and not os.access(abox, os.X_OK):
+        print(f"{name}: {abox} is not an executable")
+        return 1
+    if os.geteuid() != 0:
+        print(f"{name}: needs root (namespaces)")
+        return 1
+    for tool in tools:
+        if shutil.which(tool) is None:
+            print(f"{name}: {tool} is missing (scripts/setup.sh installs it)")
+            return 1
+    passed = failed = 0
+    rig = Rig(tag)
+    try:
+        rig.unwind_on_signals()
+        setup(rig, mode)
+        passed, failed = run(rig, mode, abox)
+    except KeyboardInterrupt:
+        print("interrupted: cleaning up")
+        failed += 1
+    except Exception as e:  # noqa: BLE001 - setup failed: report, clean up
+        print(f"FAIL setup: {type(e).__name__}: {e}")
+        failed += 1
+    finally:
+        rig.close(keep_dir=keep)
+    if keep:
+        print(f"(kept {rig.dir})")
+    left = rig.leftovers()
+    if left:
+        failed += 1
+        print(f"FAIL nothing_left_behind: {left}")
+    print(f"{passed} passed, {failed} failed ({time.monotonic() - started:.0f}s)")
+    return 0 if failed == 0 and passed > 0 else 1
 
 
 def _raise_interrupt(signum, _frame):

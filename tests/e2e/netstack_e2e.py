@@ -42,9 +42,7 @@ What abox-net is held to here, beyond its policy decisions:
 import hashlib
 import json
 import os
-import select
 import selectors
-import shutil
 import socket
 import subprocess
 import sys
@@ -74,7 +72,11 @@ INDEX = {WEB: f"abox e2e: {WEB} {TOKEN}\n", OTHER: f"abox e2e: {OTHER} {TOKEN}\n
 ALLOWED_DSTS = {(WEB_ADDR, 80), (WEB_ADDR, 443), (IPERF_ADDR, nr.IPERF_PORT), (TOOLS_ADDR, nr.STREAM_PORT), (TOOLS_ADDR, UDP_ECHO_PORT),
                 (TOOLS_ADDR, nr.RESET_PORT), (TOOLS_ADDR, nr.HALFCLOSE_PORT)}
 
-ZONE_RECORDS = [f"{short} IN A {addr}" for short, addr in nr.ADDR.items()]
+# A [[broker]] name: abox-net never connects to its address, it hands the
+# flow to the broker's socket (a recorder in this test), so nothing listens there.
+API, API_ADDR = nr.fqdn("api"), "93.184.215.20"
+INSTANCE = "e2e-guest"
+ZONE_RECORDS = [f"{short} IN A {addr}" for short, addr in nr.ADDR.items()] + [f"api IN A {API_ADDR}"]
 
 POLICY = f"""# netstack_e2e.py: written by the test
 [dns]
@@ -97,6 +99,12 @@ ports = ["{nr.STREAM_PORT}-{nr.HALFCLOSE_PORT}"]
 names = ["{TOOLS}"]
 ports = [{UDP_ECHO_PORT}]
 protocols = ["udp"]
+
+[[broker]]
+name = "{API}"
+credential = "test-key"
+header = "x-api-key"
+nonce_env = "TEST_API_KEY"
 
 [timeouts]
 peek_ms = {PEEK_MS}
@@ -625,6 +633,77 @@ def server_reset_mid_stream_reaches_the_guest(t):
     t.tools_work()
 
 
+class BrokerRecorder:
+    """Stands in for the broker on abox-net's --broker socket: records what
+    each connection starts with (the hand-off line, then the guest's bytes)
+    and answers with the line it read, so the guest can see it too."""
+
+    def __init__(self, path):
+        self.path, self.seen = path, []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(16)
+        self.sock.settimeout(0.5)
+        self.stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with c:
+                c.settimeout(5)
+                data = b""
+                try:
+                    while b"\n" not in data or len(data.split(b"\n", 1)[1]) < 5:
+                        chunk = c.recv(4096)
+                        if not chunk:
+                            break
+                        data += chunk
+                        if len(data) > 4096:
+                            break
+                    self.seen.append(data)
+                    c.sendall(b"broker saw: " + data.split(b"\n", 1)[0] + b"\n")
+                except OSError:
+                    self.seen.append(data)
+
+
+@case
+@abox_only
+def broker_name_is_handed_to_the_broker_socket(t):
+    before = len(t.broker.seen)
+    r = t.client("handoff", API, 443, "hello")
+    assert r.get("reply", "").startswith("broker saw: ABOX/1"), f"the guest did not reach the broker: {r}"
+    want = f"ABOX/1 {INSTANCE} {API} 443 {API_ADDR}\n".encode()
+    got = t.broker.seen[before:]
+    assert got and got[0] == want + b"hello", f"the broker's socket got {got[:1]!r}, expected {want + b'hello'!r}"
+    t.expect("admit", "the brokered flow is admitted", addr=API_ADDR, port=443, name=API, mention="broker")
+    # The broker name on a port its binding does not cover goes nowhere.
+    r = t.client("probe", API, 80)
+    t.attack("broker name on another port", r["outcome"] in ("reset", "refused"), r["outcome"] == "connected", r,
+             deny=dict(addr=API_ADDR, port=80, proto="tcp"))
+    t.web_works()
+
+
+def client_handoff(host, port, payload):
+    addr = _resolve(host)
+    with socket.create_connection((addr, int(port)), timeout=10) as s:
+        s.sendall(payload.encode())
+        s.settimeout(10)
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    return {"reply": reply.decode(errors="replace").strip()}
+
+
+CLIENTS["handoff"] = client_handoff
+
+
 def _dst_is(e, addr, port):
     d = str(e.get("dst", ""))
     if port is None:
@@ -675,31 +754,7 @@ def build_servers(rig):
 
 
 def start_abox_net(rig, abox):
-    policy = rig.path("policy.toml")
-    with open(policy, "w") as f:
-        f.write(POLICY)
-    p = rig.spawn("abox-net", [abox, "run", "--policy", policy, "--netns", f"/run/netns/{rig.guest}",
-                               "--events", rig.path("events.jsonl")], ns=rig.outside, stdout=subprocess.PIPE)
-    line, deadline = b"", time.monotonic() + 15
-    while not line.endswith(b"\n") and time.monotonic() < deadline:
-        ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))
-        if ready:
-            b = os.read(p.stdout.fileno(), 1)
-            if not b:
-                break
-            line += b
-    if not line.startswith(b"ready"):
-        how = f"exited {p.returncode}" if p.poll() is not None else "did not print 'ready' within 15 s"
-        raise RuntimeError(f"abox-net run {how}; stdout {line!r}, stderr:\n{rig.log_tail('abox-net')}")
-
-    def drain():  # stdout must never fill up and stall abox-net
-        with open(rig.path("abox-net.stdout"), "ab") as out:
-            out.write(line)
-            for chunk in iter(lambda: os.read(p.stdout.fileno(), 65536), b""):
-                out.write(chunk)
-
-    threading.Thread(target=drain, daemon=True).start()
-    return p
+    return rig.start_abox_net(abox, POLICY, "--instance", INSTANCE, "--broker", rig.path("broker.sock"))
 
 
 def run_cases(rig, mode, abox=None):
@@ -716,6 +771,7 @@ def run_cases(rig, mode, abox=None):
             print(f"FAIL {name}: {note}", flush=True)
 
     if mode == "abox":
+        t.broker = BrokerRecorder(rig.path("broker.sock"))
         t.abox = start_abox_net(rig, abox)
     for fn in CASES:
         if getattr(fn, "abox_only", False) and mode != "abox":
@@ -843,60 +899,24 @@ def selfcheck(rig):
     return passed, failed
 
 
+def setup(rig, mode):
+    build_servers(rig)
+    rig.add_guest()
+    if mode == "control":
+        rig.build_kernel_router()
+
+
+def run(rig, mode, abox):
+    return selfcheck(rig) if mode == "selfcheck" else run_cases(rig, mode, abox)
+
+
 def main(argv):
-    keep = "--keep" in argv
-    argv = [a for a in argv if a != "--keep"]
-    if "--only" in argv[:-1]:
-        i = argv.index("--only")
-        words = argv[i + 1].split(",")
-        CASES[:] = [fn for fn in CASES if any(w in fn.__name__ for w in words)]
-        del argv[i:i + 2]
     if argv[:1] == ["--client"]:
         print(json.dumps(CLIENTS[argv[1]](*argv[2:])))
         return 0
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    mode = {"--selfcheck": "selfcheck", "--control": "control"}.get(argv[0], "abox")
-    abox = os.path.abspath(argv[0]) if mode == "abox" else None
-    if abox and not os.access(abox, os.X_OK):
-        print(f"netstack_e2e: {abox} is not an executable")
-        return 1
-    if os.geteuid() != 0:
-        print("netstack_e2e: needs root (namespaces)")
-        return 1
-    for tool in ("ip", "nsd", "nginx", "curl", "dig", "iperf3", "openssl", "ss"):
-        if shutil.which(tool) is None:
-            print(f"netstack_e2e: {tool} is missing (scripts/setup.sh installs it)")
-            return 1
-    passed = failed = 0
-    rig = nr.Rig("ns")
-    try:
-        rig.unwind_on_signals()
-        build_servers(rig)
-        rig.add_guest()
-        if mode == "control":
-            rig.build_kernel_router()
-        if mode == "selfcheck":
-            passed, failed = selfcheck(rig)
-        else:
-            passed, failed = run_cases(rig, mode, abox)
-    except KeyboardInterrupt:
-        print("interrupted: cleaning up")
-        failed += 1
-    except Exception as e:  # noqa: BLE001 - setup failed: report, clean up
-        print(f"FAIL setup: {type(e).__name__}: {e}")
-        failed += 1
-    finally:
-        rig.close(keep_dir=keep)
-    if keep:
-        print(f"(kept {rig.dir})")
-    left = rig.leftovers()
-    if left:
-        failed += 1
-        print(f"FAIL nothing_left_behind: {left}")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 and passed > 0 else 1
+    return nr.run_suite("netstack_e2e", "ns", ("ip", "nsd", "nginx", "curl", "dig", "iperf3", "openssl", "ss"),
+                        argv, CASES, setup, run, modes={"--selfcheck": "selfcheck", "--control": "control"},
+                        doc=__doc__)
 
 
 if __name__ == "__main__":

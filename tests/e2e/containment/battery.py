@@ -53,7 +53,6 @@ import json
 import os
 import random
 import select
-import shutil
 import signal
 import socket
 import ssl
@@ -2055,33 +2054,10 @@ def build_servers(rig):
 
 
 def start_abox_net(rig, abox):
-    policy = rig.path("policy.toml")
-    with open(policy, "w") as f:
-        f.write(POLICY)
-    p = rig.spawn("abox-net", [abox, "run", "--policy", policy, "--netns", f"/run/netns/{rig.guest}",
-                               "--events", rig.path("events.jsonl")], ns=rig.outside, stdout=subprocess.PIPE)
-    line, deadline = b"", time.monotonic() + 15
-    while not line.endswith(b"\n") and time.monotonic() < deadline:
-        ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))
-        if ready:
-            b = os.read(p.stdout.fileno(), 1)
-            if not b:
-                break
-            line += b
-    if not line.startswith(b"ready"):
-        how = f"exited {p.returncode}" if p.poll() is not None else "did not print 'ready' within 15 s"
-        raise RuntimeError(f"abox-net run {how}; stdout {line!r}, stderr:\n{rig.log_tail('abox-net')}")
+    p = rig.start_abox_net(abox, POLICY)
     exe = os.path.realpath(f"/proc/{p.pid}/exe")
     if os.path.basename(exe) != os.path.basename(abox):
         raise RuntimeError(f"pid {p.pid} is {exe}, not abox-net: RSS would be measured on the wrong process")
-
-    def drain():
-        with open(rig.path("abox-net.stdout"), "ab") as out:
-            out.write(line)
-            for chunk in iter(lambda: os.read(p.stdout.fileno(), 65536), b""):
-                out.write(chunk)
-
-    threading.Thread(target=drain, daemon=True).start()
     return p
 
 
@@ -2153,6 +2129,13 @@ def run_cases(rig, mode, abox):
     return passed, failed
 
 
+def setup(rig, mode):
+    build_servers(rig)
+    rig.add_guest()
+    if mode == "control":
+        rig.build_kernel_router()
+
+
 def main(argv):
     if argv[:1] == ["--client"]:
         print(json.dumps(CLIENTS[argv[1]](*argv[2:])))
@@ -2161,54 +2144,8 @@ def main(argv):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         serve(argv[1])
         return 0
-    keep = "--keep" in argv
-    argv = [a for a in argv if a != "--keep"]
-    if "--only" in argv[:-1]:
-        i = argv.index("--only")
-        words = argv[i + 1].split(",")
-        CASES[:] = [fn for fn in CASES if any(w in fn.__name__ for w in words)]
-        del argv[i:i + 2]
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    mode = "control" if argv[0] == "--control" else "abox"
-    abox = os.path.abspath(argv[0]) if mode == "abox" else None
-    if abox and not os.access(abox, os.X_OK):
-        print(f"battery: {abox} is not an executable")
-        return 1
-    if os.geteuid() != 0:
-        print("battery: needs root (namespaces, raw sockets)")
-        return 1
-    for tool in ("ip", "tc", "nsd", "nginx", "curl", "dig", "openssl", "ss"):
-        if shutil.which(tool) is None:
-            print(f"battery: {tool} is missing (scripts/setup.sh installs it)")
-            return 1
-    started = time.monotonic()
-    passed = failed = 0
-    rig = nr.Rig("ct")
-    try:
-        rig.unwind_on_signals()
-        build_servers(rig)
-        rig.add_guest()
-        if mode == "control":
-            rig.build_kernel_router()
-        passed, failed = run_cases(rig, mode, abox)
-    except KeyboardInterrupt:
-        print("interrupted: cleaning up")
-        failed += 1
-    except Exception as e:  # noqa: BLE001 - setup failed: report, clean up
-        print(f"FAIL setup: {type(e).__name__}: {e}")
-        failed += 1
-    finally:
-        rig.close(keep_dir=keep)
-    if keep:
-        print(f"(kept {rig.dir})")
-    left = rig.leftovers()
-    if left:
-        failed += 1
-        print(f"FAIL nothing_left_behind: {left}")
-    print(f"{passed} passed, {failed} failed ({time.monotonic() - started:.0f}s)")
-    return 0 if failed == 0 and passed > 0 else 1
+    return nr.run_suite("battery", "ct", ("ip", "tc", "nsd", "nginx", "curl", "dig", "openssl", "ss"), argv, CASES,
+                        setup, run_cases, modes={"--control": "control"}, doc=__doc__)
 
 
 if __name__ == "__main__":
