@@ -18,7 +18,11 @@ legitimate use) and asserts both what the client got and what the provider
 recorded: the key arrives only when every condition holds, and never comes
 back to the client.
 
-Usage: broker_e2e.py PATH/TO/abox [--keep] [--only WORD,...]
+With a second path (abox-net), a guest namespace behind `abox-net run
+--broker` reaches the provider the whole real way: its DNS through the gate,
+its flow handed to the broker's unix socket behind the hand-off line.
+
+Usage: broker_e2e.py PATH/TO/abox [PATH/TO/abox-net] [--keep] [--only WORD,...]
 Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
 Every wait is bounded; every process started is stopped by pid at the end.
 """
@@ -632,6 +636,29 @@ def unix_handoff_line_then_tls(env):
 
 
 @case
+def guest_behind_abox_net_reaches_the_provider_through_the_broker(env):
+    if not env.guest_ns:
+        print("     (skipped: no abox-net given)")
+        return
+    before = env.provider_log()
+    # The guest resolves through abox-net's DNS gate (the real address) and
+    # connects there; abox-net hands the flow to the broker's unix socket.
+    r = subprocess.run(["ip", "netns", "exec", env.guest_ns, "curl", "-sS", "--max-time", "15",
+                        "--cacert", env.ca, "-H", f"x-api-key: {env.nonces[API]}", "--data", "{}",
+                        "-w", "\n%{http_code}", f"https://{API}/v1/messages"], capture_output=True, timeout=30)
+    out = r.stdout.decode()
+    assert r.returncode == 0 and out.endswith("\n200"), (r.returncode, out, r.stderr[-500:])
+    got = env.provider_log()[len(before):]
+    assert len(got) == 1 and {k.lower(): v for k, v in got[0]["headers"]}.get("x-api-key") == KEY, got
+    # Without the nonce the guest gets the broker's refusal, not the provider.
+    r = subprocess.run(["ip", "netns", "exec", env.guest_ns, "curl", "-sS", "--max-time", "15",
+                        "--cacert", env.ca, "-D", "-", "-o", "/dev/null", f"https://{API}/v1/messages"],
+                       capture_output=True, timeout=30)
+    assert b"abox-refused: nonce_missing" in r.stdout, r.stdout[-300:]
+    assert len(env.provider_log()) == len(before) + 1
+
+
+@case
 def the_key_is_in_no_event_and_no_log(env):
     with open(env.events_file, "rb") as f:
         events = f.read()
@@ -771,10 +798,11 @@ def main(argv):
         i = argv.index("--only")
         only = argv[i + 1]
         del argv[i:i + 2]
-    if len(argv) != 1:
+    if len(argv) not in (1, 2):
         print(__doc__, file=sys.stderr)
         return 2
     abox = os.path.abspath(argv[0])
+    abox_net = os.path.abspath(argv[1]) if len(argv) == 2 else None
     if os.geteuid() != 0:
         print("broker_e2e: needs root (namespaces)")
         return 1
@@ -824,8 +852,17 @@ def main(argv):
         ok = (os.stat(unix_socket).st_mode & 0o077) == 0
         passed, failed = passed + ok, failed + (not ok)
         print(f"{'ok  ' if ok else 'FAIL'} unix_socket_is_private", flush=True)
+        guest_ns = ""
+        if abox_net:
+            rig.add_guest()
+            # The cases run in outside, whose hosts file points the names at
+            # the broker; the guest gets its own (names come from abox-net).
+            with open(f"/etc/netns/{rig.guest}/hosts", "w") as f:
+                f.write("127.0.0.1 localhost\n")
+            rig.start_abox_net(abox_net, POLICY, "--instance", INSTANCE, "--broker", unix_socket)
+            guest_ns = rig.guest
 
-        cfg = dict(ca=guest_ca, logs=s["logs"], events_file=s["events"], stats_file=s["stats"],
+        cfg = dict(ca=guest_ca, logs=s["logs"], guest_ns=guest_ns, events_file=s["events"], stats_file=s["stats"],
                    broker_pid=tcp.pid, unix_socket=unix_socket, nonce_list=nonce_list,
                    broker_logs={n: rig.path(f"{n}.log") for n in ("broker", "broker-unix")})
         cfg_path = rig.path("cases.json")
