@@ -519,12 +519,11 @@ bool Connection::step_upstream_handshake() {
 void Connection::on_upstream_handshake_done() {
   // SSL_VERIFY_PEER already failed the handshake on a bad chain or name;
   // checked again so that a change of context settings cannot skip it.
-  if (SSL_get_verify_result(upstream_->ssl()) != X509_V_OK ||
-      SSL_get_peer_certificate(upstream_->ssl()) == nullptr) {
+  X509Ptr peer(SSL_get_peer_certificate(upstream_->ssl()));
+  if (SSL_get_verify_result(upstream_->ssl()) != X509_V_OK || !peer) {
     fail_upstream(GateReason::upstream_tls_unverified, "no verified certificate");
     return;
   }
-  X509_free(SSL_get_peer_certificate(upstream_->ssl()));
   request_bytes_up_ = upstream_request_.size();
   upstream_->queue(upstream_request_);
   response_raw_.clear();

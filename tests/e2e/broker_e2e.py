@@ -883,6 +883,20 @@ def main(argv):
             print(f"FAIL cases: {child.stdout[-2000:]} {child.stderr[-2000:]}")
         if child.stderr.strip():
             print(child.stderr[-2000:])
+        # Stop the brokers ourselves (by pid) and read their logs: a clean exit
+        # (0 on SIGTERM), and nothing from the sanitizers in an ASan build.
+        for name, p in (("broker", tcp), ("broker-unix", ux)):
+            p.terminate()
+            try:
+                rc = p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rc = p.wait(timeout=5)
+            log = rig.log_tail(name, 100000)
+            ok = rc == 0 and "Sanitizer" not in log and "runtime error" not in log
+            passed, failed = passed + ok, failed + (not ok)
+            print(f"{'ok  ' if ok else 'FAIL'} {name.replace('-', '_')}_exits_cleanly"
+                  f"{'' if ok else f' (exit {rc}): ' + log[-1500:]}", flush=True)
     except KeyboardInterrupt:
         print("interrupted: cleaning up")
         failed += 1
