@@ -26,11 +26,8 @@ Every wait is bounded; every process started is stopped by pid at the end.
 import json
 import os
 import shutil
-import socket
-import ssl
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import broker_e2e as be  # noqa: E402
@@ -507,6 +504,19 @@ def main(argv):
         ok = broker.poll() is None
         passed, failed = passed + ok, failed + (not ok)
         print(f"{'ok  ' if ok else 'FAIL'} broker_survived_every_case", flush=True)
+        # Stop it by pid (`ip netns exec` execs the broker) and read its log:
+        # a clean exit (0 on SIGTERM), nothing from the sanitizers.
+        broker.terminate()
+        try:
+            rc = broker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+            rc = broker.wait(timeout=5)
+        log = rig.log_tail("broker", 100000)
+        ok = rc == 0 and "Sanitizer" not in log and "runtime error" not in log
+        passed, failed = passed + ok, failed + (not ok)
+        print(f"{'ok  ' if ok else 'FAIL'} broker_exits_cleanly{'' if ok else f' (exit {rc}): ' + log[-1500:]}",
+              flush=True)
     except KeyboardInterrupt:
         print("interrupted: cleaning up")
         failed += 1
