@@ -158,7 +158,7 @@ bool Connection::step() {
     case State::head:
       return flush_both() | step_head();
     case State::body:
-      return step_body();
+      return flush_both() | step_body();  // flush: a 100 Continue
     case State::resolve:
       return false;  // the resolver calls back
     case State::connect:
@@ -530,6 +530,7 @@ void Connection::on_upstream_handshake_done() {
   response_head_done_ = false;
   response_body_.reset();
   response_started_ = false;
+  close_guest_after_ = true;
   response_bytes_down_ = 0;
   if (!request_counted_) {
     request_counted_ = true;
@@ -609,7 +610,17 @@ bool Connection::process_response() {
       if (status >= 500) ++account.server_errors;
       if (!response_head_.retry_after.empty()) account.last_retry_after = response_head_.retry_after;
       response_head_done_ = true;
-      forward_to_guest(std::string_view(response_raw_).substr(0, head_bytes));
+      if (status == 101) {
+        forward_to_guest(std::string_view(response_raw_).substr(0, head_bytes));
+      } else {
+        // The provider's connection headers are about the broker's pooled
+        // connection; the guest learns only whether its own one closes.
+        close_guest_after_ = guest_wants_close_ || response_head_.framing == ResponseFraming::until_close;
+        guest_head_.clear();
+        write_guest_response_head(std::string_view(response_raw_).substr(0, head_bytes), close_guest_after_,
+                                  guest_head_);
+        forward_to_guest(guest_head_);
+      }
       response_raw_.erase(0, head_bytes);
       progress = true;
       if (status == 101) {
@@ -699,7 +710,7 @@ void Connection::finish_response() {
                                      {"status", response_head_.status},
                                      {"bytes_up", request_bytes_up_},
                                      {"bytes_down", response_bytes_down_}});
-  bool close_guest = guest_wants_close_ || response_head_.connection_close;
+  bool close_guest = close_guest_after_;
   wipe_string(upstream_request_);
   bool reusable = upstream_ && !response_head_.connection_close && response_head_.status != 101 &&
                   response_head_.framing != ResponseFraming::until_close && response_raw_.empty() &&

@@ -176,6 +176,8 @@ class Connection {
   ResponseHead response_head_;
   std::optional<BodyDecoder> response_body_;
   bool response_started_ = false;  // a byte of the response reached the guest
+  bool close_guest_after_ = true;  // the guest's connection closes after this response
+  std::string guest_head_;         // the response head as the guest gets it
   std::uint64_t request_bytes_up_ = 0;
   std::uint64_t response_bytes_down_ = 0;
   KeyScrubber scrubber_;

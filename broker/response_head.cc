@@ -213,4 +213,27 @@ base::Result<ResponseHeadStatus, ResponseError> parse_response_head(std::span<co
   return ResponseHeadStatus::complete;
 }
 
+void write_guest_response_head(std::string_view raw, bool close, std::string& out) {
+  // raw ends with the empty line; every line ends in CRLF (validated).
+  std::size_t pos = 0;
+  bool first = true;
+  while (pos < raw.size()) {
+    std::size_t end = raw.find("\r\n", pos);
+    if (end == std::string_view::npos) end = raw.size();
+    std::string_view line = raw.substr(pos, end - pos);
+    pos = end + 2;
+    if (line.empty()) break;
+    if (!first) {
+      std::string_view name = line.substr(0, line.find(':'));
+      if (iequal(name, "connection") || iequal(name, "keep-alive") || iequal(name, "proxy-connection"))
+        continue;
+    }
+    first = false;
+    out.append(line);
+    out.append("\r\n");
+  }
+  if (close) out.append("Connection: close\r\n");
+  out.append("\r\n");
+}
+
 }  // namespace abox::broker

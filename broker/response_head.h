@@ -62,4 +62,12 @@ enum class ResponseHeadStatus : std::uint8_t { need_more, complete };
 [[nodiscard]] base::Result<ResponseHeadStatus, ResponseError> parse_response_head(
     std::span<const std::uint8_t> received, bool request_was_head, ResponseHead& head);
 
+// The head as the guest gets it: the provider's head with its own
+// connection-level headers (connection, keep-alive, proxy-connection) taken
+// out, since the provider's connection is the broker's, plus
+// "Connection: close" when the broker closes the guest's connection after
+// this response. `raw` must be a head parse_response_head() completed
+// (head_bytes long): its lines are known to be well formed. Appends to out.
+void write_guest_response_head(std::string_view raw, bool close, std::string& out);
+
 }  // namespace abox::broker

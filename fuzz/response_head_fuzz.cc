@@ -5,6 +5,8 @@
 //   - the head parse is monotone: every prefix that decides decides the same
 //     way, and a complete head's head_bytes lies inside the input and ends in
 //     CRLF CRLF;
+//   - the head rewritten for the guest (write_guest_response_head) parses
+//     again to the same status and framing;
 //   - the scrubber, fed the response in pieces of the chosen size, returns
 //     exactly as many bytes as it was given, none of them a key occurrence.
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/byte_reader.h"
 #include "broker/key_scrubber.h"
 #include "broker/response_head.h"
 
@@ -39,6 +42,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (input[full.head_bytes - 2] != '\r' || input[full.head_bytes - 1] != '\n')
       fail("head does not end in CRLF");
     if (full.status < 100 || full.status > 599) fail("status out of range");
+    // The head the guest gets parses to the same status and framing.
+    std::string text(reinterpret_cast<const char*>(input.data()), full.head_bytes);
+    std::string guest;
+    write_guest_response_head(text, (data[0] & 2) != 0, guest);
+    ResponseHead again;
+    auto r = parse_response_head(abox::base::as_bytes(guest), was_head, again);
+    if (!r.ok() || *r != ResponseHeadStatus::complete) fail("guest head does not parse");
+    if (again.status != full.status || again.framing != full.framing || again.head_bytes != guest.size())
+      fail("guest head differs");
+    if ((data[0] & 2) != 0 && !again.connection_close) fail("close not said");
   }
   // Monotone: sampled prefixes (each step of `piece` bytes, and the whole).
   bool decided = false;

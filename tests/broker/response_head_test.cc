@@ -123,5 +123,22 @@ TEST(ResponseHead, RetryAfterIsCappedAt64Bytes) {
   EXPECT_EQ(head.retry_after.size(), 64u);
 }
 
+TEST(GuestResponseHead, ProviderConnectionHeadersAreReplaced) {
+  std::string raw =
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
+      "X-Connection: stays\r\n\r\n";
+  std::string out;
+  write_guest_response_head(raw, false, out);
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Connection: stays\r\n\r\n");
+  out.clear();
+  write_guest_response_head("HTTP/1.1 200 OK\r\nCONNECTION: close\r\nContent-Length: 2\r\n\r\n", true, out);
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n");
+  ResponseHead head;
+  auto r = parse(out, head);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(head.connection_close);
+  EXPECT_EQ(head.head_bytes, out.size());
+}
+
 }  // namespace
 }  // namespace abox::broker

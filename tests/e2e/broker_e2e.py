@@ -235,8 +235,10 @@ def expect_100_continue_is_answered_by_the_broker(env):
     path = env.logs["api"] + ".body"
     with open(path, "wb") as f:
         f.write(body)
-    # curl sends Expect: 100-continue for a body this large and waits for it.
+    # curl waits for the 100 (up to 60 s here, past its own --max-time of 15):
+    # only a broker that answers at once lets it send the body in time.
     r = curl(env, "-X", "POST", "-H", f"x-api-key: {env.nonces[API]}", "-H", "Expect: 100-continue",
+             "--expect100-timeout", "60",
              "--data-binary", f"@{path}", "-o", "/dev/null", "-w", "%{http_code}", "-v", f"https://{API}/v1/messages")
     assert r.stdout == b"200", (r.stdout, r.stderr[-800:])
     assert r.stderr.count(b"< HTTP/1.1 100") == 1, r.stderr[-800:]
