@@ -56,15 +56,14 @@ TlsIo TlsStream::handshake() {
 TlsIo TlsStream::read(std::string& out, std::size_t max) {
   want_read_ = false;
   if (max == 0) return TlsIo::would_block;
-  std::size_t old = out.size();
-  std::size_t chunk = max < 16384 ? max : 16384;
-  out.resize(old + chunk);
-  int ret = SSL_read(ssl_.get(), out.data() + old, static_cast<int>(chunk));
+  // Into a fixed buffer, then appended: growing `out` first would zero-fill
+  // 16 KiB on every call.
+  std::size_t chunk = max < read_buffer_.size() ? max : read_buffer_.size();
+  int ret = SSL_read(ssl_.get(), read_buffer_.data(), static_cast<int>(chunk));
   if (ret > 0) {
-    out.resize(old + static_cast<std::size_t>(ret));
+    out.append(read_buffer_.data(), static_cast<std::size_t>(ret));
     return TlsIo::done;
   }
-  out.resize(old);
   return classify(ret);
 }
 

@@ -13,6 +13,7 @@
 // owner stops reading from the other side while it is over its limit.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -63,6 +64,7 @@ class TlsStream {
   base::UniqueFd fd_;
   SslPtr ssl_;
   std::string out_;
+  std::array<char, 16384> read_buffer_{};  // one TLS record's worth
   std::size_t out_sent_ = 0;
   bool handshake_done_ = false;
   bool want_read_ = false;
