@@ -6,8 +6,9 @@
 // and the table's size, not on how much of a nonce matched.
 //
 // The marker search ("abox-nonce-" in any case) is a Knuth-Morris-Pratt
-// automaton over the lower-cased bytes: one step per byte, no look-back, so a
-// body can be scanned in pieces with one integer of state.
+// automaton over the lower-cased bytes, compiled into a transition table: one
+// table load per byte, no look-back, so a body can be scanned in pieces with
+// one integer of state.
 #include "broker/nonce.h"
 
 #include <openssl/hmac.h>
@@ -21,30 +22,44 @@ namespace {
 
 constexpr std::string_view kDerivationLabel = "abox broker nonce v1";
 
-// KMP failure function of kNoncePrefix.
-constexpr std::array<std::size_t, kNoncePrefix.size()> make_failure() {
-  std::array<std::size_t, kNoncePrefix.size()> f{};
-  std::size_t k = 0;
-  for (std::size_t i = 1; i < kNoncePrefix.size(); ++i) {
-    while (k > 0 && kNoncePrefix[i] != kNoncePrefix[k]) k = f[k - 1];
-    if (kNoncePrefix[i] == kNoncePrefix[k]) ++k;
-    f[i] = k;
-  }
-  return f;
-}
-constexpr auto kFailure = make_failure();
+constexpr std::size_t kFound = kNoncePrefix.size();
 
-std::uint8_t lower(std::uint8_t c) {
+constexpr std::uint8_t lower(std::uint8_t c) {
   return (c >= 'A' && c <= 'Z') ? static_cast<std::uint8_t>(c - 'A' + 'a') : c;
 }
 
-// One automaton step; returns the new match length. kNoncePrefix.size()
-// means found.
+// The marker automaton as a table: kTransitions[state][byte], where a state
+// is how many bytes of kNoncePrefix are matched (Knuth-Morris-Pratt, built at
+// compile time) and kFound absorbs. One load per byte, no branch on the data.
+using TransitionTable = std::array<std::array<std::uint8_t, 256>, kFound + 1>;
+constexpr TransitionTable make_transitions() {
+  std::array<std::size_t, kFound> failure{};
+  for (std::size_t i = 1, k = 0; i < kFound; ++i) {
+    while (k > 0 && kNoncePrefix[i] != kNoncePrefix[k]) k = failure[k - 1];
+    if (kNoncePrefix[i] == kNoncePrefix[k]) ++k;
+    failure[i] = k;
+  }
+  TransitionTable t{};
+  for (std::size_t state = 0; state <= kFound; ++state) {
+    for (std::size_t byte = 0; byte < 256; ++byte) {
+      if (state == kFound) {
+        t[state][byte] = static_cast<std::uint8_t>(kFound);
+        continue;
+      }
+      const char c = static_cast<char>(lower(static_cast<std::uint8_t>(byte)));
+      std::size_t m = state;
+      while (m > 0 && kNoncePrefix[m] != c) m = failure[m - 1];
+      if (kNoncePrefix[m] == c) ++m;
+      t[state][byte] = static_cast<std::uint8_t>(m);
+    }
+  }
+  return t;
+}
+constexpr TransitionTable kTransitions = make_transitions();
+
+// One automaton step; kFound means the marker has been seen.
 std::size_t step(std::size_t matched, std::uint8_t byte) {
-  const char c = static_cast<char>(lower(byte));
-  while (matched > 0 && kNoncePrefix[matched] != c) matched = kFailure[matched - 1];
-  if (kNoncePrefix[matched] == c) ++matched;
-  return matched;
+  return kTransitions[matched][byte];
 }
 
 int hex_value(char c) {
@@ -100,7 +115,7 @@ bool looks_like_nonce(std::string_view text, bool percent_decode) {
   std::size_t decoded = 0;
   for (std::size_t i = 0; i < text.size(); ++i) {
     raw = step(raw, static_cast<std::uint8_t>(text[i]));
-    if (raw == kNoncePrefix.size()) return true;
+    if (raw == kFound) return true;
     if (!percent_decode) continue;
     auto byte = static_cast<std::uint8_t>(text[i]);
     if (text[i] == '%' && i + 2 < text.size()) {
@@ -110,12 +125,12 @@ bool looks_like_nonce(std::string_view text, bool percent_decode) {
         byte = static_cast<std::uint8_t>(hi * 16 + lo);
         // The raw automaton still has to see the two hex digits.
         raw = step(step(raw, static_cast<std::uint8_t>(text[i + 1])), static_cast<std::uint8_t>(text[i + 2]));
-        if (raw == kNoncePrefix.size()) return true;
+        if (raw == kFound) return true;
         i += 2;
       }
     }
     decoded = step(decoded, byte);
-    if (decoded == kNoncePrefix.size()) return true;
+    if (decoded == kFound) return true;
   }
   return false;
 }
@@ -138,14 +153,11 @@ std::optional<std::size_t> NonceTable::binding_of(std::string_view candidate) co
 
 bool NonceMarkerScanner::feed(std::span<const std::uint8_t> piece) {
   if (found_) return true;
-  for (std::uint8_t b : piece) {
-    matched_ = step(matched_, b);
-    if (matched_ == kNoncePrefix.size()) {
-      found_ = true;
-      return true;
-    }
-  }
-  return false;
+  std::size_t m = matched_;
+  for (std::uint8_t b : piece) m = step(m, b);  // kFound absorbs: no early exit needed
+  matched_ = m;
+  found_ = m == kFound;
+  return found_;
 }
 
 }  // namespace abox::broker
