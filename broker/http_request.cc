@@ -17,6 +17,7 @@
 #include "broker/http_request.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 
 #include "base/byte_reader.h"
@@ -30,8 +31,6 @@ namespace {
 
 constexpr std::uint8_t kCR = '\r';
 constexpr std::uint8_t kLF = '\n';
-constexpr std::uint8_t kHTAB = '\t';
-constexpr std::uint8_t kDEL = 0x7F;
 constexpr std::uint64_t kMaxContentLength = std::numeric_limits<std::int64_t>::max();
 
 std::string_view as_text(Bytes b) {
@@ -42,10 +41,35 @@ char lower(char c) {
   return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
 }
 
-// RFC 9110 section 5.6.2: tchar.
+// Byte classes, as compile-time tables: the parser's per-byte checks are
+// one load each.
+constexpr std::string_view kTcharPunctuation = "!#$%&'*+-.^_`|~";  // RFC 9110 section 5.6.2
+constexpr std::string_view kTargetPunctuation = "-._~!$&'()*+,;=:@/?";
+
+constexpr bool is_alnum(unsigned c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+template <class Pred>
+constexpr std::array<bool, 256> byte_table(Pred pred) {
+  std::array<bool, 256> t{};
+  for (unsigned c = 0; c < 256; ++c) t[c] = pred(c);
+  return t;
+}
+
+constexpr auto kTchar = byte_table([](unsigned c) {
+  return is_alnum(c) || (c != 0 && kTcharPunctuation.find(static_cast<char>(c)) != std::string_view::npos);
+});
+// RFC 3986: unreserved / sub-delims / ":" / "@" (pchar without pct-encoded),
+// plus "/" and "?", which origin-form allows around its segments.
+constexpr auto kTargetChar = byte_table([](unsigned c) {
+  return is_alnum(c) || (c != 0 && kTargetPunctuation.find(static_cast<char>(c)) != std::string_view::npos);
+});
+// Bytes next_line() must look at: CR, LF, and control bytes other than HTAB.
+constexpr auto kLineSpecial = byte_table([](unsigned c) { return (c < 0x20 && c != '\t') || c == 0x7F; });
+
 bool is_tchar(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return c != '\0' && std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  return kTchar[static_cast<unsigned char>(c)];
 }
 
 bool is_token(std::string_view s) {
@@ -56,11 +80,8 @@ bool is_hex(char c) {
   return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-// RFC 3986: unreserved / sub-delims / ":" / "@" (pchar without pct-encoded),
-// plus "/" and "?", which origin-form allows around its segments.
 bool is_target_char(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return c != '\0' && std::string_view("-._~!$&'()*+,;=:@/?").find(c) != std::string_view::npos;
+  return kTargetChar[static_cast<unsigned char>(c)];
 }
 
 bool is_ows(char c) {
@@ -88,33 +109,29 @@ struct Line {
 // LF only after CR, CR only before LF, no control byte but HTAB.
 Line next_line(ByteReader& r) {
   Line out;
-  for (std::size_t n = 0;; ++n) {
-    auto b = r.peek(n);
-    if (!b) return out;  // need_more
-    if (*b == kCR) {
-      auto next = r.peek(n + 1);
-      if (!next) return out;
-      if (*next != kLF) {
+  // A view of what is left, indexed below its size only; the cursor moves
+  // through the reader.
+  const Bytes rest = r.rest();
+  for (std::size_t n = 0; n < rest.size(); ++n) {
+    const std::uint8_t b = rest[n];
+    if (!kLineSpecial[b]) continue;
+    if (b == kCR) {
+      if (n + 1 == rest.size()) return out;  // need_more
+      if (rest[n + 1] != kLF) {
         out.status = LineStatus::error;
         out.error = HttpError::line_ending;
         return out;
       }
       out.status = LineStatus::line;
-      out.text = *r.bytes(n);  // n < remaining(), checked by peek
+      out.text = *r.bytes(n);  // n + 2 <= remaining()
       (void)r.skip(2);
       return out;
     }
-    if (*b == kLF) {
-      out.status = LineStatus::error;
-      out.error = HttpError::line_ending;
-      return out;
-    }
-    if ((*b < 0x20 && *b != kHTAB) || *b == kDEL) {
-      out.status = LineStatus::error;
-      out.error = HttpError::control_byte;
-      return out;
-    }
+    out.status = LineStatus::error;
+    out.error = b == kLF ? HttpError::line_ending : HttpError::control_byte;
+    return out;
   }
+  return out;  // need_more
 }
 
 // ---- request line -------------------------------------------------------------
