@@ -155,10 +155,14 @@ bool Connection::step() {
       return step_handoff();
     case State::handshake:
       return step_handshake();
-    case State::head:
-      return flush_both() | step_head();
-    case State::body:
-      return flush_both() | step_body();  // flush: a 100 Continue
+    case State::head: {
+      bool flushed = flush_both();
+      return step_head() || flushed;
+    }
+    case State::body: {
+      bool flushed = flush_both();  // a 100 Continue
+      return step_body() || flushed;
+    }
     case State::resolve:
       return false;  // the resolver calls back
     case State::connect:
