@@ -163,12 +163,14 @@ HttpError check_origin_form(std::string_view target, std::string_view& path) {
     if (c == '?' && query == target.size()) query = i;
   }
   path = target.substr(0, query);
-  // Dot segments: "/." or "/.." followed by "/" or the end of the path.
+  // Dot segments: "/." or "/.." followed by "/" or the end of the path, or
+  // by ";" (servers that strip path parameters read "/..;x/" as "/../").
   std::string_view rest = path;
   while (!rest.empty()) {
     rest.remove_prefix(1);  // the '/'
     std::size_t end = rest.find('/');
     std::string_view segment = rest.substr(0, end);
+    segment = segment.substr(0, segment.find(';'));
     if (segment == "." || segment == "..") return HttpError::path_dot_segment;
     if (end == std::string_view::npos) break;
     rest.remove_prefix(end);

@@ -13,7 +13,8 @@
 //     query of pchar, "/", "?" (RFC 3986); "%" only as "%XX" with hex
 //     digits. Absolute-form ("https://...") and authority-form ("host:port")
 //     are refused, and "*" (asterisk-form) only with OPTIONS. The path part
-//     (up to "?") holds no dot segment ("." or ".."), and no "%2e", "%2f" or
+//     (up to "?") holds no dot segment ("." or "..", also with ";params"
+//     after it, which some servers strip), and no "%2e", "%2f" or
 //     "%5c" in any case, so that a path prefix check means what it says.
 //   - Every line ends in CRLF: a bare LF or a CR not followed by LF is
 //     refused. No control byte but HTAB anywhere in the head (DEL included);

@@ -212,12 +212,16 @@ TEST(HttpRequest, DotSegmentsAndEncodedSeparatorsInThePath) {
   refused("GET /v1/.. HTTP/1.1\r\nHost: a\r\n\r\n", HttpError::path_dot_segment);
   refused("GET /. HTTP/1.1\r\nHost: a\r\n\r\n", HttpError::path_dot_segment);
   refused("GET /v1/..?x HTTP/1.1\r\nHost: a\r\n\r\n", HttpError::path_dot_segment);
+  // Servers that strip path parameters (";...") read "..;x" as "..".
+  refused("GET /v1/..;/admin HTTP/1.1\r\nHost: a\r\n\r\n", HttpError::path_dot_segment);
+  refused("GET /v1/.;jsessionid=1/x HTTP/1.1\r\nHost: a\r\n\r\n", HttpError::path_dot_segment);
   refused("GET /v1/%2e%2e/admin HTTP/1.1\r\nHost: a\r\n\r\n", HttpError::path_encoded_separator);
   refused("GET /v1%2Fadmin HTTP/1.1\r\nHost: a\r\n\r\n", HttpError::path_encoded_separator);
   refused("GET /v1%5cadmin HTTP/1.1\r\nHost: a\r\n\r\n", HttpError::path_encoded_separator);
   // Dots inside a segment are names, not dot segments.
   EXPECT_EQ(complete("GET /v1/.well-known/..x/a.. HTTP/1.1\r\nHost: a\r\n\r\n").path(),
             "/v1/.well-known/..x/a..");
+  EXPECT_EQ(complete("GET /v1/a;b=..;c HTTP/1.1\r\nHost: a\r\n\r\n").path(), "/v1/a;b=..;c");
 }
 
 // ---- header fields ----------------------------------------------------------------

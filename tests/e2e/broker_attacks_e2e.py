@@ -253,6 +253,19 @@ def request_pipelined_after_a_chunked_body_meets_the_gate_again(env):
 
 
 @case
+def path_outside_the_prefix_through_dot_segments(env):
+    # /v1/ is the binding's prefix; each of these would reach /admin on a
+    # server that normalizes it.
+    for path, reason in (("/v1/../admin", "path_dot_segment"), ("/v1/..;/admin", "path_dot_segment"),
+                         ("/v1/%2e%2e/admin", "path_encoded_separator"),
+                         ("/v1%2f..%2fadmin", "path_encoded_separator")):
+        try:
+            refused(env, be.request(env, path=path), 400, reason)
+        except AssertionError as e:
+            raise AssertionError(f"{path}: {e}") from None
+
+
+@case
 def oversize_head(env):
     refused(env, be.request(env, headers=[("X-Pad", "a" * 5000)]), 400, "head_too_large")
 
