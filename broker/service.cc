@@ -94,7 +94,13 @@ base::Result<Listener, std::string> open_listener(const std::string& listen) {
     struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) {
       if (!S_ISSOCK(st.st_mode)) return base::Err{path + ": exists and is not a socket"};
-      ::unlink(path.c_str());  // a stale socket of an earlier run
+      // A socket someone still accepts on is in use; only a stale one (of an
+      // earlier run) is replaced.
+      base::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      if (probe && ::connect(probe.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun) == 0) {
+        return base::Err{path + ": in use by another process"};
+      }
+      ::unlink(path.c_str());
     }
     mode_t old = ::umask(0177);
     int rc = ::bind(l.fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun);

@@ -859,6 +859,11 @@ def main(argv):
         ok = (os.stat(unix_socket).st_mode & 0o077) == 0
         passed, failed = passed + ok, failed + (not ok)
         print(f"{'ok  ' if ok else 'FAIL'} unix_socket_is_private", flush=True)
+        r = abox_run(abox, "broker", *common, "--listen", f"unix:{unix_socket}", ns=rig.outside)
+        ok = r.returncode == 3 and "in use" in r.stderr and os.path.exists(unix_socket)
+        passed, failed = passed + ok, failed + (not ok)
+        print(f"{'ok  ' if ok else 'FAIL'} live_unix_socket_is_not_taken_over{'' if ok else ': ' + r.stderr}",
+              flush=True)
         guest_ns = ""
         if abox_net:
             rig.add_guest()
