@@ -559,6 +559,35 @@ def sni_flood_keeps_memory_bounded_and_service_working(env):
 
 
 @case
+def handshakes_in_progress_are_bounded(env):
+    before = read_stats(env)["service"]
+    socks = []
+    try:
+        for _ in range(80):  # the broker allows 64 handshakes in progress
+            socks.append(socket.create_connection(("127.0.0.1", 443), timeout=10))
+        # A connection past the bound is closed at once: its read ends.
+        closed = 0
+        for s in socks[64:]:
+            try:
+                closed += s.recv(1) == b""
+            except (ConnectionResetError, socket.timeout):
+                pass
+        stats = read_stats(env)["service"]
+        assert stats["handshakes_refused_limit"] - before["handshakes_refused_limit"] >= 16, stats
+        assert stats["handshakes_in_progress"] <= 64, stats
+        assert closed >= 16, closed
+    finally:
+        for s in socks:
+            s.close()
+    # Once they are gone, a legitimate request is served again.
+    for _ in range(50):
+        if read_stats(env)["service"]["handshakes_in_progress"] == 0:
+            break
+        time.sleep(0.1)
+    assert status_and_headers(raw_exchange(env, request(env)))[0] == 200
+
+
+@case
 def silent_client_is_closed_after_the_handshake_timeout(env):
     # The broker closes it (handshake timeout, connect_ms = 2 s); the socket's
     # own 15 s timeout fails the case if it never does.
