@@ -1,6 +1,10 @@
 // Connection: one guest connection to the broker, from its first byte to its
 // close, with the upstream connection of the request in progress.
 //
+// connection.cc holds the guest half (hand-off, TLS, request, refusals,
+// timers), connection_upstream.cc the provider half (resolve, connect,
+// verified TLS or a pooled connection, the streamed response).
+//
 // How this works. A connection is a state machine driven by readiness of its
 // two sockets (guest, upstream) and by its timer; drive() advances it as far
 // as it can, then tells the loop which readiness it waits for.
