@@ -1,7 +1,7 @@
-#include "broker/connection.h"
 // Connection, guest half: the hand-off line, TLS with the SNI callback, the
 // request head and body, the gate, refusals, interest and timers (see
 // connection.h for the whole state machine).
+#include "broker/connection.h"
 
 #include <openssl/ssl.h>
 #include <sys/epoll.h>
