@@ -1,5 +1,7 @@
 #include "netstack/dns_command.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -8,13 +10,16 @@
 #include "base/json.h"
 #include "netstack/dns_host_server.h"
 #include "netstack/process_setup.h"
+#include "netstack/sandbox.h"
+#include "netstack/stats.h"
+#include "netstack/stats_server.h"
 
 namespace abox::netstack {
 
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: abox-net dns --policy FILE [--listen ADDR:PORT] [--events FILE|-] [--instance NAME]\n"
+    "usage: abox-net dns --policy FILE [--listen ADDR:PORT] [options]\n"
     "\n"
     "Runs only the DNS gate, on a host socket (UDP and TCP on the same port):\n"
     "allowed names are forwarded to the policy's upstreams and filtered,\n"
@@ -25,54 +30,17 @@ constexpr std::string_view kUsage =
     "  --listen ADDR:PORT  where to listen (default 127.0.0.1:5353; port 0 picks one)\n"
     "  --events FILE|-     JSON-lines events to FILE, or '-' for stdout (default: stderr)\n"
     "  --instance NAME     the instance name in events (default: dns)\n"
+    "  --stats-socket PATH serve the live counters as JSON on a unix socket (0600);\n"
+    "                      read them with 'abox-net stats PATH'\n"
+    "  --no-sandbox        FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
+    "                      filter and the io_uring restrictions (docs/security.md)\n"
     "\n"
     "Prints 'listening on ADDR:PORT' when ready. SIGUSR1 prints counters as JSON\n"
     "to stderr; SIGINT or SIGTERM prints them and exits 0.\n"
     "\n"
     "Exit status: 0 stopped by a signal, 2 usage error, 3 could not start\n"
-    "(invalid policy, address in use, no upstream).\n";
-
-void write_counters(const DnsHostServer& s) {
-  const auto& g = s.gate().counters();
-  const auto& t = s.table().counters();
-  const auto& c = s.counters();
-  const auto& cache = s.gate().cache().counters();
-  std::string out;
-  base::JsonWriter w(out);
-  w.begin_object()
-      .field("queries", g.queries)
-      .field("answered", g.answered)
-      .field("cache_hits", g.cache_hits)
-      .field("denied", g.denied)
-      .field("malformed", g.malformed)
-      .field("refused_type", g.refused_type)
-      .field("nodata_https", g.nodata_https)
-      .field("forwarded", g.forwarded)
-      .field("coalesced", g.coalesced)
-      .field("in_flight_full", g.in_flight_full)
-      .field("upstream_timeouts", g.upstream_timeouts)
-      .field("upstream_errors", g.upstream_errors)
-      .field("upstream_ignored", g.upstream_ignored)
-      .field("tcp_retries", g.tcp_retries)
-      .field("servfail", g.servfail)
-      .field("truncated", g.truncated)
-      .field("rebinding", g.rebinding)
-      .field("unsafe_lifted", g.unsafe_lifted)
-      .field("answer_table_size", static_cast<std::uint64_t>(s.table().size()))
-      .field("answer_table_evicted", t.evicted_expired + t.evicted_oldest)
-      .field("cache_entries", static_cast<std::uint64_t>(s.gate().cache().size()))
-      .field("cache_evicted", cache.evicted)
-      .field("udp_received", c.udp_received)
-      .field("udp_sent", c.udp_sent)
-      .field("udp_send_errors", c.udp_send_errors)
-      .field("client_table_full", c.client_table_full)
-      .field("tcp_accepted", c.tcp_accepted)
-      .field("tcp_refused", c.tcp_refused)
-      .end_object();
-  out += '\n';
-  std::fputs(out.c_str(), stderr);
-  std::fflush(stderr);
-}
+    "(invalid policy, address in use, no upstream, stats socket not usable, no\n"
+    "sandbox possible).\n";
 
 }  // namespace
 
@@ -81,6 +49,8 @@ int run_dns_command(std::span<const std::string_view> args) {
   std::string listen_text = "127.0.0.1:5353";
   std::string events_path;
   std::string instance = "dns";
+  std::optional<std::string> stats_socket;
+  bool sandbox = true;
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto a = args[i];
     auto value = [&](std::string& out) {
@@ -101,6 +71,10 @@ int run_dns_command(std::span<const std::string_view> args) {
       events_path = v;
     } else if (a == "--instance" && value(v)) {
       instance = v;
+    } else if (a == "--stats-socket" && value(v)) {
+      stats_socket = v;
+    } else if (a == "--no-sandbox") {
+      sandbox = false;
     } else {
       std::cerr << "abox-net dns: unknown or incomplete option '" << a << "'\n" << kUsage;
       return 2;
@@ -126,18 +100,35 @@ int run_dns_command(std::span<const std::string_view> args) {
   if (!sink) return 3;
   base::EventLog events = base::EventLog::to_fd(instance, sink->fd);
   base::SystemRandom random;
+  MemoryProbe memory;
 
   try {
     EventLoop loop;
     DnsHostServer server(loop, policy, upstreams, *listen, events, random);
-    SignalWatch signals(loop, [&server] { write_counters(server); });
+    auto stats = [&] { return dns_stats_json(server, memory); };
+    SignalWatch signals(loop, [&] { write_stats_line(STDERR_FILENO, stats()); });
+    std::unique_ptr<StatsServer> stats_server;
+    if (stats_socket) {
+      auto made = StatsServer::create(loop, *stats_socket, stats);
+      if (!made.ok()) {
+        std::cerr << "abox-net dns: --stats-socket: " << made.error() << '\n';
+        return 3;
+      }
+      stats_server = std::move(made).value();
+    }
+    if (sandbox) {
+      if (auto r = enter_sandbox(loop); !r.ok()) {
+        std::cerr << "abox-net dns: cannot enter the sandbox: " << r.error() << '\n';
+        return 3;
+      }
+    }
     events.emit("start", {{"mode", "dns"},
                           {"listen", server.address().to_string()},
                           {"policy", policy.source()},
                           {"upstreams", static_cast<std::uint64_t>(upstreams.size())}});
     std::cout << "listening on " << server.address().to_string() << std::endl;
     loop.run();
-    write_counters(server);
+    write_stats_line(STDERR_FILENO, stats());
   } catch (const std::exception& e) {
     std::cerr << "abox-net dns: " << e.what() << '\n';
     return 3;

@@ -16,11 +16,13 @@ constexpr std::uint64_t kIgnoreTag = ~std::uint64_t{0};
 EventLoop::EventLoop(unsigned entries) {
   io_uring_params params{};
   // One thread submits and reaps; let the kernel skip cross-thread work.
-  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN;
+  // Disabled until enable_ring(): see there.
+  params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_R_DISABLED;
   int rc = io_uring_queue_init_params(entries, &ring_, &params);
-  if (rc == -EINVAL) {  // older kernels: plain setup
+  if (rc == -EINVAL) {  // older kernels: plain setup (enable_ring() then fails: no sandbox)
     params = {};
     rc = io_uring_queue_init_params(entries, &ring_, &params);
+    ring_enabled_ = rc == 0;
   }
   if (rc < 0) throw std::runtime_error(std::string("io_uring setup failed: ") + std::strerror(-rc));
   now_ = base::MonoClock::now();
@@ -30,9 +32,29 @@ EventLoop::~EventLoop() {
   io_uring_queue_exit(&ring_);
 }
 
+int EventLoop::enable_ring(std::span<const io_uring_restriction> restrictions) {
+  if (ring_enabled_) return -EBADFD;
+  // Debian's liburing 2.3 declares io_uring_register_restrictions() and
+  // io_uring_enable_rings() but does not export them: the raw register call.
+  auto reg = [this](unsigned op, const void* arg, unsigned n) {
+    int rc = io_uring_register(static_cast<unsigned>(ring_.ring_fd), op, arg, n);
+    return rc == -1 ? -errno : rc;
+  };
+  if (!restrictions.empty()) {
+    if (int rc = reg(IORING_REGISTER_RESTRICTIONS, restrictions.data(),
+                     static_cast<unsigned>(restrictions.size()));
+        rc < 0)
+      return rc;
+  }
+  if (int rc = reg(IORING_REGISTER_ENABLE_RINGS, nullptr, 0); rc < 0) return rc;
+  ring_enabled_ = true;
+  return 0;
+}
+
 io_uring_sqe* EventLoop::sqe() {
   io_uring_sqe* s = io_uring_get_sqe(&ring_);
   if (s == nullptr) {
+    if (!ring_enabled_) enable_ring({});  // a disabled ring cannot submit
     // The submission queue is full: hand what is queued to the kernel.
     io_uring_submit(&ring_);
     s = io_uring_get_sqe(&ring_);
@@ -109,6 +131,10 @@ void EventLoop::run() {
 }
 
 void EventLoop::run_once(base::Millis max_wait) {
+  if (!ring_enabled_) {
+    if (int rc = enable_ring({}); rc < 0)
+      throw std::runtime_error(std::string("io_uring enable failed: ") + std::strerror(-rc));
+  }
   now_ = base::MonoClock::now();
   base::MonoTime deadline = now_ + max_wait;
   base::MonoTime earliest_timer = base::MonoTime::max();

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,13 @@ class EventLoop {
 
   base::MonoTime now() const { return now_; }
 
+  // The ring is created disabled (IORING_SETUP_R_DISABLED) so that the
+  // sandbox can limit the operations it accepts before anything runs on it
+  // (sandbox.h): enable_ring() registers `restrictions` (none: unrestricted)
+  // and enables it. run_once() enables it unrestricted if nobody did.
+  // Returns 0, or -errno (-EBADFD: already enabled).
+  int enable_ring(std::span<const io_uring_restriction> restrictions);
+
  private:
   struct Reg {
     Watcher* watcher = nullptr;
@@ -98,6 +106,7 @@ class EventLoop {
   std::vector<std::function<void()>> turn_hooks_;
   base::MonoTime now_{};
   bool stopping_ = false;
+  bool ring_enabled_ = false;
 };
 
 }  // namespace abox::netstack

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
@@ -84,7 +85,10 @@ struct StackGlue {
 class GuestStack::LinkWatcher final : public EventLoop::Watcher {
  public:
   explicit LinkWatcher(GuestStack& s) : s_(s) {}
-  void on_ready(std::uint32_t) override { s_.poll_link(); }
+  void on_ready(std::uint32_t events) override {
+    if ((events & POLLOUT) != 0) s_.flush_link();
+    s_.poll_link();
+  }
 
  private:
   GuestStack& s_;
@@ -99,6 +103,11 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
       events_(events),
       config_(config),
       table_(policy, policy.limits().answer_entries),
+      dhcp_({.gateway = config.gateway.v4_value(),
+             .guest = config.guest.v4_value(),
+             .prefix_len = config.prefix_len,
+             .gateway_mac = config.gateway_mac,
+             .mtu = link.mtu()}),
       netif_(std::make_unique<netif>()),
       rx_(link.mtu() + 14 + 4) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
@@ -142,7 +151,8 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   udp_recv(udp_all_, &StackGlue::udp, nullptr);
 
   link_watcher_ = std::make_unique<LinkWatcher>(*this);
-  link_handle_ = loop_.watch(link_.fd(), POLLIN, link_watcher_.get());
+  link_events_ = POLLIN;
+  link_handle_ = loop_.watch(link_.fd(), link_events_, link_watcher_.get());
 
   // lwIP's own timers, and ours: flow deadlines once a second is enough
   // (peek and connect timeouts are seconds).
@@ -165,7 +175,10 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
                             for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
                             for (UdpFlow* f : sweep_udp_) f->check_idle(now);
                           }});
-  loop_.add_turn_hook([this] { reap(); });
+  loop_.add_turn_hook([this] {
+    reap();
+    watch_link_output();
+  });
   next_sweep_ = loop_.now() + base::Seconds(1);
 }
 
@@ -189,11 +202,7 @@ void GuestStack::poll_link() {
   for (int i = 0; i < 256; ++i) {
     auto r = link_.receive(rx_);
     if (!r.ok()) {
-      if (link_alive_) {
-        link_alive_ = false;
-        events_.emit("link", {{"reason", "the guest link failed"}, {"errno", r.error()}});
-        loop_.stop();
-      }
+      link_failed(r.error());
       return;
     }
     std::size_t n = *r;
@@ -227,6 +236,15 @@ void GuestStack::poll_link() {
       ++counters_.frames_dropped_other;
       continue;
     }
+    if (type == kEtherIpv4) {
+      // DHCP first: a DISCOVER comes from 0.0.0.0, which the checks below drop.
+      const DhcpResult dhcp = dhcp_.handle(std::span<const std::uint8_t>(rx_.data(), n));
+      if (dhcp.outcome != DhcpOutcome::not_dhcp) {
+        count(dhcp.outcome);
+        if (!dhcp.reply.empty()) (void)link_.send(dhcp.reply);  // a full link loses it; the client retries
+        continue;
+      }
+    }
     if (type == kEtherIpv4 && drop_before_lwip(std::span<const std::uint8_t>(rx_.data() + 14, n - 14)))
       continue;
     if (type == kEtherIpv4) {
@@ -245,6 +263,56 @@ void GuestStack::poll_link() {
     if (netif_->input(p, netif_.get()) != ERR_OK) pbuf_free(p);
   }
   loop_.wake_next_turn(link_handle_);
+}
+
+void GuestStack::count(DhcpOutcome outcome) {
+  switch (outcome) {
+    case DhcpOutcome::offer:
+      ++counters_.dhcp_offers;
+      break;
+    case DhcpOutcome::ack:
+      ++counters_.dhcp_acks;
+      break;
+    case DhcpOutcome::nak:
+      ++counters_.dhcp_naks;
+      break;
+    case DhcpOutcome::ignored:
+      ++counters_.dhcp_ignored;
+      break;
+    case DhcpOutcome::malformed:
+      ++counters_.dhcp_malformed;
+      break;
+    case DhcpOutcome::not_dhcp:
+      break;
+  }
+}
+
+void GuestStack::link_failed(int err) {
+  if (!link_alive_) return;
+  link_alive_ = false;
+  // A VMM that exits (or a namespace torn down) closes its end: that is the
+  // ordinary end of an instance, not a fault.
+  const bool peer_left = err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == EIO || err == 0;
+  events_.emit("link",
+               {{"reason", peer_left ? "the guest's side of the link closed (the VM or namespace went away)"
+                                     : "the guest link failed"},
+                {"errno", err},
+                {"error", std::strerror(err)}});
+  loop_.stop();
+}
+
+void GuestStack::flush_link() {
+  if (!link_alive_) return;
+  if (auto r = link_.flush(); !r.ok()) link_failed(r.error());
+}
+
+// POLLOUT only while the link holds output back: a writable socket would
+// otherwise wake the loop on every turn.
+void GuestStack::watch_link_output() {
+  const std::uint32_t want = link_alive_ && link_.output_pending() ? (POLLIN | POLLOUT) : POLLIN;
+  if (want == link_events_) return;
+  link_events_ = want;
+  loop_.modify(link_handle_, want);
 }
 
 void GuestStack::output_frame(const pbuf* p) {

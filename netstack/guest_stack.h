@@ -1,6 +1,7 @@
 // GuestStack: one guest's side of abox-net. How a frame goes through:
 //
 //   Link ──receive──▶ on_link_ready()
+//     IPv4 UDP to port 67 ── DhcpServer (the fixed lease), reply straight to the Link
 //     IPv6 (and anything not IPv4/ARP) ── counted, dropped, logged once per kind
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
 //        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
@@ -27,6 +28,7 @@
 #include "base/event_log.h"
 #include "base/random.h"
 #include "dns/answer_table.h"
+#include "netstack/dhcp_server.h"
 #include "netstack/event_loop.h"
 #include "netstack/link.h"
 #include "policy/policy.h"
@@ -69,6 +71,11 @@ struct StackCounters {
   std::uint64_t limit_half_open = 0;
   std::uint64_t name_refused = 0;  // SNI/Host did not match
   std::uint64_t connect_failed = 0;
+  std::uint64_t dhcp_offers = 0;
+  std::uint64_t dhcp_acks = 0;
+  std::uint64_t dhcp_naks = 0;
+  std::uint64_t dhcp_ignored = 0;    // DECLINE, RELEASE, to another server, relayed
+  std::uint64_t dhcp_malformed = 0;  // UDP to port 67 that is not a valid client message
 };
 
 class GuestStack {
@@ -120,6 +127,10 @@ class GuestStack {
   class LinkWatcher;
 
   void output_frame(const pbuf* p);
+  void flush_link();
+  void link_failed(int err);
+  void watch_link_output();
+  void count(DhcpOutcome outcome);
   int on_syn(const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
              std::uint16_t dst_port);
   void on_accept(tcp_pcb* pcb);
@@ -137,9 +148,11 @@ class GuestStack {
   base::EventLog& events_;
   GuestConfig config_;
   dns::AnswerTable table_;
+  DhcpServer dhcp_;
   std::unique_ptr<netif> netif_;
   std::unique_ptr<LinkWatcher> link_watcher_;
   EventLoop::Handle link_handle_ = EventLoop::kNoHandle;
+  std::uint32_t link_events_ = 0;  // what the link's watch asks for (POLLIN, + POLLOUT)
   tcp_pcb* listener_ = nullptr;
   udp_pcb* udp_all_ = nullptr;
   std::unique_ptr<GuestDns> dns_;

@@ -30,8 +30,8 @@ class Link {
  public:
   virtual ~Link() = default;
 
-  // The fd the event loop watches for POLLIN (and POLLOUT while send() has
-  // reported EAGAIN).
+  // The fd the event loop watches for POLLIN (and POLLOUT while
+  // output_pending()).
   virtual int fd() const = 0;
   // The guest-facing MTU (IP packet size, without the Ethernet header).
   virtual std::size_t mtu() const = 0;
@@ -42,6 +42,13 @@ class Link {
   // Writes one frame. Returns an errno on failure; EAGAIN means "full, drop
   // or retry later", anything else means the link is dead.
   virtual base::Result<void, int> send(std::span<const std::uint8_t> frame) = 0;
+
+  // A link that queues output the fd could not take (a stream socket) says
+  // so here: while true the loop also watches fd() for POLLOUT and calls
+  // flush() when it is writable. flush() returns an errno when the link is
+  // dead; a still-full fd is not an error.
+  virtual bool output_pending() const { return false; }
+  virtual base::Result<void, int> flush() { return {}; }
 
   virtual const LinkCounters& counters() const = 0;
 };

@@ -6,6 +6,7 @@
 
 #include "netstack/dns_command.h"
 #include "netstack/run_command.h"
+#include "netstack/stats_command.h"
 
 namespace {
 
@@ -15,6 +16,7 @@ constexpr std::string_view kUsage =
     "Modes:\n"
     "  run      the appliance for one guest: a tap in its namespace, DNS gate, admission\n"
     "  dns      run only the DNS gate on a host socket (try a policy, benchmarks)\n"
+    "  stats    print the live counters of a running abox-net (its --stats-socket)\n"
     "\n"
     "Run 'abox-net <mode> --help' for a mode's options.\n";
 
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "run") return abox::netstack::run_run_command(std::span(args).subspan(1));
   if (args[0] == "dns") return abox::netstack::run_dns_command(std::span(args).subspan(1));
+  if (args[0] == "stats") return abox::netstack::run_stats_command(std::span(args).subspan(1));
   std::cerr << "abox-net: unknown mode '" << args[0] << "'\n" << kUsage;
   return 2;
 }

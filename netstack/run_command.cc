@@ -1,7 +1,11 @@
 #include "netstack/run_command.h"
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -10,7 +14,13 @@
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
 #include "netstack/lwip/abox_lwip.h"
+#include "netstack/pcap_writer.h"
 #include "netstack/process_setup.h"
+#include "netstack/recording_link.h"
+#include "netstack/sandbox.h"
+#include "netstack/stats.h"
+#include "netstack/stats_server.h"
+#include "netstack/stream_link.h"
 #include "netstack/tap_link.h"
 
 namespace abox::netstack {
@@ -18,71 +28,67 @@ namespace abox::netstack {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: abox-net run --policy FILE (--netns NAME|PATH | --tap-fd N) [options]\n"
+    "usage: abox-net run --policy FILE (--netns NAME|PATH | --tap-fd N | --stream PATH) [options]\n"
     "\n"
     "Runs the network appliance for one guest: a tap in the guest's network\n"
-    "namespace, lwIP on one io_uring loop, the DNS gate on the gateway, and\n"
-    "admission of every new flow. Stays in the foreground until SIGTERM/SIGINT\n"
-    "or until the namespace goes away.\n"
+    "namespace (or a VM's QEMU stream socket), lwIP on one io_uring loop, the\n"
+    "DNS gate on the gateway, and admission of every new flow. Stays in the\n"
+    "foreground until SIGTERM/SIGINT, until the namespace goes away, or until\n"
+    "the VM disconnects.\n"
     "\n"
     "Options:\n"
     "  --policy FILE          the instance's policy (required)\n"
     "  --netns NAME|PATH      create the tap in this namespace (a name under /run/netns, or a path\n"
     "                         such as /proc/PID/ns/net) and configure it\n"
     "  --tap-fd N             use an already-open tap (configured by its owner)\n"
+    "  --stream PATH          create a unix socket at PATH (mode 0600) for one VMM to connect to,\n"
+    "                         QEMU's -netdev stream framing (4-byte big-endian length, frame)\n"
     "  --events FILE|-        JSON-lines events to FILE, or '-' for stdout (default: stderr)\n"
     "  --instance NAME        the instance name in events (default: guest)\n"
     "  --address ADDR/LEN     the guest's address (default 10.0.2.15/24)\n"
     "  --gateway ADDR         the gateway: abox-net itself, the guest's default route and its\n"
     "                         only DNS server (default 10.0.2.2)\n"
     "  --mtu N                the guest link's MTU, 576-65520 (default 65520)\n"
-    "  --ifname NAME          the tap's name in the namespace (default eth0)\n"
+    "  --ifname NAME          the tap's name in the namespace (default eth0; not with --stream)\n"
     "  --broker PATH          hand flows to [[broker]] names to the broker's unix socket at PATH\n"
     "                         (without it, flows to broker names are refused)\n"
+    "  --pcap FILE            record every frame to and from the guest in FILE (pcap, made 0600)\n"
+    "  --pcap-max-bytes N     stop recording before FILE passes N bytes (K/M/G suffix; default 1G)\n"
+    "  --stats-socket PATH    serve the live counters as JSON on a unix socket (0600); read them\n"
+    "                         with 'abox-net stats PATH'\n"
+    "  --no-sandbox           FOR DEBUGGING ONLY: keep capabilities, skip the seccomp filter and\n"
+    "                         the io_uring restrictions (docs/security.md)\n"
     "\n"
-    "Prints 'ready ...' on stdout once the guest side is up. SIGUSR1 prints the\n"
-    "counters as JSON to stderr.\n"
+    "Prints 'ready ...' on stdout once the guest side is up and the process is\n"
+    "sandboxed (with --stream: once the socket listens, so the VMM can connect\n"
+    "after; the syscall filter follows when it has). SIGUSR1 prints the counters\n"
+    "as JSON to stderr.\n"
     "\n"
-    "Exit status: 0 stopped by a signal or the namespace went away, 2 usage error,\n"
-    "3 could not start (invalid policy, namespace or tap, no upstream).\n";
+    "Exit status: 0 stopped by a signal, the namespace went away or the VM\n"
+    "disconnected, 2 usage error, 3 could not start (invalid policy, namespace,\n"
+    "tap or socket path, no upstream, pcap file or stats socket not usable, no\n"
+    "sandbox possible).\n";
 
-void write_counters(const GuestStack& s, const Link& link) {
-  const auto& c = s.counters();
-  const auto& g = s.dns().gate().counters();
-  const auto& l = link.counters();
-  std::string out;
-  base::JsonWriter w(out);
-  w.begin_object()
-      .field("frames_in", l.frames_in)
-      .field("frames_out", l.frames_out)
-      .field("frames_dropped_ipv6", c.frames_dropped_ipv6)
-      .field("frames_dropped_other", c.frames_dropped_other)
-      .field("frames_dropped_spoofed", c.frames_dropped_spoofed)
-      .field("frames_dropped_fragment", c.frames_dropped_fragment)
-      .field("icmp_not_for_gateway", abox_lwip_counters()->icmp_not_for_netif)
-      .field("frames_dropped_oversize", l.dropped_oversize)
-      .field("tcp_flows", static_cast<std::uint64_t>(s.tcp_flows()))
-      .field("udp_flows", static_cast<std::uint64_t>(s.udp_flows()))
-      .field("tcp_admitted", c.tcp_admitted)
-      .field("tcp_refused", c.tcp_refused)
-      .field("tcp_brokered", c.tcp_brokered)
-      .field("udp_admitted", c.udp_admitted)
-      .field("udp_refused", c.udp_refused)
-      .field("name_refused", c.name_refused)
-      .field("connect_failed", c.connect_failed)
-      .field("limit_flows", c.limit_flows)
-      .field("limit_half_open", c.limit_half_open)
-      .field("dns_queries", g.queries)
-      .field("dns_denied", g.denied)
-      .field("dns_cache_hits", g.cache_hits)
-      .field("dns_rebinding", g.rebinding)
-      .field("dns_malformed", g.malformed)
-      .field("dns_in_flight_full", g.in_flight_full)
-      .field("answer_table_size", static_cast<std::uint64_t>(s.table().size()))
-      .end_object();
-  out += '\n';
-  std::fputs(out.c_str(), stderr);
-  std::fflush(stderr);
+// Runs the loop (signals included) until a VMM connects to the listener.
+// Holds nullptr when a signal stopped the loop first.
+base::Result<std::unique_ptr<StreamLink>, std::string> wait_for_peer(EventLoop& loop,
+                                                                     StreamListener& listener,
+                                                                     std::size_t mtu) {
+  struct AcceptWatch final : EventLoop::Watcher {
+    void on_ready(std::uint32_t) override { ready = true; }
+    bool ready = false;
+  } watch;
+  const EventLoop::Handle handle = loop.watch(listener.fd(), POLLIN, &watch);
+  base::Result<std::unique_ptr<StreamLink>, std::string> peer = std::unique_ptr<StreamLink>();
+  while (!loop.stopping()) {
+    loop.run_once(base::Millis(1000));
+    if (!watch.ready) continue;
+    watch.ready = false;
+    peer = listener.accept(mtu);
+    if (!peer.ok() || *peer) break;
+  }
+  loop.unwatch(handle);
+  return peer;
 }
 
 std::optional<unsigned long> parse_number(std::string_view s, unsigned long lo, unsigned long hi) {
@@ -96,21 +102,42 @@ std::optional<unsigned long> parse_number(std::string_view s, unsigned long lo, 
   return v;
 }
 
+// A byte count with an optional K, M or G (binary) suffix, 1 to 2^50.
+std::optional<std::uint64_t> parse_byte_size(std::string_view s) {
+  std::uint64_t unit = 1;
+  if (!s.empty() && (s.back() == 'K' || s.back() == 'M' || s.back() == 'G')) {
+    unit = s.back() == 'K' ? 1ull << 10 : s.back() == 'M' ? 1ull << 20 : 1ull << 30;
+    s.remove_suffix(1);
+  }
+  auto n = parse_number(s, 1, 999'999'999);
+  if (!n || *n * unit > (1ull << 50)) return std::nullopt;
+  return *n * unit;
+}
+
 }  // namespace
 
 int run_run_command(std::span<const std::string_view> args) {
   std::optional<std::string> policy_path;
   std::optional<std::string> netns;
   std::optional<int> tap_fd;
+  std::optional<std::string> stream_path;
   std::string events_path;
   std::string instance = "guest";
   std::string broker_path;
   GuestNetConfig net;
+  std::optional<std::string> pcap_path;
+  std::uint64_t pcap_max_bytes = 1ull << 30;
+  std::optional<std::string> stats_socket;
+  bool sandbox = true;
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto a = args[i];
     if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return 0;
+    }
+    if (a == "--no-sandbox") {
+      sandbox = false;
+      continue;
     }
     if (i + 1 >= args.size()) {
       std::cerr << "abox-net run: unknown or incomplete option '" << a << "'\n" << kUsage;
@@ -129,6 +156,9 @@ int run_run_command(std::span<const std::string_view> args) {
       auto n = parse_number(v, 0, 1 << 20);
       if (!n) return bad("a file descriptor number");
       tap_fd = static_cast<int>(*n);
+    } else if (a == "--stream") {
+      if (v.empty()) return bad("a path for the unix socket");
+      stream_path = std::string(v);
     } else if (a == "--events") {
       events_path = std::string(v);
     } else if (a == "--instance") {
@@ -151,6 +181,14 @@ int run_run_command(std::span<const std::string_view> args) {
       auto n = parse_number(v, 576, 65520);
       if (!n) return bad("a number from 576 to 65520");
       net.mtu = *n;
+    } else if (a == "--pcap") {
+      pcap_path = std::string(v);
+    } else if (a == "--pcap-max-bytes") {
+      auto n = parse_byte_size(v);
+      if (!n) return bad("a size in bytes, like 1048576 or 100M (at most 1048576G)");
+      pcap_max_bytes = *n;
+    } else if (a == "--stats-socket") {
+      stats_socket = std::string(v);
     } else if (a == "--broker") {
       if (v.empty() || v.size() > 107) return bad("a unix socket path of 1 to 107 bytes");
       broker_path = std::string(v);
@@ -162,8 +200,10 @@ int run_run_command(std::span<const std::string_view> args) {
       return 2;
     }
   }
-  if (!policy_path || (netns.has_value() == tap_fd.has_value())) {
-    std::cerr << "abox-net run: --policy and exactly one of --netns or --tap-fd are required\n" << kUsage;
+  const int links = int{netns.has_value()} + int{tap_fd.has_value()} + int{stream_path.has_value()};
+  if (!policy_path || links != 1) {
+    std::cerr << "abox-net run: --policy and exactly one of --netns, --tap-fd or --stream are required\n"
+              << kUsage;
     return 2;
   }
   auto loaded = load_policy_for("abox-net run", *policy_path);
@@ -171,13 +211,39 @@ int run_run_command(std::span<const std::string_view> args) {
   const policy::Policy& policy = *loaded->policy;
   const auto& upstreams = loaded->upstreams;
 
-  auto link =
-      netns ? TapLink::create_in_netns(*netns, net) : TapLink::from_fd(base::UniqueFd(*tap_fd), net.mtu);
-  if (!link.ok()) {
-    std::cerr << "abox-net run: " << link.error() << '\n';
-    return 3;
+  // The link: a tap now, or a stream socket's listener now and its one peer
+  // once the VMM connects.
+  std::unique_ptr<Link> link;
+  TapLink* tap = nullptr;
+  std::unique_ptr<StreamListener> listener;
+  if (stream_path) {
+    auto listening = StreamListener::listen(*stream_path);
+    if (!listening.ok()) {
+      std::cerr << "abox-net run: " << listening.error() << '\n';
+      return 3;
+    }
+    listener = std::move(listening).value();
+  } else {
+    auto made =
+        netns ? TapLink::create_in_netns(*netns, net) : TapLink::from_fd(base::UniqueFd(*tap_fd), net.mtu);
+    if (!made.ok()) {
+      std::cerr << "abox-net run: " << made.error() << '\n';
+      return 3;
+    }
+    tap = made->get();
+    link = std::move(made).value();
   }
-  TapLink& tap = **link;
+  std::optional<PcapWriter> pcap;
+  if (pcap_path) {
+    auto w = PcapWriter::create(*pcap_path, pcap_max_bytes);
+    if (!w.ok()) {
+      std::cerr << "abox-net run: --pcap: " << w.error() << '\n';
+      return 3;
+    }
+    pcap.emplace(std::move(w).value());
+  }
+  std::optional<RecordingLink> recording;
+  MemoryProbe memory;
 
   auto sink = open_events("abox-net run", events_path);
   if (!sink) return 3;
@@ -193,28 +259,89 @@ int run_run_command(std::span<const std::string_view> args) {
     gc.gateway_mac = net.gateway_mac;
     gc.broker_path = broker_path;
     gc.instance = instance;
-    GuestStack stack(loop, tap, policy, upstreams, events, random, gc);
-    SignalWatch signals(loop, [&stack, &tap] { write_counters(stack, tap); });
-    // pasta's way: notice the namespace going away about once a second.
-    base::MonoTime next_check = loop.now() + base::Seconds(1);
-    loop.add_timer_source({[&] { return next_check; },
-                           [&](base::MonoTime now) {
-                             if (now < next_check) return;
-                             next_check = now + base::Seconds(1);
-                             if (!tap.netns_alive()) {
-                               events.emit("link", {{"reason", "the guest namespace went away"}});
-                               loop.stop();
-                             }
-                           }});
+    std::unique_ptr<GuestStack> stack;
+    Link* guest_link = nullptr;  // the link, or the recorder wrapped around it
+    auto stats = [&] {
+      return stack ? run_stats_json({*stack, *guest_link, memory, pcap ? &*pcap : nullptr})
+                   : std::string("{}");
+    };
+    SignalWatch signals(loop, [&] {
+      if (stack) write_stats_line(STDERR_FILENO, stats());
+    });
+    std::unique_ptr<StatsServer> stats_server;
+    if (stats_socket) {
+      auto server = StatsServer::create(loop, *stats_socket, stats);
+      if (!server.ok()) {
+        std::cerr << "abox-net run: --stats-socket: " << server.error() << '\n';
+        return 3;
+      }
+      stats_server = std::move(server).value();
+    }
+    base::MonoTime next_pcap_flush = loop.now() + base::Seconds(1);
+    if (pcap) {
+      loop.add_timer_source({[&] { return next_pcap_flush; },
+                             [&](base::MonoTime now) {
+                               if (now < next_pcap_flush) return;
+                               next_pcap_flush = now + base::Seconds(1);
+                               pcap->flush();
+                             }});
+    }
+    // The sandbox in two steps: the ring and the privileges now, before the
+    // loop first runs; the syscall filter once the link is final (with
+    // --stream the listener's socket file is removed after the VMM connects,
+    // and the filter forbids unlink). No guest byte is read before both.
+    if (sandbox) {
+      if (auto r = lock_ring_and_drop_privileges(loop); !r.ok()) {
+        std::cerr << "abox-net run: cannot enter the sandbox: " << r.error() << '\n';
+        return 3;
+      }
+    }
     events.emit("start", {{"mode", "run"},
+                          {"sandbox", sandbox},
                           {"policy", policy.source()},
+                          {"link", listener ? "stream" : "tap"},
                           {"guest", net.guest_address.to_string()},
                           {"gateway", net.gateway.to_string()},
                           {"mtu", static_cast<std::uint64_t>(net.mtu)}});
-    std::cout << "ready guest=" << net.guest_address.to_string() << '/' << net.prefix_len
-              << " gateway=" << net.gateway.to_string() << " mtu=" << net.mtu << std::endl;
+    if (listener) {
+      std::cout << "ready stream=" << listener->path() << " guest=" << net.guest_address.to_string() << '/'
+                << net.prefix_len << " gateway=" << net.gateway.to_string() << " mtu=" << net.mtu
+                << std::endl;
+      auto peer = wait_for_peer(loop, *listener, net.mtu);
+      if (!peer.ok()) {
+        std::cerr << "abox-net run: " << peer.error() << '\n';
+        return 3;
+      }
+      if (!*peer) return 0;  // stopped by a signal before the VMM came
+      link = std::move(peer).value();
+      listener.reset();  // exactly one peer: the socket file goes, nobody else connects
+      events.emit("link", {{"reason", "the VMM connected"}, {"stream", *stream_path}});
+    }
+    guest_link = pcap ? static_cast<Link*>(&recording.emplace(*link, *pcap)) : link.get();
+    stack = std::make_unique<GuestStack>(loop, *guest_link, policy, upstreams, events, random, gc);
+    if (sandbox) {
+      if (auto r = install_syscall_filter(); !r.ok()) {
+        std::cerr << "abox-net run: cannot enter the sandbox: " << r.error() << '\n';
+        return 3;
+      }
+    }
+    base::MonoTime next_check = loop.now() + base::Seconds(1);
+    if (tap != nullptr) {
+      // pasta's way: notice the namespace going away about once a second.
+      loop.add_timer_source({[&] { return next_check; },
+                             [&](base::MonoTime now) {
+                               if (now < next_check) return;
+                               next_check = now + base::Seconds(1);
+                               if (!tap->netns_alive()) {
+                                 events.emit("link", {{"reason", "the guest namespace went away"}});
+                                 loop.stop();
+                               }
+                             }});
+      std::cout << "ready guest=" << net.guest_address.to_string() << '/' << net.prefix_len
+                << " gateway=" << net.gateway.to_string() << " mtu=" << net.mtu << std::endl;
+    }
     loop.run();
-    write_counters(stack, tap);
+    write_stats_line(STDERR_FILENO, stats());
   } catch (const std::exception& e) {
     std::cerr << "abox-net run: " << e.what() << '\n';
     return 3;

@@ -2,8 +2,9 @@
 # setup.sh: make this machine able to build and test abox.
 #
 # Installs every Debian package the project needs (now and for the issues to
-# come) and brings lwIP 2.1.3's source from Debian's source package into
-# .cache/lwip/. Idempotent: when nothing is missing it prints nothing and
+# come), brings lwIP 2.1.3's source from Debian's source package into
+# .cache/lwip/, and Debian's cloud kernel (not installed: unpacked) into
+# .cache/guest-kernel/ for the VM tests (see guest/README.md). Idempotent: when nothing is missing it prints nothing and
 # touches nothing, so it also works offline once everything is there.
 #
 # Exit codes: 0 ready; 2 not a Debian machine, or not root while something is
@@ -18,7 +19,7 @@ build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   clang libclang-rt-14-dev clang-format clang-tidy
   liburing-dev libldns-dev android-libboringssl-dev
-  libnl-3-dev libnl-route-3-dev libboost1.81-dev
+  libnl-3-dev libnl-route-3-dev libboost1.81-dev libseccomp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev
   dpkg-dev
 )
@@ -27,19 +28,19 @@ build_pkgs=(
 peer_pkgs=(
   python3 iproute2 procps
   unbound nsd dnsmasq-base dnsutils ldnsutils dnsperf
-  nginx-light curl wrk iperf3 socat
+  nginx-light curl wrk iperf3 socat tcpdump strace
   passt slirp4netns python3-scapy
-  qemu-system-x86 busybox-static cpio
+  qemu-system-x86 busybox-static cpio lz4
 )
 
 need_cmds() {
   cat >&2 <<MSG
 abox's setup script knows Debian 12 (bookworm) only. On this machine, install
 by hand: a C++20 compiler (g++ 12 or clang 14+), CMake 3.25+, Ninja, liburing,
-ldns, BoringSSL, libnl-3 and libnl-route-3, Boost 1.81 headers, GoogleTest,
+ldns, BoringSSL, libnl-3 and libnl-route-3, libseccomp, Boost 1.81 headers, GoogleTest,
 Google Benchmark, toml++ 3, clang-format 14, and lwIP 2.1.3's source unpacked
 at $cache/lwip/src (with src/core/tcp.c inside). For the tests also: unbound,
-nsd, dnsmasq, dig, drill, dnsperf, nginx, curl, wrk, iperf3, socat, pasta,
+nsd, dnsmasq, dig, drill, dnsperf, nginx, curl, wrk, iperf3, socat, tcpdump, pasta,
 slirp4netns, scapy and qemu-system-x86.
 MSG
 }
@@ -60,13 +61,26 @@ done
 
 lwip_ok() { [[ -f "$cache/lwip/src/core/tcp.c" && -f "$cache/lwip/VERSION" ]]; }
 
-if ((${#missing[@]} == 0)) && lwip_ok; then
+# The VM tests' guest kernel: the PVH vmlinux of Debian's cloud kernel and the
+# modules guest/modules.list names, flat in modules/.
+guest_kernel="$cache/guest-kernel"
+guest_modules() { grep -v -e '^#' -e '^$' "$root/guest/modules.list"; }
+guest_kernel_ok() {
+  [[ -s "$guest_kernel/vmlinux" && -f "$guest_kernel/VERSION" ]] || return 1
+  local m
+  for m in $(guest_modules); do
+    [[ -f "$guest_kernel/modules/${m##*/}" ]] || return 1
+  done
+}
+
+if ((${#missing[@]} == 0)) && lwip_ok && guest_kernel_ok; then
   exit 0
 fi
 
 if ((EUID != 0)); then
   what="${missing[*]:-}"
   lwip_ok || what+=" (and lwIP's source)"
+  guest_kernel_ok || what+=" (and the guest kernel)"
   echo "setup: need root to install: $what" >&2
   echo "setup: run it again as root (sudo $0)" >&2
   exit 2
@@ -122,7 +136,7 @@ SRC
   tmp=$(mktemp -d)
   chmod 755 "$tmp" # apt's download user must be able to write here
   chown _apt "$tmp" 2>/dev/null || true
-  trap 'rm -rf "$tmp"' EXIT
+  trap 'rm -rf "$tmp" "${ktmp:-}"' EXIT
   echo "setup: fetching lwIP source (apt-get source lwip)" >&2
   (cd "$tmp" && apt-get source -qq --download-only lwip >/dev/null &&
     dpkg-source --no-check -x lwip_*.dsc lwip >/dev/null) || {
@@ -138,4 +152,59 @@ SRC
   mkdir -p "$cache"
   mv "$tmp/lwip" "$cache/lwip"
   echo "$ver" >"$cache/lwip/VERSION"
+fi
+
+if ! guest_kernel_ok; then
+  # The current cloud kernel is whatever the metapackage depends on. It is
+  # downloaded and unpacked, never installed: the host's boot stays as it was.
+  resolve_kernel() {
+    apt-cache depends linux-image-cloud-amd64 2>/dev/null |
+      awk '/Depends: linux-image-[0-9].*-cloud-amd64$/ { print $2; exit }'
+  }
+  kpkg=$(resolve_kernel)
+  if [[ -z $kpkg ]]; then
+    apt_update
+    kpkg=$(resolve_kernel)
+  fi
+  [[ -n $kpkg ]] || {
+    echo "setup: apt knows no linux-image-cloud-amd64 (is this amd64 Debian?)" >&2
+    exit 1
+  }
+  ktmp=$(mktemp -d)
+  chmod 755 "$ktmp"
+  chown _apt "$ktmp" 2>/dev/null || true
+  trap 'rm -rf "${tmp:-}" "$ktmp"' EXIT
+  echo "setup: fetching the guest kernel ($kpkg)" >&2
+  (cd "$ktmp" && apt-get download -qq "$kpkg" >/dev/null && dpkg-deb -x "$kpkg"_*.deb pkg) || {
+    echo "setup: could not download or unpack $kpkg" >&2
+    exit 1
+  }
+  kver=${kpkg#linux-image-}
+  mkdir -p "$ktmp/out/modules"
+  # Why the vmlinux and not the bzImage: QEMU boots the ELF through its PVH
+  # entry point, so the guest does not spend about half a second of TCG time
+  # decompressing itself. The bzImage's payload is an LZ4 legacy frame: cut
+  # it out at its magic (02 21 4c 18) and decompress it here.
+  bz="$ktmp/pkg/boot/vmlinuz-$kver"
+  off=$(LC_ALL=C grep -obUaP '\x02\x21\x4c\x18' "$bz" | head -1 | cut -d: -f1)
+  if [[ -n $off ]]; then
+    tail -c +$((off + 1)) "$bz" | lz4 -dc >"$ktmp/out/vmlinux" 2>/dev/null || true
+  fi
+  # lz4 complains about the bzImage's trailer after the frame; what counts is
+  # an ELF with the PVH entry note (Xen ELF note type 0x12).
+  readelf -n "$ktmp/out/vmlinux" 2>/dev/null | grep -q 'note type: (0x00000012)' || {
+    echo "setup: no PVH vmlinux inside $bz" >&2
+    exit 1
+  }
+  for m in $(guest_modules); do
+    cp "$ktmp/pkg/lib/modules/$kver/kernel/$m" "$ktmp/out/modules/" || {
+      echo "setup: $kpkg has no $m" >&2
+      exit 1
+    }
+  done
+  cp "$ktmp/pkg/boot/config-$kver" "$ktmp/out/config"
+  dpkg-deb -f "$ktmp/$kpkg"_*.deb Package Version >"$ktmp/out/VERSION"
+  rm -rf "$guest_kernel"
+  mkdir -p "$cache"
+  mv "$ktmp/out" "$guest_kernel"
 fi

@@ -401,17 +401,18 @@ http {{
                       proc=p, log="tools")
 
 
-    def start_abox_net(self, abox, policy_text, *args):
+    def start_abox_net(self, abox, policy_text, *args, link=None):
         """Starts `abox-net run` in the outside namespace with this policy,
-        the guest namespace's tap, events to events.jsonl and `args`; waits
+        the link (default: a tap in the guest namespace; or e.g.
+        ["--stream", PATH]), events to events.jsonl and `args`; waits
         for its 'ready' line (15 s) and drains its stdout from then on (a
         full pipe would stall it). Returns the Popen."""
         policy = self.path("policy.toml")
         with open(policy, "w") as f:
             f.write(policy_text)
-        p = self.spawn("abox-net", [abox, "run", "--policy", policy, "--netns", f"/run/netns/{self.guest}",
-                                    "--events", self.path("events.jsonl"), *args], ns=self.outside,
-                       stdout=subprocess.PIPE)
+        link = link or ["--netns", f"/run/netns/{self.guest}"]
+        p = self.spawn("abox-net", [abox, "run", "--policy", policy, *link, "--events", self.path("events.jsonl"),
+                                    *args], ns=self.outside, stdout=subprocess.PIPE)
         line, deadline = b"", time.monotonic() + 15
         while not line.endswith(b"\n") and time.monotonic() < deadline:
             ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))

@@ -1,0 +1,60 @@
+// Stats: the one place that turns an abox-net process's counters into JSON.
+// SIGUSR1 (a line on stderr), the stats socket (stats_server.h) and the
+// final line at exit all print what these functions build, so the three
+// never disagree.
+//
+// The object is flat: every value is an unsigned integer, so a reader needs
+// no schema (stats_reader.h reads it back). Field names are stable: tests and
+// scripts key on them; new fields go at the end. `abox-net run` begins with
+// "frames_in", `abox-net dns` with "queries".
+//
+// Memory: RSS from /proc/self/statm (kept open from startup, so it still
+// works under the sandbox, which forbids open()), heap in use from glibc's
+// mallinfo2() (from the sanitizer's allocator in an ASan build).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/unique_fd.h"
+
+namespace abox::netstack {
+
+class DnsHostServer;
+class GuestStack;
+class Link;
+class PcapWriter;
+
+struct MemoryUsage {
+  std::uint64_t rss_bytes = 0;
+  std::uint64_t heap_in_use_bytes = 0;  // malloc'd and not freed (arenas + mmapped chunks)
+};
+
+class MemoryProbe {
+ public:
+  // Opens /proc/self/statm (startup). Without it, rss_bytes reads 0.
+  MemoryProbe();
+  MemoryUsage read() const;
+
+ private:
+  base::UniqueFd statm_;
+};
+
+struct RunStatsSources {
+  const GuestStack& stack;
+  const Link& link;
+  const MemoryProbe& memory;
+  const PcapWriter* pcap = nullptr;  // null: no --pcap
+};
+
+// The counters of `abox-net run`, as one JSON object (no newline).
+std::string run_stats_json(const RunStatsSources& from);
+// The counters of `abox-net dns`, as one JSON object (no newline).
+std::string dns_stats_json(const DnsHostServer& server, const MemoryProbe& memory);
+
+// Writes json and a newline to fd (stderr for SIGUSR1), whole or not at all
+// as far as one write() allows; errors are ignored (a gone reader costs the
+// line, never the process).
+void write_stats_line(int fd, const std::string& json);
+
+}  // namespace abox::netstack

@@ -1,0 +1,61 @@
+// StatsServer: the live counters on a unix stream socket (--stats-socket).
+// Each connection gets one JSON object and a newline (what render() returns
+// at that moment: stats.h builds it), then the server closes it. The client
+// sends nothing; anything it sends is ignored.
+//
+// The socket file is made 0600 (created under umask 0177, then chmod'ed):
+// only the operator who runs abox-net may read its counters. A stale socket
+// at the path (left by a process that is gone) is replaced; any other kind
+// of file there is an error. The file stays when abox-net exits, because the
+// sandbox forbids unlink(); the next start replaces it.
+//
+// Limits: at most kAcceptsPerTurn connections are served per loop turn
+// (the rest wait for the next turn), and the reply is written once,
+// non-blocking: a reply that does not fit the socket buffer at once (it
+// always does: it is a few KiB) is cut and counted in replies_cut.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+#include "netstack/event_loop.h"
+
+namespace abox::netstack {
+
+struct StatsServerCounters {
+  std::uint64_t served = 0;
+  std::uint64_t replies_cut = 0;
+  std::uint64_t accept_errors = 0;
+};
+
+class StatsServer final : public EventLoop::Watcher {
+ public:
+  static constexpr int kAcceptsPerTurn = 16;
+
+  // Binds and listens on path (startup; the error is a message). render
+  // must stay callable while the server lives.
+  static base::Result<std::unique_ptr<StatsServer>, std::string> create(EventLoop& loop,
+                                                                        const std::string& path,
+                                                                        std::function<std::string()> render);
+  ~StatsServer() override;
+  StatsServer(const StatsServer&) = delete;
+  StatsServer& operator=(const StatsServer&) = delete;
+
+  void on_ready(std::uint32_t events) override;
+  const StatsServerCounters& counters() const { return counters_; }
+
+ private:
+  StatsServer(EventLoop& loop, base::UniqueFd listener, std::function<std::string()> render);
+
+  EventLoop& loop_;
+  base::UniqueFd listener_;
+  std::function<std::string()> render_;
+  EventLoop::Handle handle_ = EventLoop::kNoHandle;
+  StatsServerCounters counters_;
+};
+
+}  // namespace abox::netstack

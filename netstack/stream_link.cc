@@ -1,0 +1,276 @@
+// StreamLink and StreamListener (see stream_link.h for how they work).
+#include "netstack/stream_link.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "base/byte_reader.h"
+
+namespace abox::netstack {
+namespace {
+
+using base::Err;
+
+// The same MTU range as a tap's (68..65521): 65521 + 14 is also the largest
+// frame lwIP's u16 pbuf lengths hold.
+constexpr std::size_t kMinMtu = 68;
+constexpr std::size_t kMaxMtu = 65521;
+
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
+
+base::Result<sockaddr_un, std::string> unix_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty()) return Err{std::string("stream socket path is empty")};
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return Err{"stream socket path " + path + " is longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
+               " bytes"};
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  return addr;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// StreamLink.
+
+StreamLink::StreamLink(base::UniqueFd fd, std::size_t mtu)
+    : fd_(std::move(fd)), mtu_(mtu), in_(std::max(kReadChunk, 4 * (mtu + kEthernetHeader + kLengthPrefix))) {}
+
+base::Result<std::unique_ptr<StreamLink>, std::string> StreamLink::from_connected(base::UniqueFd&& fd_in,
+                                                                                  std::size_t mtu) {
+  base::UniqueFd fd = std::move(fd_in);
+  if (!fd) return Err{std::string("stream socket is not open")};
+  if (mtu < kMinMtu || mtu > kMaxMtu) {
+    return Err{"MTU " + std::to_string(mtu) + " is outside " + std::to_string(kMinMtu) + ".." +
+               std::to_string(kMaxMtu)};
+  }
+  const int fl = ::fcntl(fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl | O_NONBLOCK) != 0) {
+    return Err{"cannot make the stream socket non-blocking: " + errno_text(errno)};
+  }
+  return std::unique_ptr<StreamLink>(new StreamLink(std::move(fd), mtu));
+}
+
+base::Result<std::size_t, int> StreamLink::fill() {
+  if (dead_ != 0) return Err{dead_};
+  if (in_head_ == in_tail_) {
+    in_head_ = in_tail_ = 0;
+  } else if (in_.size() - in_tail_ < max_frame_size() + kLengthPrefix) {
+    // Not room for a whole frame behind what is left: move the rest (less
+    // than one frame) to the front.
+    std::memmove(in_.data(), in_.data() + in_head_, in_tail_ - in_head_);
+    in_tail_ -= in_head_;
+    in_head_ = 0;
+  }
+  for (;;) {
+    const ssize_t n = ::read(fd_.get(), in_.data() + in_tail_, in_.size() - in_tail_);
+    if (n > 0) {
+      in_tail_ += static_cast<std::size_t>(n);
+      return static_cast<std::size_t>(n);
+    }
+    if (n == 0) {  // the peer closed its end: what was whole has been handed out
+      dead_ = ECONNRESET;
+      return Err{dead_};
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) return std::size_t{0};
+    dead_ = errno;
+    return Err{dead_};
+  }
+}
+
+// Parses only the length prefixes, through a ByteReader over the buffered
+// bytes; the frame's own bytes are the netstack's to parse.
+base::Result<std::size_t, int> StreamLink::receive(std::span<std::uint8_t> buf) {
+  for (;;) {
+    if (skipping_ > 0) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(skipping_, in_tail_ - in_head_));
+      in_head_ += n;
+      skipping_ -= n;
+    }
+    if (skipping_ == 0) {
+      base::ByteReader reader(std::span<const std::uint8_t>(in_).subspan(in_head_, in_tail_ - in_head_));
+      if (const auto length = reader.u32be()) {
+        if (*length == 0) {
+          ++dropped_zero_length_;
+          in_head_ += kLengthPrefix;
+          continue;
+        }
+        if (*length > max_frame_size() || *length > buf.size() || *length < kEthernetHeader) {
+          if (*length < kEthernetHeader) {
+            ++dropped_runt_;
+          } else {
+            ++counters_.dropped_oversize;
+          }
+          in_head_ += kLengthPrefix;
+          skipping_ = *length;
+          continue;
+        }
+        if (const auto frame = reader.bytes(*length)) {
+          std::copy(frame->begin(), frame->end(), buf.begin());
+          in_head_ += kLengthPrefix + frame->size();
+          ++counters_.frames_in;
+          counters_.bytes_in += frame->size();
+          return frame->size();
+        }
+      }
+    }
+    auto r = fill();
+    if (!r.ok()) return Err{r.error()};
+    if (*r == 0) return std::size_t{0};
+  }
+}
+
+void StreamLink::enqueue(std::span<const std::uint8_t> bytes) {
+  out_.insert(out_.end(), bytes.begin(), bytes.end());
+}
+
+base::Result<void, int> StreamLink::send(std::span<const std::uint8_t> frame) {
+  if (frame.size() > max_frame_size()) {
+    ++counters_.dropped_oversize;
+    return {};
+  }
+  if (frame.size() < kEthernetHeader) {
+    ++counters_.dropped_send;
+    return {};
+  }
+  if (dead_ != 0) return Err{dead_};
+  const auto size = static_cast<std::uint32_t>(frame.size());
+  const std::array<std::uint8_t, kLengthPrefix> prefix = {
+      static_cast<std::uint8_t>(size >> 24), static_cast<std::uint8_t>(size >> 16),
+      static_cast<std::uint8_t>(size >> 8), static_cast<std::uint8_t>(size)};
+  const std::size_t total = kLengthPrefix + frame.size();
+
+  if (!out_.empty()) {  // behind queued output: join the queue, in order
+    if (out_.size() + total > kMaxQueued) {
+      ++counters_.dropped_send;
+      return Err{EAGAIN};
+    }
+    enqueue(prefix);
+    enqueue(frame);
+  } else {
+    std::array<iovec, 2> iov = {{{const_cast<std::uint8_t*>(prefix.data()), prefix.size()},
+                                 {const_cast<std::uint8_t*>(frame.data()), frame.size()}}};
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = iov.size();
+    ssize_t n = -1;
+    for (;;) {
+      n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0 || errno != EINTR) break;
+    }
+    if (n < 0 && errno != EAGAIN) {
+      dead_ = errno;
+      return Err{dead_};
+    }
+    // Whatever the socket did not take (all of it on EAGAIN) waits in the
+    // queue; it is empty here and one frame always fits.
+    const std::size_t written = n < 0 ? 0 : static_cast<std::size_t>(n);
+    if (written < kLengthPrefix) {
+      enqueue(std::span<const std::uint8_t>(prefix).subspan(written));
+      enqueue(frame);
+    } else if (written < total) {
+      enqueue(frame.subspan(written - kLengthPrefix));
+    }
+  }
+  ++counters_.frames_out;
+  counters_.bytes_out += frame.size();
+  return {};
+}
+
+base::Result<void, int> StreamLink::flush() {
+  if (dead_ != 0) return Err{dead_};
+  std::size_t written = 0;
+  while (written < out_.size()) {
+    const ssize_t n =
+        ::send(fd_.get(), out_.data() + written, out_.size() - written, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) {
+      written += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) break;
+    dead_ = errno;
+    return Err{dead_};
+  }
+  out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(written));
+  return {};
+}
+
+// ---------------------------------------------------------------------------
+// StreamListener.
+
+StreamListener::StreamListener(base::UniqueFd fd, std::string path)
+    : fd_(std::move(fd)), path_(std::move(path)) {}
+
+StreamListener::~StreamListener() {
+  if (fd_) ::unlink(path_.c_str());
+}
+
+base::Result<std::unique_ptr<StreamListener>, std::string> StreamListener::listen(const std::string& path) {
+  auto addr = unix_address(path);
+  if (!addr) return Err{std::move(addr).error()};
+  const auto* sa = reinterpret_cast<const sockaddr*>(&*addr);
+
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return Err{"stream socket path " + path + " exists and is not a socket"};
+    // A socket file: in use when a socket is bound to it, stale (left by a
+    // process that died) when the kernel refuses the connection. The probe
+    // is a datagram socket: against a live stream listener it fails with
+    // EPROTOTYPE and never shows up in that listener's accept queue (a
+    // stream probe would be taken for its VMM).
+    base::UniqueFd probe(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!probe) return Err{"cannot create a unix socket: " + errno_text(errno)};
+    if (::connect(probe.get(), sa, sizeof(*addr)) == 0 || errno == EPROTOTYPE) {
+      return Err{"something is already listening on " + path};
+    }
+    if (errno != ECONNREFUSED) return Err{"cannot check the socket at " + path + ": " + errno_text(errno)};
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Err{"cannot remove the stale socket " + path + ": " + errno_text(errno)};
+    }
+  } else if (errno != ENOENT) {
+    return Err{"cannot look at " + path + ": " + errno_text(errno)};
+  }
+
+  base::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return Err{"cannot create a unix socket: " + errno_text(errno)};
+  // bind() creates the file with the umask's mode: make it 0600 from the
+  // start, so there is no moment where others could connect.
+  const mode_t old_umask = ::umask(0177);
+  const int bound = ::bind(fd.get(), sa, sizeof(*addr));
+  const int bind_errno = errno;
+  ::umask(old_umask);
+  if (bound != 0) return Err{"cannot bind the stream socket " + path + ": " + errno_text(bind_errno)};
+  std::unique_ptr<StreamListener> listener(new StreamListener(std::move(fd), path));  // removes the file
+  if (::listen(listener->fd_.get(), 1) != 0) {
+    return Err{"cannot listen on the stream socket " + path + ": " + errno_text(errno)};
+  }
+  return listener;
+}
+
+base::Result<std::unique_ptr<StreamLink>, std::string> StreamListener::accept(std::size_t mtu) {
+  for (;;) {
+    base::UniqueFd peer(::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (peer) return StreamLink::from_connected(std::move(peer), mtu);
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN) return std::unique_ptr<StreamLink>();
+    return Err{"cannot accept on the stream socket " + path_ + ": " + errno_text(errno)};
+  }
+}
+
+}  // namespace abox::netstack

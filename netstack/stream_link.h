@@ -1,0 +1,144 @@
+// StreamLink: the guest link of a QEMU VM, over QEMU's `-netdev stream`
+// socket (passt speaks the same protocol): each frame is a 4-byte big-endian
+// length, then that many bytes of Ethernet frame. No other framing, no
+// handshake.
+//
+// Setting up (StreamListener): abox-net creates a unix stream socket at a
+// path (mode 0600), says "ready", and the VMM connects to it:
+//   qemu ... -netdev stream,id=n0,server=off,addr.type=unix,addr.path=PATH
+// Exactly one peer is accepted; the listener is closed and its file removed
+// right after, so nobody else can connect. A path that exists is refused
+// when a live socket is bound to it (checked without connecting to it),
+// removed when it is a stale socket file, and refused when it is anything
+// but a socket.
+//
+// Life of a frame from the guest: receive() reads the socket in large
+// chunks (kReadChunk) into one input buffer and hands out the frames in it,
+// one per call, copied to the caller's buffer; a frame cut across reads
+// stays in the buffer until its rest arrives. A length above mtu() + 14 or
+// below 14 is never buffered: the link enters a skip state that discards
+// that many bytes as they arrive (a 4 GiB length costs no memory) and counts
+// the frame (dropped_oversize, dropped_runt()); a zero length is counted
+// (dropped_zero_length()) and skipped.
+//
+// Life of a frame to the guest: send() writes length + frame with one
+// sendmsg (two iovecs, no copy). When the socket takes only part or none of
+// it, the rest is copied to a bounded output queue (kMaxQueued bytes);
+// while output is queued every later frame joins the queue (order is kept),
+// and a frame that does not fit is dropped and counted (dropped_send, with
+// EAGAIN). output_pending() tells the loop to watch for POLLOUT; flush()
+// writes the queue out.
+//
+// When the peer goes away (the VMM exits): receive() returns ECONNRESET once
+// every whole frame it sent has been delivered; send() and flush() return
+// the socket's errno (EPIPE, ECONNRESET). The link is dead from then on.
+// Writes use MSG_NOSIGNAL: a gone peer never raises SIGPIPE.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+#include "netstack/link.h"
+
+namespace abox::netstack {
+
+class StreamLink final : public Link {
+ public:
+  static constexpr std::size_t kEthernetHeader = 14;
+  static constexpr std::size_t kLengthPrefix = 4;
+  // Bytes asked of each read(): many frames per system call.
+  static constexpr std::size_t kReadChunk = 256 * 1024;
+  // The most output held back while the peer does not read.
+  static constexpr std::size_t kMaxQueued = 1024 * 1024;
+
+  // Wraps a connected stream socket (the accepted VMM, or one end of a
+  // socketpair in tests) and makes it non-blocking. `mtu` is the IP MTU the
+  // link enforces both ways (68..65521).
+  static base::Result<std::unique_ptr<StreamLink>, std::string> from_connected(base::UniqueFd&& fd,
+                                                                               std::size_t mtu);
+
+  StreamLink(const StreamLink&) = delete;
+  StreamLink& operator=(const StreamLink&) = delete;
+  ~StreamLink() override = default;
+
+  // Link
+  int fd() const override { return fd_.get(); }
+  std::size_t mtu() const override { return mtu_; }
+  // The next whole frame (see the top of this file). A frame longer than buf
+  // is dropped and counted in dropped_oversize (pass max_frame_size()
+  // bytes). 0 means nothing whole is waiting.
+  base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) override;
+  // A frame longer than max_frame_size() is dropped (dropped_oversize), one
+  // shorter than an Ethernet header too (dropped_send): both return success.
+  // A frame the full queue cannot take is counted in dropped_send and
+  // returns EAGAIN.
+  base::Result<void, int> send(std::span<const std::uint8_t> frame) override;
+  bool output_pending() const override { return queued() > 0; }
+  base::Result<void, int> flush() override;
+  const LinkCounters& counters() const override { return counters_; }
+
+  std::size_t max_frame_size() const { return mtu_ + kEthernetHeader; }
+  // Frames from the peer shorter than an Ethernet header (but not empty).
+  std::uint64_t dropped_runt() const { return dropped_runt_; }
+  // Zero-length records from the peer.
+  std::uint64_t dropped_zero_length() const { return dropped_zero_length_; }
+  // Bytes waiting in the output queue.
+  std::size_t queued() const { return out_.size(); }
+
+ private:
+  StreamLink(base::UniqueFd fd, std::size_t mtu);
+  // Reads once into the input buffer. 0: nothing to read (EAGAIN).
+  base::Result<std::size_t, int> fill();
+  // Appends bytes to the output queue (the caller checked the room).
+  void enqueue(std::span<const std::uint8_t> bytes);
+
+  base::UniqueFd fd_;
+  std::size_t mtu_;
+  // Input: bytes [in_head_, in_tail_) of in_ are read but not yet handed out.
+  std::vector<std::uint8_t> in_;
+  std::size_t in_head_ = 0;
+  std::size_t in_tail_ = 0;
+  // Bytes of a refused frame still to discard as they arrive.
+  std::uint64_t skipping_ = 0;
+  // Output the socket did not take yet, at most kMaxQueued bytes.
+  std::vector<std::uint8_t> out_;
+  int dead_ = 0;  // the errno that ended the link, once it has
+  LinkCounters counters_;
+  std::uint64_t dropped_runt_ = 0;
+  std::uint64_t dropped_zero_length_ = 0;
+};
+
+// The unix socket a VMM connects to. Owns the socket file: it is removed
+// when the listener is destroyed (right after the one peer is accepted).
+class StreamListener {
+ public:
+  // Creates a non-blocking listening unix stream socket at `path`, mode 0600
+  // (see the top of this file for a path that exists). Errors name the path
+  // and the errno text.
+  static base::Result<std::unique_ptr<StreamListener>, std::string> listen(const std::string& path);
+
+  StreamListener(const StreamListener&) = delete;
+  StreamListener& operator=(const StreamListener&) = delete;
+  ~StreamListener();
+
+  // Poll for POLLIN: a peer is waiting.
+  int fd() const { return fd_.get(); }
+  const std::string& path() const { return path_; }
+  // Accepts the waiting peer as a StreamLink. nullptr (no error) when no
+  // peer is waiting yet.
+  base::Result<std::unique_ptr<StreamLink>, std::string> accept(std::size_t mtu);
+
+ private:
+  StreamListener(base::UniqueFd fd, std::string path);
+
+  base::UniqueFd fd_;
+  std::string path_;
+};
+
+}  // namespace abox::netstack

@@ -1,0 +1,395 @@
+// The Link contract: one typed suite that every Link implementation joins
+// with a factory returning the link and a peer for its far end (LinkPeer in
+// link_test_support.h). The tap joins twice (create_in_netns and from_fd,
+// each in a namespace of the test's own: skipped only when not root); the
+// QEMU stream link joins over a real unix socket, a StreamListener at a path
+// of the test's own with the test as the VMM.
+//
+// What every link must do: frames arrive whole and counted both ways, in
+// order; many waiting frames are handed out without waiting; a frame cut
+// across reads arrives whole; oversize and undersize frames are dropped and
+// counted while the next good frame still arrives; a gone peer wakes the
+// loop and is an error, not EAGAIN.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/unique_fd.h"
+#include "netstack/stream_link.h"
+#include "netstack/tap_link.h"
+#include "tests/netstack/link_test_support.h"
+
+namespace abox::netstack {
+namespace {
+
+using namespace link_test;  // NOLINT(google-build-using-namespace): the helpers of these tests
+
+constexpr std::size_t kContractMtu = 1500;
+
+struct TapInNetnsFactory {
+  static constexpr const char* kName = "TapInNetns";
+  static const char* skip_reason() { return is_root() ? nullptr : kNeedRoot; }
+  static std::uint64_t runts(const Link& link) { return static_cast<const TapLink&>(link).dropped_runt(); }
+  static LinkUnderTest make() {
+    auto ns = std::make_unique<ScopedNetns>();
+    GuestNetConfig config;
+    config.mtu = kContractMtu;
+    auto link = TapLink::create_in_netns(ns->name(), config);
+    if (!link) {
+      ADD_FAILURE() << link.error();
+      return {};
+    }
+    LinkUnderTest out;
+    out.peer = std::make_unique<TapPeer>(std::move(ns), config.ifname, kContractMtu);
+    out.link = std::move(link).value();
+    return out;
+  }
+};
+
+struct TapFromFdFactory {
+  static constexpr const char* kName = "TapFromFd";
+  static const char* skip_reason() { return is_root() ? nullptr : kNeedRoot; }
+  static std::uint64_t runts(const Link& link) { return static_cast<const TapLink&>(link).dropped_runt(); }
+  static LinkUnderTest make() {
+    auto ns = std::make_unique<ScopedNetns>();
+    base::UniqueFd tap = open_tap_in(ns->path(), "eth0", IFF_TAP | IFF_NO_PI);
+    if (!tap) {
+      ADD_FAILURE() << "cannot open a tap in " << ns->name();
+      return {};
+    }
+    auto link = TapLink::from_fd(std::move(tap), kContractMtu);
+    if (!link) {
+      ADD_FAILURE() << link.error();
+      return {};
+    }
+    LinkUnderTest out;
+    out.peer = std::make_unique<TapPeer>(std::move(ns), "eth0", kContractMtu);
+    out.link = std::move(link).value();
+    return out;
+  }
+};
+
+// The peer of a stream link: the VMM's end of the unix socket, connected to
+// a StreamListener at a path of the test's own. It writes and reads QEMU's
+// framing (4-byte big-endian length, then the frame).
+class StreamPeer final : public LinkPeer {
+ public:
+  explicit StreamPeer(base::UniqueFd socket) : socket_(std::move(socket)) {}
+
+  void inject(std::span<const std::uint8_t> frame) override { write_all(record(frame)); }
+
+  bool inject_in_pieces(std::span<const std::uint8_t> frame, const std::function<void()>& between) override {
+    const Frame bytes = record(frame);
+    // Inside the length prefix, then inside the frame, then the rest.
+    const std::size_t cuts[] = {2, 4 + frame.size() / 3, bytes.size()};
+    std::size_t from = 0;
+    for (const std::size_t to : cuts) {
+      write_all(std::span<const std::uint8_t>(bytes).subspan(from, to - from));
+      from = to;
+      if (to < bytes.size()) between();
+    }
+    return true;
+  }
+
+  void inject_batch(const std::vector<Frame>& frames) override {
+    Frame all;
+    for (const Frame& f : frames) {
+      const Frame r = record(f);
+      all.insert(all.end(), r.begin(), r.end());
+    }
+    write_all(all);
+  }
+
+  bool inject_runt(std::span<const std::uint8_t> frame) override {
+    inject(frame);
+    return true;
+  }
+
+  std::optional<Frame> next_sent(std::chrono::milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      while (in_.size() >= 4) {
+        const std::size_t n =
+            (std::size_t{in_[0]} << 24) | (std::size_t{in_[1]} << 16) | (std::size_t{in_[2]} << 8) | in_[3];
+        if (in_.size() < 4 + n) break;
+        Frame f(in_.begin() + 4, in_.begin() + 4 + static_cast<long>(n));
+        in_.erase(in_.begin(), in_.begin() + 4 + static_cast<long>(n));
+        if (is_test_frame(f)) return f;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd p{socket_.get(), POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(std::max(left, 0ms).count())) <= 0) return std::nullopt;
+      std::array<std::uint8_t, 64 * 1024> chunk{};
+      const ssize_t got = ::recv(socket_.get(), chunk.data(), chunk.size(), 0);
+      if (got <= 0) return std::nullopt;
+      in_.insert(in_.end(), chunk.begin(), chunk.begin() + got);
+    }
+  }
+
+  void kill() override { socket_.reset(); }
+
+ private:
+  static Frame record(std::span<const std::uint8_t> frame) {
+    Frame r;
+    put16(r, static_cast<std::uint16_t>(frame.size() >> 16));
+    put16(r, static_cast<std::uint16_t>(frame.size()));
+    put_bytes(r, frame);
+    return r;
+  }
+  void write_all(std::span<const std::uint8_t> bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::send(socket_.get(), bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      ASSERT_GT(n, 0) << "stream peer send: " << std::strerror(errno);
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+  base::UniqueFd socket_;
+  Frame in_;
+};
+
+struct StreamFactory {
+  static constexpr const char* kName = "Stream";
+  static const char* skip_reason() { return nullptr; }
+  static std::uint64_t runts(const Link& link) { return static_cast<const StreamLink&>(link).dropped_runt(); }
+  static LinkUnderTest make() {
+    static int next = 0;
+    const std::string path =
+        "/tmp/abox-stream-contract-" + std::to_string(::getpid()) + "-" + std::to_string(next++) + ".sock";
+    auto listener = StreamListener::listen(path);
+    if (!listener) {
+      ADD_FAILURE() << listener.error();
+      return {};
+    }
+    base::UniqueFd vmm(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.data(), path.size());
+    if (!vmm || ::connect(vmm.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ADD_FAILURE() << "cannot connect to " << path << ": " << std::strerror(errno);
+      return {};
+    }
+    auto link = (*listener)->accept(kContractMtu);
+    if (!link || !*link) {
+      ADD_FAILURE() << "no peer accepted on " << path << ": " << (link ? "none waiting" : link.error());
+      return {};
+    }
+    LinkUnderTest out;
+    out.peer = std::make_unique<StreamPeer>(std::move(vmm));
+    out.link = std::move(link).value();
+    return out;  // the listener goes now, and its socket file with it
+  }
+};
+
+template <class Factory>
+class LinkContract : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* reason = Factory::skip_reason()) GTEST_SKIP() << reason;
+    pair_ = Factory::make();
+    ASSERT_TRUE(pair_.link && pair_.peer);
+  }
+  Link& link() { return *pair_.link; }
+  LinkPeer& peer() { return *pair_.peer; }
+  std::size_t max_frame() { return link().mtu() + 14; }
+
+  std::optional<Frame> next_received(std::chrono::milliseconds timeout = 2s) {
+    return wait_frame(link(), is_test_frame, timeout);
+  }
+
+  LinkUnderTest pair_;
+};
+
+struct FactoryNames {
+  template <class Factory>
+  static std::string GetName(int) {
+    return Factory::kName;
+  }
+};
+using LinkFactories = ::testing::Types<TapInNetnsFactory, TapFromFdFactory, StreamFactory>;
+TYPED_TEST_SUITE(LinkContract, LinkFactories, FactoryNames);
+
+TYPED_TEST(LinkContract, PeerFramesArriveWholeAndCounted) {
+  const std::vector<Frame> frames = {test_frame(60, 1), test_frame(1000, 2),
+                                     test_frame(this->max_frame(), 3)};
+  for (const Frame& f : frames) this->peer().inject(f);
+  std::uint64_t bytes = 0;
+  for (const Frame& f : frames) {
+    auto got = this->next_received();
+    ASSERT_TRUE(got) << "frame of " << f.size() << " bytes never arrived";
+    EXPECT_EQ(*got, f);
+    bytes += f.size();
+  }
+  EXPECT_EQ(this->link().counters().frames_in, frames.size());
+  EXPECT_EQ(this->link().counters().bytes_in, bytes);
+  EXPECT_EQ(this->link().counters().dropped_oversize, 0u);
+}
+
+TYPED_TEST(LinkContract, SentFramesReachThePeerWholeAndCounted) {
+  const std::vector<Frame> frames = {test_frame(60, 1), test_frame(1000, 2),
+                                     test_frame(this->max_frame(), 3)};
+  std::uint64_t bytes = 0;
+  for (const Frame& f : frames) {
+    auto r = this->link().send(f);
+    ASSERT_TRUE(r.ok()) << std::strerror(r.error());
+    bytes += f.size();
+  }
+  for (const Frame& f : frames) {
+    auto got = this->peer().next_sent(2s);
+    ASSERT_TRUE(got) << "frame of " << f.size() << " bytes never reached the peer";
+    EXPECT_EQ(*got, f);
+  }
+  EXPECT_EQ(this->link().counters().frames_out, frames.size());
+  EXPECT_EQ(this->link().counters().bytes_out, bytes);
+}
+
+TYPED_TEST(LinkContract, ReceiveReturnsZeroWhenNothingWaits) {
+  Frame buf(this->max_frame());
+  int drained = 0;
+  for (; drained < 100; ++drained) {  // whatever the peer sent on its own
+    auto r = this->link().receive(buf);
+    ASSERT_TRUE(r.ok()) << std::strerror(r.error());
+    if (*r == 0) break;
+  }
+  ASSERT_LT(drained, 100);
+  for (int i = 0; i < 3; ++i) {
+    auto r = this->link().receive(buf);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, 0u);
+  }
+}
+
+TYPED_TEST(LinkContract, FdPollsReadableWhenAFrameWaits) {
+  this->peer().inject(test_frame(100, 9));
+  pollfd p{this->link().fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 2000), 1);
+  EXPECT_TRUE(p.revents & POLLIN);
+  EXPECT_TRUE(this->next_received());
+}
+
+TYPED_TEST(LinkContract, FramesKeepTheirOrderBothWays) {
+  constexpr std::uint16_t kCount = 100;
+  for (std::uint16_t i = 0; i < kCount; ++i) this->peer().inject(test_frame(64 + i, i));
+  for (std::uint16_t i = 0; i < kCount; ++i) {
+    auto got = this->next_received();
+    ASSERT_TRUE(got) << "frame " << i << " never arrived";
+    EXPECT_EQ(get16(*got, 14), i);
+  }
+  for (std::uint16_t i = 0; i < kCount; ++i) ASSERT_TRUE(this->link().send(test_frame(64 + i, i)).ok());
+  for (std::uint16_t i = 0; i < kCount; ++i) {
+    auto got = this->peer().next_sent(2s);
+    ASSERT_TRUE(got) << "frame " << i << " never reached the peer";
+    EXPECT_EQ(get16(*got, 14), i);
+  }
+}
+
+TYPED_TEST(LinkContract, OversizeFromPeerIsDroppedAndCounted) {
+  this->peer().inject(test_frame(this->max_frame() + 1, 1));
+  this->peer().inject(test_frame(this->max_frame() + kPeerSlack, 2));
+  this->peer().inject(test_frame(200, 3));
+  auto got = this->next_received();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(get16(*got, 14), 3);  // the oversize ones were skipped, not truncated
+  EXPECT_EQ(got->size(), 200u);
+  EXPECT_EQ(this->link().counters().dropped_oversize, 2u);
+  EXPECT_EQ(this->link().counters().frames_in, 1u);
+}
+
+TYPED_TEST(LinkContract, OversizeSendIsDroppedAndCounted) {
+  auto r = this->link().send(test_frame(this->max_frame() + 1, 1));
+  EXPECT_TRUE(r.ok()) << "an oversize frame is dropped, not a dead link";
+  ASSERT_TRUE(this->link().send(test_frame(300, 2)).ok());
+  auto got = this->peer().next_sent(2s);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(get16(*got, 14), 2);
+  EXPECT_EQ(this->link().counters().dropped_oversize, 1u);
+  EXPECT_EQ(this->link().counters().frames_out, 1u);
+}
+
+TYPED_TEST(LinkContract, DeadPeerWakesTheLoopAndIsAnError) {
+  this->peer().kill();
+  pollfd p{this->link().fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 2000), 1) << "the event loop must wake to notice";
+  Frame buf(this->max_frame());
+  auto r = this->link().receive(buf);
+  ASSERT_FALSE(r.ok()) << "receive() after the peer went away returned " << r.value();
+  EXPECT_NE(r.error(), EAGAIN);
+  auto s = this->link().send(test_frame(60, 1));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error(), EAGAIN);
+}
+
+TYPED_TEST(LinkContract, ManyFramesSentAtOnceAllArriveWithoutWaiting) {
+  constexpr std::uint16_t kCount = 200;
+  std::vector<Frame> frames;
+  for (std::uint16_t i = 0; i < kCount; ++i) frames.push_back(test_frame(60 + i % 40, i));
+  this->peer().inject_batch(frames);
+  pollfd p{this->link().fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 2000), 1);
+  // Every frame is waiting now: receive() hands them out one per call, with
+  // no poll in between, until none is left.
+  Frame buf(this->max_frame());
+  std::uint16_t next = 0;
+  for (int calls = 0; calls < 4 * kCount && next < kCount; ++calls) {
+    auto r = this->link().receive(buf);
+    ASSERT_TRUE(r.ok()) << std::strerror(r.error());
+    if (*r == 0) break;
+    const Frame got(buf.begin(), buf.begin() + static_cast<long>(*r));
+    if (!is_test_frame(got)) continue;
+    ASSERT_EQ(got, frames[next]);
+    ++next;
+  }
+  EXPECT_EQ(next, kCount);
+}
+
+TYPED_TEST(LinkContract, AFrameCutAcrossReadsArrivesWhole) {
+  const Frame frame = test_frame(700, 5);
+  Frame buf(this->max_frame());
+  int pauses = 0;
+  const bool cut = this->peer().inject_in_pieces(frame, [&] {
+    ++pauses;
+    // A piece of a frame is waiting: the fd wakes, nothing whole is handed out.
+    pollfd p{this->link().fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 2000), 1);
+    auto r = this->link().receive(buf);
+    ASSERT_TRUE(r.ok()) << std::strerror(r.error());
+    EXPECT_EQ(*r, 0u) << "a part of a frame was handed out";
+  });
+  EXPECT_EQ(pauses, cut ? 2 : 0);
+  auto got = this->next_received();
+  ASSERT_TRUE(got) << "the frame never arrived whole";
+  EXPECT_EQ(*got, frame);
+  EXPECT_EQ(this->link().counters().frames_in, 1u);
+}
+
+TYPED_TEST(LinkContract, UndersizeFromPeerIsDroppedAndCounted) {
+  const Frame runt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  const bool sent = this->peer().inject_runt(runt);
+  this->peer().inject(test_frame(200, 3));
+  auto got = this->next_received();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(get16(*got, 14), 3);
+  EXPECT_EQ(got->size(), 200u);
+  EXPECT_EQ(TypeParam::runts(this->link()), sent ? 1u : 0u);
+  EXPECT_EQ(this->link().counters().frames_in, 1u);
+}
+
+}  // namespace
+}  // namespace abox::netstack
