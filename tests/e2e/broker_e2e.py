@@ -295,6 +295,26 @@ def python_http_client_keep_alive(env):
 
 
 @case
+def provider_dropping_a_kept_connection_breaks_nothing(env):
+    # The provider closes its side after each of these answers without saying
+    # so; the broker's pooled connection is dead, and the next request must
+    # still go through (dropped from the pool, or sent again on a fresh one).
+    before = env.provider_log()
+    conn = http.client.HTTPSConnection(API, 443, context=tls_context(env), timeout=10)
+    try:
+        for i in range(4):
+            path = "/v1/close-after" if i % 2 == 0 else f"/v1/messages?after-close={i}"
+            conn.request("GET", path, headers={"x-api-key": env.nonces[API]})
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == 200, (i, resp.status, body)
+    finally:
+        conn.close()
+    got = env.provider_log()[len(before):]
+    assert [g["path"].split("?")[0] for g in got] == ["/v1/close-after", "/v1/messages"] * 2, got
+
+
+@case
 def chunked_request_body_is_forwarded(env):
     before = env.provider_log()
     body = b"7\r\n{\"a\":1}\r\n3\r\n, 2\r\n0\r\n\r\n"

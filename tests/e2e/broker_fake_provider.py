@@ -16,6 +16,8 @@ Routes (any method):
   /v1/redirect   302 to another host (the broker must not follow it)
   /v1/ratelimit  429 with Retry-After: 17
   /v1/error      503 with Retry-After: 5
+  /v1/close-after  200, then the connection is closed without a word (no
+                 "Connection: close"): a provider dropping a kept connection
   /v1/ws         with "Upgrade: echo": 101, then the x-api-key it received
                  as a first line (a provider that leaks it), then an echo of
                  every line until EOF
@@ -108,6 +110,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     break
                 self.wfile.write(line)
                 self.wfile.flush()
+            self.close_connection = True
+        elif path == "/v1/close-after":
+            self._send(200, b'{"closing":true}')
             self.close_connection = True
         elif path == "/v1/redirect":
             self._send(302, b"", "text/plain", [("Location", "https://elsewhere.example.test/v1/messages")])
