@@ -1,6 +1,7 @@
 #include "base/broker_handoff.h"
 
 #include <algorithm>
+#include <array>
 
 namespace abox::base {
 
@@ -54,13 +55,20 @@ Result<std::uint16_t, HandoffError> parse_port(std::string_view s) {
   return static_cast<std::uint16_t>(v);
 }
 
-// Splits off the next space-separated field; false when there is none.
-bool next_field(std::string_view& rest, std::string_view& field) {
-  if (rest.empty()) return false;
-  const std::size_t sp = rest.find(' ');
-  field = rest.substr(0, sp);
-  rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
-  return true;
+// Splits `line` at single spaces into exactly fields.size() parts; false if
+// the count differs (a leading, trailing or doubled space makes an extra,
+// empty field, so it is refused here or by the field's own check).
+template <std::size_t N>
+bool split_fields(std::string_view line, std::array<std::string_view, N>& fields) {
+  std::size_t i = 0;
+  while (true) {
+    const std::size_t sp = line.find(' ');
+    if (i == N) return false;
+    fields[i++] = line.substr(0, sp);
+    if (sp == std::string_view::npos) break;
+    line.remove_prefix(sp + 1);
+  }
+  return i == N;
 }
 
 }  // namespace
@@ -108,19 +116,14 @@ Result<ParsedHandoff, HandoffError> parse_handoff(std::span<const std::uint8_t> 
 
   const std::string_view line(reinterpret_cast<const char*>(begin),  // NOLINT: bytes viewed as text
                               static_cast<std::size_t>(nl - begin));
-  std::string_view rest = line.substr(kMagic.size());
-  std::string_view version;
-  std::string_view instance;
-  std::string_view name;
-  std::string_view port;
-  std::string_view address;
-  std::string_view extra;
-  if (!next_field(rest, version)) return Err{HandoffError::bad_syntax};
-  if (version != kVersion) return Err{HandoffError::bad_version};
-  if (!next_field(rest, instance) || !next_field(rest, name) || !next_field(rest, port) ||
-      !next_field(rest, address) || next_field(rest, extra)) {
-    return Err{HandoffError::bad_syntax};
-  }
+  std::array<std::string_view, 5> f;  // version, instance, name, port, address
+  const bool five = split_fields(line.substr(kMagic.size()), f);
+  if (f[0] != kVersion) return Err{HandoffError::bad_version};
+  if (!five) return Err{HandoffError::bad_syntax};
+  const std::string_view instance = f[1];
+  const std::string_view name = f[2];
+  const std::string_view port = f[3];
+  const std::string_view address = f[4];
   if (!valid_instance(instance)) return Err{HandoffError::bad_instance};
   if (!valid_name(name)) return Err{HandoffError::bad_name};
   auto p = parse_port(port);

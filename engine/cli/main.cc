@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/cli/broker_command.h"
 #include "engine/cli/exit_codes.h"
 #include "engine/cli/policy_command.h"
 
@@ -21,6 +22,9 @@ constexpr std::string_view kUsage =
     "Commands:\n"
     "  policy check FILE...          validate egress policy files\n"
     "  policy explain FILE TARGET    say whether a policy admits a name, port or address, and why\n"
+    "  broker --policy FILE ...      run the TLS credential broker of one instance\n"
+    "  broker ca --state DIR         print the instance CA certificate the guest must trust\n"
+    "  broker nonces --policy FILE --state DIR   print the nonces the guest gets, one per binding\n"
     "\n"
     "Options:\n"
     "  -h, --help       this text (also after any command)\n"
@@ -49,6 +53,9 @@ int main(int argc, char** argv) {
     }
     if (args[0] == "policy") {
       return run_policy_command(std::span(args).subspan(1), std::cout, std::cerr);
+    }
+    if (args[0] == "broker") {
+      return run_broker_command(std::span(args).subspan(1), std::cout, std::cerr);
     }
     std::cerr << "abox: unknown command '" << args[0] << "'\n" << kUsage;
     return kExitUsage;

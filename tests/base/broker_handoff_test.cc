@@ -61,6 +61,10 @@ TEST(BrokerHandoff, NastyFields) {
   EXPECT_EQ(parse("ABOX/2 i a.example 443 1.2.3.4\n").error(), HandoffError::bad_version);
   EXPECT_EQ(parse("ABOX/1 i a.example 443 1.2.3.4 extra\n").error(), HandoffError::bad_syntax);
   EXPECT_EQ(parse("ABOX/1 i a.example 443\n").error(), HandoffError::bad_syntax);
+  // Found by the fuzzer: a trailing space was taken as the end of the line.
+  EXPECT_EQ(parse("ABOX/1 i a.example 8473 2001:db8:: \n").error(), HandoffError::bad_syntax);
+  EXPECT_EQ(parse("ABOX/1\n").error(), HandoffError::bad_syntax);
+  EXPECT_EQ(parse("ABOX/\n").error(), HandoffError::bad_version);
   EXPECT_EQ(parse("ABOX/1  i a.example 443 1.2.3.4\n").error(), HandoffError::bad_syntax);
   EXPECT_EQ(parse("ABOX/1 i a.example 443 1.2.3.4\r\n").error(), HandoffError::bad_address);
   EXPECT_EQ(parse("ABOX/1 i/x a.example 443 1.2.3.4\n").error(), HandoffError::bad_instance);

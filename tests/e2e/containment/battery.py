@@ -2053,11 +2053,29 @@ def build_servers(rig):
     rig.wait_for("the gate's upstream relay", proxy_answers, proc=p, log="servers")
 
 
+def hardening_of(pid):
+    """What /proc says about a process's confinement."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            fields[k] = v.strip()
+    return {k: fields.get(k) for k in ("Seccomp", "NoNewPrivs", "CapEff", "CapPrm", "CapBnd", "CapAmb")}
+
+
 def start_abox_net(rig, abox):
     p = rig.start_abox_net(abox, POLICY)
     exe = os.path.realpath(f"/proc/{p.pid}/exe")
     if os.path.basename(exe) != os.path.basename(abox):
         raise RuntimeError(f"pid {p.pid} is {exe}, not abox-net: RSS would be measured on the wrong process")
+    # The battery attacks the process as it ships: sandboxed (seccomp filter
+    # mode, no_new_privs, no capability in any set), never a relaxed one.
+    want = {"Seccomp": "2", "NoNewPrivs": "1", "CapEff": "0" * 16, "CapPrm": "0" * 16, "CapBnd": "0" * 16,
+            "CapAmb": "0" * 16}
+    got = hardening_of(p.pid)
+    if got != want:
+        raise RuntimeError(f"abox-net is not hardened as shipped: {got}, expected {want}")
+    print("ok   abox_net_runs_hardened (seccomp filter, no_new_privs, no capabilities)", flush=True)
     return p
 
 

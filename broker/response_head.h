@@ -1,0 +1,73 @@
+// The head of an upstream (provider) response: what the broker needs to
+// stream it back and count it. Sans-I/O.
+//
+// Provider bytes are not ours either, so the parse is strict and bounded:
+//   - "HTTP/1.1" or "HTTP/1.0", SP, three digits (100-599), SP, a reason of
+//     printable bytes / HTAB, CRLF; every line ends in CRLF;
+//   - header lines token ":" OWS value OWS, no obs-fold, no control byte but
+//     HTAB; at most kMaxResponseHeadBytes for the whole head and
+//     kMaxResponseFields fields;
+//   - Content-Length: digits, and every copy equal; Transfer-Encoding whose
+//     last coding is "chunked"; both together is refused (a smuggling shape
+//     on the way back).
+// It extracts the status, how the body ends (length, chunked, at close, or
+// none for 1xx/204/304 and HEAD requests), Retry-After as sent (for
+// accounting), and whether the server closes after this response.
+//
+// parse_response_head() is monotone like the request parser: a prefix that
+// decides keeps deciding the same way. Every read goes through ByteReader.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+
+namespace abox::broker {
+
+inline constexpr std::size_t kMaxResponseHeadBytes = 65536;
+inline constexpr std::size_t kMaxResponseFields = 256;
+
+enum class ResponseError : std::uint8_t {
+  head_too_large,
+  too_many_fields,
+  line_ending,
+  control_byte,
+  status_line,
+  field_syntax,
+  content_length,  // not digits, too large, or two different values
+  transfer_encoding,
+  length_and_chunked,
+};
+std::string_view to_string(ResponseError e);
+
+enum class ResponseFraming : std::uint8_t { none, content_length, chunked, until_close };
+
+struct ResponseHead {
+  int status = 0;
+  ResponseFraming framing = ResponseFraming::until_close;
+  std::uint64_t content_length = 0;
+  std::string retry_after;  // as sent (at most 64 bytes kept), empty when absent
+  bool connection_close = false;
+  bool http10 = false;
+  std::size_t head_bytes = 0;  // status line through the empty line
+};
+
+enum class ResponseHeadStatus : std::uint8_t { need_more, complete };
+
+// `request_was_head`: the request was HEAD, so the response has no body.
+[[nodiscard]] base::Result<ResponseHeadStatus, ResponseError> parse_response_head(
+    std::span<const std::uint8_t> received, bool request_was_head, ResponseHead& head);
+
+// The head as the guest gets it: the provider's head with its own
+// connection-level headers (connection, keep-alive, proxy-connection) taken
+// out, since the provider's connection is the broker's, plus
+// "Connection: close" when the broker closes the guest's connection after
+// this response. `raw` must be a head parse_response_head() completed
+// (head_bytes long): its lines are known to be well formed. Appends to out.
+void write_guest_response_head(std::string_view raw, bool close, std::string& out);
+
+}  // namespace abox::broker

@@ -1,0 +1,91 @@
+// BrokerService: the TLS broker of one instance, as a running service.
+//
+// Owns everything the connections share (runtime.h): the loop, the CA and
+// its leaf cache, the server and upstream TLS contexts, the resolver, the
+// injection gate and nonce table, accounting, and the listening socket.
+// Startup (create) validates everything and fails with a message; after
+// that nothing on the data path throws or blocks.
+//
+// Listeners:
+//   unix:PATH     abox-net connects here; each connection starts with the
+//                 hand-off line (base/broker_handoff.h). The socket file is
+//                 created mode 0600 (the operator's abox-net only).
+//   ADDR:PORT     TCP, for using the broker directly: no hand-off line, the
+//                 SNI picks the binding.
+// Bounds: connections open, TLS handshakes in progress (past either, a new
+// connection is closed at once and counted), leaves cached, head and body
+// size (policy [limits]), handshake / connect / idle timeouts.
+// Stats: SIGUSR1 writes the accounting JSON (one line) to the stats file or
+// stderr; every kStatsInterval, on SIGUSR1 and at the end, each binding's
+// counters also go to the event log as one flat "broker_stats" event.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/event_log.h"
+#include "base/result.h"
+#include "policy/policy.h"
+
+namespace abox::broker {
+
+struct BrokerOptions {
+  std::string instance = "default";
+  std::string policy_file;
+  std::string credentials_file;
+  std::string state_dir;
+  std::string listen;       // "unix:PATH" or "ADDR:PORT"
+  std::string upstream_ca;  // extra trust for the upstream (tests)
+  std::string stats_file;   // where SIGUSR1 writes the stats ("" = stderr)
+  std::size_t max_connections = 1024;
+  std::size_t max_handshakes = 64;
+  std::size_t max_leaves = 64;
+};
+
+class BrokerService {
+ public:
+  static constexpr int kStatsIntervalSeconds = 60;
+
+  // Error: a message naming what is wrong (a file, a permission, a port).
+  static base::Result<std::unique_ptr<BrokerService>, std::string> create(const BrokerOptions& options,
+                                                                          base::EventLog& events);
+  ~BrokerService();
+  BrokerService(const BrokerService&) = delete;
+  BrokerService& operator=(const BrokerService&) = delete;
+
+  // Runs until SIGTERM / SIGINT. Returns when stopped.
+  void run();
+  // The accounting table as one JSON object.
+  std::string stats_json() const;
+  // Where it listens, resolved ("127.0.0.1:40123" when port 0 was asked).
+  const std::string& listening_on() const;
+
+  struct Impl;
+
+ private:
+  explicit BrokerService(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// `abox broker ca`: the instance CA's certificate (PEM), creating the CA in
+// `state_dir` on first use (the guest image can be made before the broker
+// first runs). Error: a message.
+base::Result<std::string, std::string> instance_ca_pem(const std::string& state_dir,
+                                                       std::string_view instance);
+
+// `abox broker nonces`: one nonce per binding of `policy`, from the instance
+// secret in `state_dir` (created on first use), in policy order.
+struct BindingNonce {
+  std::string name;
+  std::uint16_t port = 443;
+  std::string credential;
+  std::string env;  // the binding's nonce_env
+  std::string nonce;
+};
+base::Result<std::vector<BindingNonce>, std::string> binding_nonces(const policy::Policy& policy,
+                                                                    const std::string& state_dir);
+
+}  // namespace abox::broker

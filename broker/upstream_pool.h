@@ -1,0 +1,58 @@
+// UpstreamPool: verified upstream TLS connections kept open between requests
+// (HTTP keep-alive to the provider), per binding.
+//
+// A connection enters the pool only after a response that ended cleanly
+// (its length or last chunk seen, no "Connection: close", nothing left
+// unread), so its next byte belongs to the next response. While idle it is
+// watched for readability: the provider closing it (or sending anything
+// unasked) drops it at once. Each idles at most kIdleTimeout, and at most
+// kPerBinding wait per binding; past that the oldest goes.
+// take() hands out the most recently used one (the least likely to be stale).
+// A request sent on a pooled connection that fails before any response byte
+// is retried once on a fresh connection by the caller (connection.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "broker/event_loop.h"
+#include "broker/tls_stream.h"
+
+namespace abox::broker {
+
+class UpstreamPool {
+ public:
+  static constexpr std::size_t kPerBinding = 64;
+  static constexpr base::Millis kIdleTimeout{30'000};
+
+  UpstreamPool(BrokerLoop& loop, std::size_t bindings);
+  ~UpstreamPool();
+  UpstreamPool(const UpstreamPool&) = delete;
+  UpstreamPool& operator=(const UpstreamPool&) = delete;
+
+  // Null when none is idle for this binding.
+  std::unique_ptr<TlsStream> take(std::size_t binding);
+  // The caller has stopped watching the stream's fd.
+  void give(std::size_t binding, std::unique_ptr<TlsStream> stream);
+
+  std::size_t idle() const;
+  std::uint64_t reused() const { return reused_; }
+
+ private:
+  struct Idle {
+    std::unique_ptr<TlsStream> stream;
+    BrokerLoop::TimerId timer = 0;
+    std::uint64_t serial = 0;
+  };
+  void drop(std::size_t binding, std::uint64_t serial);
+
+  BrokerLoop& loop_;
+  std::vector<std::deque<Idle>> idle_;  // per binding, oldest first
+  std::uint64_t next_serial_ = 1;
+  std::uint64_t reused_ = 0;
+};
+
+}  // namespace abox::broker

@@ -1,0 +1,244 @@
+// Tests for broker/body_decoder: Content-Length and chunked bodies decoded
+// incrementally. Every valid body is fed whole, then in every two-piece split,
+// then byte by byte, and must decode to the same payload and stop at the same
+// place; every malformed one must fail with its own error however it is split.
+
+#include "broker/body_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+
+#include "base/byte_reader.h"
+#include "tests/support/alloc_counter.h"
+
+namespace abox::broker {
+namespace {
+
+using base::as_bytes;
+
+struct Decoded {
+  bool ok = true;
+  HttpError error = HttpError::none;
+  std::string payload;
+  std::size_t consumed = 0;  // bytes used before done (or the error)
+  bool done = false;
+};
+
+// Feeds `pieces` in order, as a broker would when bytes arrive.
+Decoded decode(BodyFraming framing, std::uint64_t length, const std::vector<std::string_view>& pieces,
+               std::uint64_t max_body = 1 << 20) {
+  BodyLimits limits;
+  limits.max_body_bytes = max_body;
+  BodyDecoder body(framing, length, limits);
+  Decoded out;
+  if (body.error() != HttpError::none) {
+    out.ok = false;
+    out.error = body.error();
+    return out;
+  }
+  for (auto piece : pieces) {
+    auto in = as_bytes(piece);
+    int guard = 0;
+    while (!in.empty() && !body.done()) {
+      if (++guard > 100000) {
+        ADD_FAILURE() << "no progress";
+        return out;
+      }
+      auto step = body.feed(in);
+      if (!step.ok()) {
+        out.ok = false;
+        out.error = step.error();
+        EXPECT_EQ(body.error(), step.error());
+        return out;
+      }
+      EXPECT_GT(step->consumed, 0u) << "feed() made no progress on a non-empty input";
+      EXPECT_LE(step->consumed, in.size());
+      out.payload.append(reinterpret_cast<const char*>(step->payload.data()), step->payload.size());
+      out.consumed += step->consumed;
+      in = in.subspan(step->consumed);
+    }
+  }
+  out.done = body.done();
+  EXPECT_EQ(body.payload_bytes(), out.payload.size());
+  return out;
+}
+
+// Decodes `wire` whole, split in two at every point, and byte by byte; all
+// must agree. Returns the whole-input result.
+Decoded decode_all_ways(BodyFraming framing, std::uint64_t length, std::string_view wire,
+                        std::uint64_t max_body = 1 << 20) {
+  Decoded whole = decode(framing, length, {wire}, max_body);
+  for (std::size_t cut = 0; cut <= wire.size(); ++cut) {
+    Decoded split = decode(framing, length, {wire.substr(0, cut), wire.substr(cut)}, max_body);
+    EXPECT_EQ(split.ok, whole.ok) << "cut at " << cut;
+    EXPECT_EQ(split.error, whole.error) << "cut at " << cut;
+    EXPECT_EQ(split.payload, whole.payload) << "cut at " << cut;
+    EXPECT_EQ(split.done, whole.done) << "cut at " << cut;
+  }
+  std::vector<std::string_view> bytes;
+  for (std::size_t i = 0; i < wire.size(); ++i) bytes.push_back(wire.substr(i, 1));
+  Decoded trickle = decode(framing, length, bytes, max_body);
+  EXPECT_EQ(trickle.ok, whole.ok);
+  EXPECT_EQ(trickle.error, whole.error);
+  EXPECT_EQ(trickle.payload, whole.payload);
+  if (whole.ok) {
+    EXPECT_EQ(trickle.consumed, whole.consumed);
+  }
+  return whole;
+}
+
+void chunked_refused(std::string_view wire, HttpError want, std::uint64_t max_body = 1 << 20) {
+  Decoded d = decode_all_ways(BodyFraming::chunked, 0, wire, max_body);
+  EXPECT_FALSE(d.ok) << wire;
+  EXPECT_EQ(d.error, want) << "got " << to_string(d.error) << " for " << wire;
+}
+
+TEST(BodyDecoder, NoBodyIsDoneAtOnce) {
+  BodyDecoder body(BodyFraming::none, 0, BodyLimits{});
+  EXPECT_TRUE(body.done());
+  auto step = body.feed(as_bytes("GET / HTTP/1.1\r\n"));
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(step->consumed, 0u);
+}
+
+TEST(BodyDecoder, ContentLengthStopsAtItsEnd) {
+  Decoded d = decode_all_ways(BodyFraming::content_length, 5, "hello GET / HTTP/1.1");
+  EXPECT_TRUE(d.ok);
+  EXPECT_TRUE(d.done);
+  EXPECT_EQ(d.payload, "hello");
+  EXPECT_EQ(d.consumed, 5u);
+}
+
+TEST(BodyDecoder, ContentLengthZero) {
+  BodyDecoder body(BodyFraming::content_length, 0, BodyLimits{});
+  EXPECT_TRUE(body.done());
+}
+
+TEST(BodyDecoder, ContentLengthNotYetComplete) {
+  Decoded d = decode(BodyFraming::content_length, 10, {"hel", "lo"});
+  EXPECT_TRUE(d.ok);
+  EXPECT_FALSE(d.done);
+  EXPECT_EQ(d.payload, "hello");
+}
+
+TEST(BodyDecoder, ContentLengthOverTheLimitRefusedUpFront) {
+  BodyLimits limits;
+  limits.max_body_bytes = 4;
+  BodyDecoder body(BodyFraming::content_length, 5, limits);
+  EXPECT_EQ(body.error(), HttpError::body_too_large);
+  EXPECT_FALSE(body.done());
+  auto step = body.feed(as_bytes("hello"));
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.error(), HttpError::body_too_large);
+  BodyDecoder exact(BodyFraming::content_length, 4, limits);
+  EXPECT_EQ(exact.error(), HttpError::none);
+}
+
+TEST(BodyDecoder, Chunked) {
+  Decoded d = decode_all_ways(BodyFraming::chunked, 0,
+                              "5\r\nhello\r\n1;name=value\r\n \r\nA\r\n0123456789\r\n0\r\n\r\nNEXT");
+  EXPECT_TRUE(d.ok);
+  EXPECT_TRUE(d.done);
+  EXPECT_EQ(d.payload, "hello 0123456789");
+  EXPECT_EQ(d.consumed,
+            std::string_view("5\r\nhello\r\n1;name=value\r\n \r\nA\r\n0123456789\r\n0\r\n\r\n").size());
+}
+
+TEST(BodyDecoder, ChunkedHexInEitherCaseWithLeadingZeros) {
+  Decoded d = decode_all_ways(BodyFraming::chunked, 0,
+                              "0000000000000001\r\nx\r\naB\r\n" + std::string(0xab, 'y') + "\r\n000\r\n\r\n");
+  EXPECT_TRUE(d.ok);
+  EXPECT_TRUE(d.done);
+  EXPECT_EQ(d.payload.size(), 1u + 0xab);
+}
+
+TEST(BodyDecoder, ChunkSizeRefusals) {
+  chunked_refused("\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);               // empty size
+  chunked_refused("g\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);              // not hex
+  chunked_refused("-5\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);             // sign
+  chunked_refused("0x5\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);            // prefix
+  chunked_refused(" 5\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);             // leading space
+  chunked_refused("5 \r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);             // trailing space
+  chunked_refused("5\nhello\r\n0\r\n\r\n", HttpError::chunk_size);                // bare LF
+  chunked_refused("5\rhello\r\n0\r\n\r\n", HttpError::chunk_size);                // lone CR
+  chunked_refused("00000000000000001\r\nx\r\n0\r\n\r\n", HttpError::chunk_size);  // 17 digits
+  // 2^64 would overflow; 16 digits of f fit in 64 bits but not in the limit.
+  chunked_refused("10000000000000000\r\n", HttpError::chunk_size);
+  chunked_refused("ffffffffffffffff\r\n", HttpError::body_too_large);
+}
+
+TEST(BodyDecoder, ChunkExtensionRefusals) {
+  chunked_refused("5;a=\x01\r\nhello\r\n0\r\n\r\n", HttpError::chunk_extension);
+  chunked_refused("5;a\nhello\r\n0\r\n\r\n", HttpError::chunk_extension);
+  std::string long_ext = "5;" + std::string(kMaxChunkExtensionBytes + 1, 'a') + "\r\nhello\r\n0\r\n\r\n";
+  chunked_refused(long_ext, HttpError::chunk_extension);
+  std::string max_ext = "5;" + std::string(kMaxChunkExtensionBytes, 'a') + "\r\nhello\r\n0\r\n\r\n";
+  EXPECT_TRUE(decode(BodyFraming::chunked, 0, {max_ext}).done);
+}
+
+TEST(BodyDecoder, ChunkDataMustEndInCrlf) {
+  chunked_refused("5\r\nhello!\r\n0\r\n\r\n", HttpError::chunk_crlf);
+  chunked_refused("5\r\nhello\n0\r\n\r\n", HttpError::chunk_crlf);
+  chunked_refused("5\r\nhello\r0\r\n\r\n", HttpError::chunk_crlf);
+  chunked_refused("0\r\n\rX", HttpError::chunk_crlf);
+}
+
+TEST(BodyDecoder, TrailersRefused) {
+  chunked_refused("5\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n", HttpError::trailer);
+}
+
+TEST(BodyDecoder, BodyLimitCountsEveryChunk) {
+  Decoded ok = decode_all_ways(BodyFraming::chunked, 0, "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", 5);
+  EXPECT_TRUE(ok.done);
+  chunked_refused("3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n", HttpError::body_too_large, 5);
+}
+
+TEST(BodyDecoder, FailureIsSticky) {
+  BodyDecoder body(BodyFraming::chunked, 0, BodyLimits{});
+  EXPECT_FALSE(body.feed(as_bytes("z")).ok());
+  auto again = body.feed(as_bytes("5\r\nhello\r\n"));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error(), HttpError::chunk_size);
+}
+
+TEST(BodyDecoder, PayloadIsAViewIntoTheInput) {
+  std::string wire = "5\r\nhello\r\n";
+  BodyDecoder body(BodyFraming::chunked, 0, BodyLimits{});
+  auto step = body.feed(as_bytes(wire));
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(step->consumed, 8u);
+  ASSERT_EQ(step->payload.size(), 5u);
+  EXPECT_EQ(reinterpret_cast<const char*>(step->payload.data()), wire.data() + 3);
+}
+
+TEST(BodyDecoder, DecodingAllocatesNothing) {
+  std::string wire = "5\r\nhello\r\n0\r\n\r\n";
+  BodyDecoder body(BodyFraming::chunked, 0, BodyLimits{});
+  testing::AllocationCounter allocations;
+  auto in = as_bytes(wire);
+  while (!in.empty() && !body.done()) {
+    auto step = body.feed(in);
+    ASSERT_TRUE(step.ok());
+    in = in.subspan(step->consumed);
+  }
+  EXPECT_EQ(allocations.count(), 0);
+  EXPECT_TRUE(body.done());
+}
+
+TEST(BodyDecoder, ReframedChunksDecodeToTheSameBody) {
+  std::string out;
+  append_chunk(as_bytes("hello"), out);
+  append_chunk(as_bytes(""), out);
+  std::string big(300, 'z');
+  append_chunk(as_bytes(big), out);
+  append_last_chunk(out);
+  EXPECT_TRUE(out.starts_with("5\r\nhello\r\n12c\r\n"));
+  Decoded d = decode(BodyFraming::chunked, 0, {out});
+  EXPECT_TRUE(d.done);
+  EXPECT_EQ(d.payload, "hello" + big);
+}
+
+}  // namespace
+}  // namespace abox::broker

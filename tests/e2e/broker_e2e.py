@@ -1,0 +1,980 @@
+#!/usr/bin/env python3
+"""End-to-end test of the TLS credential broker (`abox broker`), with real
+parts: nsd answers for the fake provider's names, fake providers are real
+TLS servers (python ssl, certificates from the test's own CA) that record
+every request they receive, and the clients are curl, python's http.client,
+raw TLS sockets (for the malformed shapes), and Node's built-in fetch reading
+an SSE stream incrementally.
+
+Topology (netns_rig): the providers and nsd live in the rig's "inet"
+namespace on public-looking addresses; the broker runs in "outside" (where
+host sockets reach inet) listening on 127.0.0.1:443 (TCP, SNI decides) and on
+a unix socket (abox-net's hand-off line first). The clients run in
+"outside" too, where /etc/netns/<outside>/hosts points the provider's name
+at the broker, as a guest's resolver would through abox-net.
+
+Each case is one attack shape from THREATS.md's broker list (or one
+legitimate use) and asserts both what the client got and what the provider
+recorded: the key arrives only when every condition holds, and never comes
+back to the client.
+
+With a second path (abox-net), a guest namespace behind `abox-net run
+--broker` reaches the provider the whole real way: its DNS through the gate,
+its flow handed to the broker's unix socket behind the hand-off line.
+
+Usage: broker_e2e.py PATH/TO/abox [PATH/TO/abox-net] [--keep] [--only WORD,...]
+Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
+Every wait is bounded; every process started is stopped by pid at the end.
+"""
+import base64
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import netns_rig as nr  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+API = "api.example.test"          # the binding the tests use; header x-api-key
+BEARER = "bearer.example.test"    # a binding whose key goes in authorization: Bearer
+WRONG = "wrong.example.test"      # its provider shows a certificate for another name
+UNTRUSTED = "untrusted.example.test"  # its provider's certificate is from an unknown CA
+REBIND = "rebind.example.test"    # resolves to 127.0.0.1 only
+WS = "ws.example.test"            # a binding that allows upgrades
+ADDRS = {API: "93.184.215.14", BEARER: "93.184.215.14", WS: "93.184.215.14", WRONG: "93.184.215.16", UNTRUSTED: "93.184.215.17"}
+KEY = "sk-test-REALKEY-0123456789abcdef0123456789"
+KEY2 = "sk-test-BEARERKEY-fedcba9876543210"
+INSTANCE = "dev"
+
+POLICY = f"""
+[dns]
+upstreams = ["{nr.ADDR['ns1']}"]
+
+[[broker]]
+name = "{API}"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "PROVIDER_API_KEY"
+methods = ["GET", "POST", "HEAD"]
+paths = ["/v1/"]
+
+[[broker]]
+name = "{BEARER}"
+credential = "bearer"
+header = "authorization"
+nonce_env = "BEARER_API_KEY"
+methods = ["POST"]
+paths = ["/v1/"]
+
+[[broker]]
+name = "{WS}"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "WS_API_KEY"
+methods = ["GET"]
+paths = ["/v1/ws"]
+allow_upgrade = true
+
+[[broker]]
+name = "{WRONG}"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "WRONG_API_KEY"
+
+[[broker]]
+name = "{UNTRUSTED}"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "UNTRUSTED_API_KEY"
+
+[[broker]]
+name = "{REBIND}"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "REBIND_API_KEY"
+
+[limits]
+http_head_bytes = 4096
+http_body_bytes = 65536
+
+[timeouts]
+connect_ms = 2000
+"""
+
+CREDENTIALS = f"""[credentials]
+provider = "{KEY}"
+bearer = "{KEY2}"
+"""
+
+
+# ---------------------------------------------------------------------------
+# The cases run inside the outside namespace (a child of the harness).
+# ---------------------------------------------------------------------------
+
+class Env:
+    def __init__(self, cfg):
+        self.__dict__.update(cfg)
+        self.nonces = {n["name"]: n["nonce"] for n in cfg["nonce_list"]}
+
+    def provider_log(self, which="api"):
+        path = self.logs[which]
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def events(self):
+        with open(self.events_file) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+
+def tls_context(env):
+    ctx = ssl.create_default_context(cafile=env.ca)
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+def raw_exchange(env, data, sni=API, limit=1 << 20, timeout=10):
+    """Sends raw bytes over TLS to the broker, returns all it answers until
+    it closes (bounded in bytes and time)."""
+    ctx = tls_context(env)
+    with socket.create_connection(("127.0.0.1", 443), timeout=timeout) as s:
+        with ctx.wrap_socket(s, server_hostname=sni) as t:
+            t.sendall(data)
+            out = b""
+            deadline = time.monotonic() + timeout
+            while len(out) < limit and time.monotonic() < deadline:
+                try:
+                    chunk = t.recv(65536)
+                except (ssl.SSLError, ConnectionResetError):
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            return out
+
+
+def status_and_headers(resp):
+    head = resp.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    lines = head.split("\r\n")
+    status = int(lines[0].split()[1]) if lines and len(lines[0].split()) > 1 else 0
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    return status, headers
+
+
+def curl(env, *args, timeout=20):
+    cmd = ["curl", "-sS", "--max-time", "15", "--cacert", env.ca, *args]
+    return subprocess.run(cmd, capture_output=True, timeout=timeout)
+
+
+def nothing_reached_provider(env, before, which="api"):
+    after = env.provider_log(which)
+    assert len(after) == len(before), f"the provider saw {len(after) - len(before)} request(s): {after[len(before):]}"
+
+
+def assert_refused(env, raw, status, reason):
+    st, h = status_and_headers(raw)
+    assert st == status, f"status {st}, wanted {status}: {raw[:300]!r}"
+    assert h.get("abox-refused") == reason, f"abox-refused {h.get('abox-refused')!r}, wanted {reason!r}"
+    assert h.get("connection") == "close", h
+
+
+def request(env, method="POST", path="/v1/messages", host=API, headers=None, body=b"{}", nonce_header="x-api-key",
+            nonce=None):
+    """A well-formed request as raw bytes (so a case can break one thing)."""
+    hs = [("Host", host)]
+    if nonce_header:
+        hs.append((nonce_header, nonce if nonce is not None else env.nonces[API]))
+    hs += headers or []
+    if body is not None and method in ("POST", "PUT", "PATCH"):
+        hs.append(("Content-Length", str(len(body))))
+    hs.append(("Connection", "close"))
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hs) + "\r\n"
+    return head.encode() + (body or b"")
+
+
+CASES = []
+
+
+class Skip(Exception):
+    """A case that cannot run here (counted neither passed nor failed)."""
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+@case
+def curl_post_gets_the_key_upstream(env):
+    before = env.provider_log()
+    r = curl(env, "-X", "POST", "-H", f"x-api-key: {env.nonces[API]}", "-H", "content-type: application/json",
+             "--data", '{"model":"m","messages":[]}', "-w", "\n%{http_code}", f"https://{API}/v1/messages")
+    out = r.stdout.decode()
+    assert r.returncode == 0 and out.endswith("\n200"), (r.returncode, out, r.stderr)
+    assert KEY not in out
+    got = env.provider_log()[len(before):]
+    assert len(got) == 1, got
+    h = {k.lower(): v for k, v in got[0]["headers"]}
+    assert h.get("x-api-key") == KEY, h
+    assert env.nonces[API] not in json.dumps(got[0]), "the nonce went upstream"
+    assert got[0]["body"] == '{"model":"m","messages":[]}'
+
+
+@case
+def expect_100_continue_is_answered_by_the_broker(env):
+    before = env.provider_log()
+    body = b'{"pad":"' + b"x" * 40000 + b'"}'
+    path = env.logs["api"] + ".body"
+    with open(path, "wb") as f:
+        f.write(body)
+    # curl waits for the 100 (up to 60 s here, past its own --max-time of 15):
+    # only a broker that answers at once lets it send the body in time.
+    r = curl(env, "-X", "POST", "-H", f"x-api-key: {env.nonces[API]}", "-H", "Expect: 100-continue",
+             "--expect100-timeout", "60",
+             "--data-binary", f"@{path}", "-o", "/dev/null", "-w", "%{http_code}", "-v", f"https://{API}/v1/messages")
+    assert r.stdout == b"200", (r.stdout, r.stderr[-800:])
+    assert r.stderr.count(b"< HTTP/1.1 100") == 1, r.stderr[-800:]
+    got = env.provider_log()[len(before):]
+    assert len(got) == 1 and len(got[0]["body"]) == len(body), len(got)
+
+
+@case
+def guest_credentials_are_dropped(env):
+    before = env.provider_log()
+    r = curl(env, "-H", f"x-api-key: {env.nonces[API]}", "-H", "Authorization: Basic Z3Vlc3Q6Z3Vlc3Q=",
+             "-H", "Cookie: session=guest", "-o", "/dev/null", "-w", "%{http_code}", f"https://{API}/v1/models")
+    assert r.stdout == b"200", (r.stdout, r.stderr)
+    got = env.provider_log()[len(before):]
+    names = [k.lower() for k, _ in got[0]["headers"]]
+    assert "authorization" not in names and "cookie" not in names, names
+    assert names.count("x-api-key") == 1
+
+
+@case
+def bearer_binding_puts_the_key_after_bearer(env):
+    before = env.provider_log()
+    r = curl(env, "-X", "POST", "-H", f"Authorization: Bearer {env.nonces[BEARER]}", "--data", "{}",
+             "-o", "/dev/null", "-w", "%{http_code}", f"https://{BEARER}/v1/chat")
+    assert r.stdout == b"200", (r.stdout, r.stderr)
+    got = env.provider_log()[len(before):]
+    h = {k.lower(): v for k, v in got[0]["headers"]}
+    assert h.get("authorization") == f"Bearer {KEY2}", h
+
+
+@case
+def python_http_client_keep_alive(env):
+    before = env.provider_log()
+    conn = http.client.HTTPSConnection(API, 443, context=tls_context(env), timeout=10)
+    try:
+        for i in range(3):
+            conn.request("POST", f"/v1/messages?n={i}", body=b'{"n":%d}' % i,
+                         headers={"x-api-key": env.nonces[API], "content-type": "application/json"})
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == 200, (resp.status, body)
+            assert KEY.encode() not in body
+        sock = conn.sock
+        assert sock is not None, "the broker closed a keep-alive connection"
+    finally:
+        conn.close()
+    got = env.provider_log()[len(before):]
+    assert [g["path"] for g in got] == ["/v1/messages?n=0", "/v1/messages?n=1", "/v1/messages?n=2"], got
+    assert all({k.lower(): v for k, v in g["headers"]}.get("x-api-key") == KEY for g in got)
+
+
+@case
+def provider_dropping_a_kept_connection_breaks_nothing(env):
+    # The provider closes its side after each of these answers without saying
+    # so; the broker's pooled connection is dead, and the next request must
+    # still go through (dropped from the pool, or sent again on a fresh one).
+    before = env.provider_log()
+    conn = http.client.HTTPSConnection(API, 443, context=tls_context(env), timeout=10)
+    try:
+        for i in range(4):
+            path = "/v1/close-after" if i % 2 == 0 else f"/v1/messages?after-close={i}"
+            conn.request("GET", path, headers={"x-api-key": env.nonces[API]})
+            resp = conn.getresponse()
+            body = resp.read()
+            assert resp.status == 200, (i, resp.status, body)
+    finally:
+        conn.close()
+    got = env.provider_log()[len(before):]
+    assert [g["path"].split("?")[0] for g in got] == ["/v1/close-after", "/v1/messages"] * 2, got
+
+
+@case
+def chunked_request_body_is_forwarded(env):
+    before = env.provider_log()
+    body = b"7\r\n{\"a\":1}\r\n3\r\n, 2\r\n0\r\n\r\n"
+    raw = (f"POST /v1/messages HTTP/1.1\r\nHost: {API}\r\nx-api-key: {env.nonces[API]}\r\n"
+           "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode() + body
+    resp = raw_exchange(env, raw)
+    assert status_and_headers(resp)[0] == 200, resp[:200]
+    got = env.provider_log()[len(before):]
+    assert got[0]["body"] == '{"a":1}, 2', got
+
+
+@case
+def node_fetch_reads_sse_as_it_streams(env):
+    flag = env.logs["api"] + ".go"
+    if os.path.exists(flag):
+        os.unlink(flag)
+    script = r"""
+const fs = require('fs');
+(async () => {
+  const res = await fetch(process.argv[1], {method: 'POST', body: '{}',
+      headers: {'x-api-key': process.argv[2], 'content-type': 'application/json'}});
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let text = '', events = [];
+  for (let i = 0; i < 100; i++) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    text += dec.decode(value, {stream: true});
+    let k;
+    while ((k = text.indexOf('\n\n')) >= 0) {
+      const ev = text.slice(0, k); text = text.slice(k + 2);
+      const data = ev.split('\n').filter(l => l.startsWith('data: ')).map(l => l.slice(6)).join('');
+      events.push(data);
+      // Only after the first event arrived does the provider get its go.
+      if (events.length === 1) fs.writeFileSync(process.argv[3], 'go');
+    }
+  }
+  console.log(JSON.stringify({status: res.status, type: res.headers.get('content-type'), events}));
+})().catch(e => { console.log(JSON.stringify({error: String(e)})); process.exit(1); });
+"""
+    env_vars = dict(os.environ, NODE_EXTRA_CA_CERTS=env.ca)
+    r = subprocess.run(["node", "-e", script, f"https://{API}/v1/sse", env.nonces[API], flag],
+                       capture_output=True, timeout=30, env=env_vars)
+    out = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    assert out.get("status") == 200, (out, r.stderr[-500:])
+    assert out["type"] == "text/event-stream", out
+    # "late" would mean the broker held event one until the stream ended.
+    assert out["events"] == ["one", "two"], out
+
+
+@case
+def reflection_never_carries_the_key_back(env):
+    before = env.provider_log()
+    for path in ("/v1/echo", "/v1/echo-head"):
+        resp = raw_exchange(env, request(env, method="GET", path=path, body=None))
+        assert status_and_headers(resp)[0] == 200, resp[:200]
+        assert KEY.encode() not in resp, f"{path}: the key came back to the guest"
+        assert b"*" * len(KEY) in resp, f"{path}: the echo was not scrubbed in place"
+    got = env.provider_log()[len(before):]
+    assert len(got) == 2 and all({k.lower(): v for k, v in g["headers"]}.get("x-api-key") == KEY for g in got)
+
+
+@case
+def host_differs_from_sni(env):
+    before = env.provider_log()
+    resp = raw_exchange(env, request(env, host="evil.example.test"))
+    assert_refused(env, resp, 403, "host_mismatch")
+    nothing_reached_provider(env, before)
+
+
+@case
+def absolute_form_and_connect_are_refused(env):
+    before = env.provider_log()
+    raw = request(env).replace(b"POST /v1/messages", b"POST https://evil.example.test/v1/messages", 1)
+    assert_refused(env, raw_exchange(env, raw), 400, "absolute_form")
+    raw = f"CONNECT evil.example.test:443 HTTP/1.1\r\nHost: {API}\r\n\r\n".encode()
+    st, _ = status_and_headers(raw_exchange(env, raw))
+    assert st == 400, st
+    nothing_reached_provider(env, before)
+
+
+@case
+def smuggling_shapes_are_refused(env):
+    before = env.provider_log()
+    n = env.nonces[API]
+    shapes = {
+        "length_and_chunked": f"POST /v1/m HTTP/1.1\r\nHost: {API}\r\nx-api-key: {n}\r\nContent-Length: 4\r\n"
+                              "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "duplicate_content_length": f"POST /v1/m HTTP/1.1\r\nHost: {API}\r\nx-api-key: {n}\r\nContent-Length: 2\r\n"
+                                    "Content-Length: 2\r\n\r\n{}",
+        "obs_fold": f"POST /v1/m HTTP/1.1\r\nHost: {API}\r\nx-api-key: {n}\r\nX-A: a\r\n b\r\n"
+                    "Content-Length: 2\r\n\r\n{}",
+        "line_ending": f"POST /v1/m HTTP/1.1\r\nHost: {API}\nx-api-key: {n}\r\nContent-Length: 2\r\n\r\n{{}}",
+        "chunk_size": f"POST /v1/m HTTP/1.1\r\nHost: {API}\r\nx-api-key: {n}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "zz\r\n{{}}\r\n0\r\n\r\n",
+    }
+    for reason, raw in shapes.items():
+        resp = raw_exchange(env, raw.encode())
+        st, h = status_and_headers(resp)
+        assert st == 400, f"{reason}: status {st}"
+        assert h.get("abox-refused"), f"{reason}: no reason header"
+    oversize = request(env, headers=[("X-Pad", "a" * 5000)])
+    assert_refused(env, raw_exchange(env, oversize), 400, "head_too_large")
+    nothing_reached_provider(env, before)
+
+
+@case
+def nonce_in_the_wrong_places(env):
+    before = env.provider_log()
+    n = env.nonces[API]
+    other_instance = "abox-nonce-" + "0" * 64
+    # Another instance's (or a forged) nonce.
+    assert_refused(env, raw_exchange(env, request(env, nonce=other_instance)), 403, "nonce_unknown")
+    # Another binding's nonce of this instance.
+    assert_refused(env, raw_exchange(env, request(env, nonce=env.nonces[BEARER])), 403, "nonce_other_binding")
+    # In the wrong header (and none where the binding says).
+    resp = raw_exchange(env, request(env, nonce_header="authorization", nonce=f"Bearer {n}"))
+    assert status_and_headers(resp)[0] == 403, resp[:200]
+    # In another header besides the right one.
+    resp = raw_exchange(env, request(env, headers=[("X-Extra", n)]))
+    assert_refused(env, resp, 403, "nonce_in_other_header")
+    # In the URL.
+    assert_refused(env, raw_exchange(env, request(env, path=f"/v1/messages?k={n}")), 403, "nonce_in_target")
+    # In the body.
+    assert_refused(env, raw_exchange(env, request(env, body=json.dumps({"k": n}).encode())), 403, "nonce_in_body")
+    # No nonce at all.
+    assert_refused(env, raw_exchange(env, request(env, nonce_header=None)), 403, "nonce_missing")
+    # The real key from the guest.
+    assert_refused(env, raw_exchange(env, request(env, headers=[("X-Other", KEY)])), 403, "real_key_in_request")
+    nothing_reached_provider(env, before)
+
+
+@case
+def method_and_path_outside_the_binding(env):
+    before = env.provider_log()
+    assert_refused(env, raw_exchange(env, request(env, method="DELETE", body=None)), 403, "method_not_allowed")
+    assert_refused(env, raw_exchange(env, request(env, path="/admin/keys")), 403, "path_not_allowed")
+    up = request(env, method="GET", body=None, headers=[("Upgrade", "websocket")])
+    assert_refused(env, raw_exchange(env, up), 403, "upgrade_not_allowed")
+    nothing_reached_provider(env, before)
+
+
+@case
+def upgrade_on_a_binding_that_allows_it_is_tunnelled_and_scrubbed(env):
+    before = env.provider_log()
+    ctx = tls_context(env)
+    with socket.create_connection(("127.0.0.1", 443), timeout=10) as s:
+        with ctx.wrap_socket(s, server_hostname=WS) as t:
+            t.sendall((f"GET /v1/ws HTTP/1.1\r\nHost: {WS}\r\nx-api-key: {env.nonces[WS]}\r\n"
+                       "Upgrade: echo\r\nConnection: Upgrade\r\n\r\n").encode())
+            got = b""
+            for _ in range(100):
+                if got.count(b"\n") >= 5 and b"\r\n\r\n" in got and b"key=" in got:
+                    break
+                got += t.recv(65536)
+            assert got.startswith(b"HTTP/1.1 101"), got[:200]
+            assert KEY.encode() not in got, "the key came back through the tunnel"
+            assert b"key=" + b"*" * len(KEY) in got, got
+            t.sendall(b"hello tunnel\n")
+            echo = b""
+            for _ in range(100):
+                if b"hello tunnel\n" in echo:
+                    break
+                chunk = t.recv(65536)
+                if not chunk:
+                    break
+                echo += chunk
+            assert b"hello tunnel\n" in echo, echo
+    got = env.provider_log()[len(before):]
+    assert len(got) == 1 and {k.lower(): v for k, v in got[0]["headers"]}.get("x-api-key") == KEY, got
+
+
+@case
+def redirect_is_passed_through_not_followed(env):
+    before = env.provider_log()
+    resp = raw_exchange(env, request(env, method="GET", path="/v1/redirect", body=None))
+    st, h = status_and_headers(resp)
+    assert st == 302 and h.get("location") == "https://elsewhere.example.test/v1/messages", (st, h)
+    got = env.provider_log()[len(before):]
+    assert [g["path"] for g in got] == ["/v1/redirect"], got
+
+
+@case
+def upstream_certificate_for_another_name_is_refused(env):
+    before = env.provider_log("wrong")
+    resp = raw_exchange(env, request(env, host=WRONG, nonce=env.nonces[WRONG]), sni=WRONG)
+    assert_refused(env, resp, 502, "upstream_tls_unverified")
+    # The handshake failed: no request reached it.
+    nothing_reached_provider(env, before, "wrong")
+
+
+@case
+def upstream_certificate_from_unknown_ca_is_refused(env):
+    before = env.provider_log("untrusted")
+    resp = raw_exchange(env, request(env, host=UNTRUSTED, nonce=env.nonces[UNTRUSTED]), sni=UNTRUSTED)
+    assert_refused(env, resp, 502, "upstream_tls_unverified")
+    nothing_reached_provider(env, before, "untrusted")
+
+
+@case
+def upstream_resolving_to_loopback_is_refused(env):
+    resp = raw_exchange(env, request(env, host=REBIND, nonce=env.nonces[REBIND]), sni=REBIND)
+    assert_refused(env, resp, 502, "upstream_address_reserved")
+
+
+@case
+def sni_without_a_binding_gets_no_certificate(env):
+    before = env.provider_log()
+    ctx = tls_context(env)
+    for name in ("evil.example.test", "flood-1.example.test"):
+        with socket.create_connection(("127.0.0.1", 443), timeout=10) as s:
+            try:
+                ctx.wrap_socket(s, server_hostname=name)
+                raise AssertionError(f"handshake for {name} succeeded")
+            except ssl.SSLError as e:
+                assert "UNRECOGNIZED_NAME" in str(e).upper() or "ALERT" in str(e).upper(), e
+    nothing_reached_provider(env, before)
+
+
+@case
+def alpn_is_http11_only(env):
+    ctx = ssl.create_default_context(cafile=env.ca)
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    with socket.create_connection(("127.0.0.1", 443), timeout=10) as s:
+        with ctx.wrap_socket(s, server_hostname=API) as t:
+            assert t.selected_alpn_protocol() == "http/1.1", t.selected_alpn_protocol()
+    ctx.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", 443), timeout=10) as s:
+        try:
+            ctx.wrap_socket(s, server_hostname=API)
+            raise AssertionError("an h2-only client got a session")
+        except ssl.SSLError:
+            pass
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+@case
+def sni_flood_keeps_memory_bounded_and_service_working(env):
+    ctx = tls_context(env)
+    rss_before = rss_kib(env.broker_pid)
+    for i in range(300):
+        with socket.create_connection(("127.0.0.1", 443), timeout=10) as s:
+            try:
+                ctx.wrap_socket(s, server_hostname=f"flood{i}.example.test")
+            except ssl.SSLError:
+                pass
+    resp = raw_exchange(env, request(env))
+    assert status_and_headers(resp)[0] == 200
+    stats = read_stats(env)
+    # At most one leaf per binding: the flood of made-up names minted none.
+    assert stats["leaves"]["cached"] <= len(env.nonce_list), stats["leaves"]
+    assert stats["service"]["sni_refused"] >= 300, stats["service"]
+    grown = rss_kib(env.broker_pid) - rss_before
+    assert grown < 16 * 1024, f"the broker grew {grown} KiB during the flood"
+
+
+@case
+def handshakes_in_progress_are_bounded(env):
+    before = read_stats(env)["service"]
+    socks = []
+    try:
+        for _ in range(80):  # the broker allows 64 handshakes in progress
+            socks.append(socket.create_connection(("127.0.0.1", 443), timeout=10))
+        # A connection past the bound is closed at once: its read ends.
+        closed = 0
+        for s in socks[64:]:
+            try:
+                closed += s.recv(1) == b""
+            except (ConnectionResetError, socket.timeout):
+                pass
+        stats = read_stats(env)["service"]
+        assert stats["handshakes_refused_limit"] - before["handshakes_refused_limit"] >= 16, stats
+        assert stats["handshakes_in_progress"] <= 64, stats
+        assert closed >= 16, closed
+    finally:
+        for s in socks:
+            s.close()
+    # Once they are gone, a legitimate request is served again.
+    for _ in range(50):
+        if read_stats(env)["service"]["handshakes_in_progress"] == 0:
+            break
+        time.sleep(0.1)
+    assert status_and_headers(raw_exchange(env, request(env)))[0] == 200
+
+
+@case
+def silent_client_is_closed_after_the_handshake_timeout(env):
+    # The broker closes it (handshake timeout, connect_ms = 2 s); the socket's
+    # own 15 s timeout fails the case if it never does.
+    with socket.create_connection(("127.0.0.1", 443), timeout=15) as s:
+        try:
+            data = s.recv(1)
+        except ConnectionResetError:
+            data = b""
+        assert data == b"", data
+    assert read_stats(env)["service"]["handshakes_in_progress"] == 0
+
+
+def read_stats(env):
+    if os.path.exists(env.stats_file):
+        os.unlink(env.stats_file)
+    os.kill(env.broker_pid, signal.SIGUSR1)
+    for _ in range(100):
+        if os.path.exists(env.stats_file):
+            with open(env.stats_file) as f:
+                return json.loads(f.read())
+        time.sleep(0.05)
+    raise AssertionError("no stats after SIGUSR1")
+
+
+@case
+def accounting_counts_what_the_broker_saw(env):
+    before = read_stats(env)["bindings"][0]
+    for path in ("/v1/ratelimit", "/v1/error"):
+        resp = raw_exchange(env, request(env, method="GET", path=path, body=None))
+        assert KEY.encode() not in resp
+    after = read_stats(env)["bindings"][0]
+    assert after["name"] == API
+    assert after["rate_limited"] == before["rate_limited"] + 1, after
+    assert after["server_errors"] == before["server_errors"] + 1, after
+    assert after["statuses"].get("429", 0) == before["statuses"].get("429", 0) + 1
+    assert after["last_retry_after"] == "5", after
+    assert after["requests"] == before["requests"] + 2
+    assert after["bytes_up"] > before["bytes_up"] and after["bytes_down"] > before["bytes_down"]
+    assert after["refused"] >= 1 and "host_mismatch" in after["refused_by_reason"], after
+    service = read_stats(env)["service"]
+    # Keep-alive to the provider: requests went on pooled connections.
+    assert service["upstream_reused"] > 0 and service["upstream_connections"] < after["requests"], service
+
+
+@case
+def unix_handoff_line_then_tls(env):
+    def over_unix(line, sni=API):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(env.unix_socket)
+            s.sendall(line)
+            with tls_context(env).wrap_socket(s, server_hostname=sni) as t:
+                t.sendall(request(env))
+                out = b""
+                for _ in range(100):
+                    chunk = t.recv(65536)
+                    if not chunk:
+                        break
+                    out += chunk
+                return out
+
+    good = f"ABOX/1 {INSTANCE} {API} 443 {ADDRS[API]}\n".encode()
+    assert status_and_headers(over_unix(good))[0] == 200
+    before = env.provider_log()
+    for bad in (f"ABOX/1 other {API} 443 {ADDRS[API]}\n",        # another instance
+                f"ABOX/1 {INSTANCE} evil.example.test 443 1.2.3.4\n",  # no binding
+                f"ABOX/1 {INSTANCE} {API} 8443 {ADDRS[API]}\n",   # binding on another port
+                "GET / HTTP/1.1\n"):                             # not a hand-off line
+        try:
+            over_unix(bad.encode())
+            raise AssertionError(f"{bad!r} was accepted")
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError, OSError) as e:
+            assert not isinstance(e, AssertionError), e
+    # The SNI must be the hand-off's name.
+    try:
+        over_unix(f"ABOX/1 {INSTANCE} {BEARER} 443 {ADDRS[API]}\n".encode(), sni=API)
+        raise AssertionError("SNI different from the hand-off was accepted")
+    except (ssl.SSLError, ConnectionResetError, OSError) as e:
+        assert not isinstance(e, AssertionError), e
+    nothing_reached_provider(env, before)
+
+
+@case
+def guest_behind_abox_net_reaches_the_provider_through_the_broker(env):
+    if not env.guest_ns:
+        raise Skip("no abox-net given")
+    before = env.provider_log()
+    # The guest resolves through abox-net's DNS gate (the real address) and
+    # connects there; abox-net hands the flow to the broker's unix socket.
+    r = subprocess.run(["ip", "netns", "exec", env.guest_ns, "curl", "-sS", "--max-time", "15",
+                        "--cacert", env.ca, "-H", f"x-api-key: {env.nonces[API]}", "--data", "{}",
+                        "-w", "\n%{http_code}", f"https://{API}/v1/messages"], capture_output=True, timeout=30)
+    out = r.stdout.decode()
+    assert r.returncode == 0 and out.endswith("\n200"), (r.returncode, out, r.stderr[-500:])
+    got = env.provider_log()[len(before):]
+    assert len(got) == 1 and {k.lower(): v for k, v in got[0]["headers"]}.get("x-api-key") == KEY, got
+    # Without the nonce the guest gets the broker's refusal, not the provider.
+    r = subprocess.run(["ip", "netns", "exec", env.guest_ns, "curl", "-sS", "--max-time", "15",
+                        "--cacert", env.ca, "-D", "-", "-o", "/dev/null", f"https://{API}/v1/messages"],
+                       capture_output=True, timeout=30)
+    assert b"abox-refused: nonce_missing" in r.stdout, r.stdout[-300:]
+    assert len(env.provider_log()) == len(before) + 1
+
+
+@case
+def the_key_is_in_no_event_and_no_log(env):
+    with open(env.events_file, "rb") as f:
+        events = f.read()
+    assert events, "no events at all"
+    assert KEY.encode() not in events and KEY2.encode() not in events
+    for name in ("broker", "broker-unix"):
+        with open(env.broker_logs[name], "rb") as f:
+            assert KEY.encode() not in f.read()
+    kinds = {json.loads(line)["kind"] for line in events.splitlines() if line.strip()}
+    for k in ("broker_request", "broker_refused", "broker_sni_refused", "broker_upstream_failed",
+              "broker_handoff_refused", "broker_key_scrubbed", "broker_stats"):
+        assert k in kinds, f"no {k} event: {sorted(kinds)}"
+
+
+def run_cases(cfg_path, only):
+    with open(cfg_path) as f:
+        env = Env(json.load(f))
+    passed = failed = 0
+    for fn in CASES:
+        if only and not any(w in fn.__name__ for w in only):
+            continue
+        try:
+            fn(env)
+            passed += 1
+            print(f"ok   {fn.__name__}", flush=True)
+        except Skip as e:
+            print(f"skip {fn.__name__}: {e}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            failed += 1
+            print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", flush=True)
+    print(json.dumps({"passed": passed, "failed": failed}), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# The harness (root namespace): the rig, the providers, the brokers.
+# ---------------------------------------------------------------------------
+
+def abox_run(abox, *args, ns=None, timeout=30):
+    cmd = ([] if ns is None else ["ip", "netns", "exec", ns]) + [abox, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def self_signed(rig, name):
+    key, crt = rig.path(f"{name}.self.key"), rig.path(f"{name}.self.pem")
+    rig.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", key, "-out", crt, "-days", "2", "-subj", f"/CN={name}",
+             "-addext", f"subjectAltName=DNS:{name}"], check=True)
+    return crt, key
+
+
+def setup(rig, abox):
+    rig.build_internet()
+    ca = rig.make_ca([API, BEARER])
+    rig.start_nsd([f"api IN A {ADDRS[API]}", f"bearer IN A {ADDRS[BEARER]}", f"ws IN A {ADDRS[WS]}", f"wrong IN A {ADDRS[WRONG]}",
+                   f"untrusted IN A {ADDRS[UNTRUSTED]}", "rebind IN A 127.0.0.1", f"ns1 IN A {nr.ADDR['ns1']}"])
+    logs = {k: rig.path(f"provider-{k}.jsonl") for k in ("api", "wrong", "untrusted")}
+    provider = os.path.join(HERE, "broker_fake_provider.py")
+    # api, bearer and ws share one provider (one address), whose
+    # certificate names all three.
+    both_crt, both_key = san_cert(rig, [API, BEARER, WS])
+    servers = [("api", ADDRS[API], both_crt, both_key),
+               ("wrong", ADDRS[WRONG], *rig.ca[API]),          # a certificate for api, served as wrong
+               ("untrusted", ADDRS[UNTRUSTED], *self_signed(rig, UNTRUSTED))]
+    for which, addr, crt, key in servers:
+        p = rig.spawn(f"provider-{which}", [sys.executable, provider, addr, "443", crt, key, logs[which]],
+                      ns=rig.inet)
+        rig.wait_for(f"provider {which}", lambda a=addr: listening_on(rig, rig.inet, a, 443), proc=p,
+                     log=f"provider-{which}")
+
+    # The outside namespace resolves the provider names to the broker, as
+    # the guest's DNS through abox-net would lead its flows to the broker.
+    d = f"/etc/netns/{rig.outside}"
+    if not os.path.isdir("/etc/netns"):
+        os.makedirs("/etc/netns", exist_ok=True)
+        rig.made_etc_netns = True
+    os.makedirs(d)
+    rig.etc_netns.append(d)
+    with open(f"{d}/hosts", "w") as f:
+        f.write("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 {n}\n" for n in (API, BEARER, WS, WRONG,
+                                                                               UNTRUSTED, REBIND)))
+
+    policy = rig.path("policy.toml")
+    with open(policy, "w") as f:
+        f.write(POLICY)
+    creds = rig.path("credentials.toml")
+    with open(creds, "w") as f:
+        f.write(CREDENTIALS)
+    state = rig.path("state")
+    events = rig.path("events.jsonl")
+    stats = rig.path("stats.json")
+    return dict(ca_upstream=ca, logs=logs, policy=policy, creds=creds, state=state, events=events, stats=stats)
+
+
+def san_cert(rig, names):
+    key, csr, crt = rig.path("multi.key"), rig.path("multi.csr"), rig.path("multi.pem")
+    rig.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", key, "-out", csr, "-subj", f"/CN={names[0]}",
+             "-addext", "subjectAltName=" + ",".join(f"DNS:{n}" for n in names),
+             "-addext", "extendedKeyUsage=serverAuth"], check=True)
+    rig.run(["openssl", "x509", "-req", "-in", csr, "-CA", rig.ca["ca"], "-CAkey", rig.path("ca.key"),
+             "-CAcreateserial", "-days", "2", "-copy_extensions", "copy", "-out", crt], check=True)
+    return crt, key
+
+
+def listening_on(rig, ns, addr, port):
+    out = rig.run(["ss", "-Hlnt", f"src {addr}:{port}"], ns=ns, timeout=5).stdout
+    return bool(out.strip())
+
+
+def credentials_checks(abox, s, rig):
+    """The credentials file is refused when others may read it, or it is not
+    a regular file the caller owns; the message names the problem."""
+    results = []
+    os.chmod(s["creds"], 0o644)
+    r = abox_run(abox, "broker", "--policy", s["policy"], "--credentials", s["creds"], "--state", s["state"],
+                 "--listen", "127.0.0.1:0")
+    results.append(("credentials_readable_by_others_is_refused",
+                    r.returncode == 3 and "chmod 600" in r.stderr, r.stderr.strip()))
+    os.chmod(s["creds"], 0o600)
+    link = rig.path("creds-link.toml")
+    os.symlink(s["creds"], link)
+    r = abox_run(abox, "broker", "--policy", s["policy"], "--credentials", link, "--state", s["state"],
+                 "--listen", "127.0.0.1:0")
+    results.append(("credentials_symlink_is_refused", r.returncode == 3 and "symlink" in r.stderr,
+                    r.stderr.strip()))
+    r = abox_run(abox, "broker", "--policy", s["policy"], "--credentials", s["creds"])
+    results.append(("broker_usage_error_exits_2", r.returncode == 2 and "--state" in r.stderr, r.stderr.strip()))
+    return results
+
+
+def main(argv):
+    if argv[:1] == ["--cases"]:
+        return run_cases(argv[1], argv[2].split(",") if len(argv) > 2 and argv[2] else [])
+    keep = "--keep" in argv
+    argv = [a for a in argv if a != "--keep"]
+    only = ""
+    if "--only" in argv[:-1]:
+        i = argv.index("--only")
+        only = argv[i + 1]
+        del argv[i:i + 2]
+    if len(argv) not in (1, 2):
+        print(__doc__, file=sys.stderr)
+        return 2
+    abox = os.path.abspath(argv[0])
+    abox_net = os.path.abspath(argv[1]) if len(argv) == 2 else None
+    if os.geteuid() != 0:
+        print("broker_e2e: needs root (namespaces)")
+        return 1
+    for tool in ("ip", "nsd", "curl", "node", "openssl", "ss", "dig"):
+        if shutil.which(tool) is None:
+            print(f"broker_e2e: {tool} is missing (scripts/setup.sh installs it)")
+            return 1
+    passed = failed = 0
+    rig = nr.Rig("bt")
+    try:
+        rig.unwind_on_signals()
+        s = setup(rig, abox)
+        os.chmod(s["creds"], 0o600)
+        for name, ok, detail in credentials_checks(abox, s, rig):
+            passed, failed = passed + ok, failed + (not ok)
+            print(f"{'ok  ' if ok else 'FAIL'} {name}{'' if ok else ': ' + detail}", flush=True)
+
+        # The CA and the nonces, as the guest image would get them.
+        r = abox_run(abox, "broker", "ca", "--state", s["state"], "--instance", INSTANCE)
+        assert r.returncode == 0 and "BEGIN CERTIFICATE" in r.stdout, r.stderr
+        guest_ca = rig.path("guest-ca.pem")
+        with open(guest_ca, "w") as f:
+            f.write(r.stdout)
+        mode = os.stat(s["state"]).st_mode & 0o777
+        key_mode = os.stat(os.path.join(s["state"], "ca.key")).st_mode & 0o777
+        ok = mode == 0o700 and key_mode == 0o600
+        passed, failed = passed + ok, failed + (not ok)
+        print(f"{'ok  ' if ok else 'FAIL'} state_folder_is_private (dir {mode:o}, key {key_mode:o})", flush=True)
+        r = abox_run(abox, "broker", "nonces", "--policy", s["policy"], "--state", s["state"], "--json")
+        assert r.returncode == 0, r.stderr
+        nonce_list = json.loads(r.stdout)["nonces"]
+        r2 = abox_run(abox, "broker", "nonces", "--policy", s["policy"], "--state", s["state"])
+        ok = r2.stdout.splitlines()[0] == f"PROVIDER_API_KEY={nonce_list[0]['nonce']}" and KEY not in r2.stdout
+        passed, failed = passed + ok, failed + (not ok)
+        print(f"{'ok  ' if ok else 'FAIL'} nonces_printed_per_binding", flush=True)
+
+        common = ["--policy", s["policy"], "--credentials", s["creds"], "--state", s["state"],
+                  "--instance", INSTANCE, "--upstream-ca", s["ca_upstream"], "--events", s["events"]]
+        tcp = rig.spawn("broker", ["ip", "netns", "exec", rig.outside, abox, "broker", *common,
+                                   "--listen", "127.0.0.1:443", "--stats-file", s["stats"]])
+        rig.wait_for("broker (tcp)", lambda: "listening on" in rig.log_tail("broker"), proc=tcp, log="broker")
+        unix_socket = rig.path("broker.sock")
+        ux = rig.spawn("broker-unix", ["ip", "netns", "exec", rig.outside, abox, "broker", *common,
+                                       "--listen", f"unix:{unix_socket}"])
+        rig.wait_for("broker (unix)", lambda: "listening on" in rig.log_tail("broker-unix"), proc=ux,
+                     log="broker-unix")
+        ok = (os.stat(unix_socket).st_mode & 0o077) == 0
+        passed, failed = passed + ok, failed + (not ok)
+        print(f"{'ok  ' if ok else 'FAIL'} unix_socket_is_private", flush=True)
+        r = abox_run(abox, "broker", *common, "--listen", f"unix:{unix_socket}", ns=rig.outside)
+        ok = r.returncode == 3 and "in use" in r.stderr and os.path.exists(unix_socket)
+        passed, failed = passed + ok, failed + (not ok)
+        print(f"{'ok  ' if ok else 'FAIL'} live_unix_socket_is_not_taken_over{'' if ok else ': ' + r.stderr}",
+              flush=True)
+        guest_ns = ""
+        if abox_net:
+            rig.add_guest()
+            # The cases run in outside, whose hosts file points the names at
+            # the broker; the guest gets its own (names come from abox-net).
+            with open(f"/etc/netns/{rig.guest}/hosts", "w") as f:
+                f.write("127.0.0.1 localhost\n")
+            rig.start_abox_net(abox_net, POLICY, "--instance", INSTANCE, "--broker", unix_socket)
+            guest_ns = rig.guest
+
+        cfg = dict(ca=guest_ca, logs=s["logs"], guest_ns=guest_ns, events_file=s["events"], stats_file=s["stats"],
+                   broker_pid=tcp.pid, unix_socket=unix_socket, nonce_list=nonce_list,
+                   broker_logs={n: rig.path(f"{n}.log") for n in ("broker", "broker-unix")})
+        cfg_path = rig.path("cases.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        # `ip netns exec` execs its command: tcp.pid is the broker's pid.
+        child = subprocess.run(["ip", "netns", "exec", rig.outside, sys.executable, os.path.abspath(__file__),
+                                "--cases", cfg_path, only], capture_output=True, text=True, timeout=600)
+        lines = child.stdout.splitlines()
+        for line in lines[:-1]:
+            print(line, flush=True)
+        try:
+            summary = json.loads(lines[-1])
+            passed += summary["passed"]
+            failed += summary["failed"]
+        except (IndexError, ValueError):
+            failed += 1
+            print(f"FAIL cases: {child.stdout[-2000:]} {child.stderr[-2000:]}")
+        if child.stderr.strip():
+            print(child.stderr[-2000:])
+        # Stop the brokers ourselves (by pid) and read their logs: a clean exit
+        # (0 on SIGTERM), and nothing from the sanitizers in an ASan build.
+        for name, p in (("broker", tcp), ("broker-unix", ux)):
+            p.terminate()
+            try:
+                rc = p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rc = p.wait(timeout=5)
+            log = rig.log_tail(name, 100000)
+            ok = rc == 0 and "Sanitizer" not in log and "runtime error" not in log
+            passed, failed = passed + ok, failed + (not ok)
+            print(f"{'ok  ' if ok else 'FAIL'} {name.replace('-', '_')}_exits_cleanly"
+                  f"{'' if ok else f' (exit {rc}): ' + log[-1500:]}", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted: cleaning up")
+        failed += 1
+    except Exception as e:  # noqa: BLE001
+        print(f"FAIL setup: {type(e).__name__}: {e}")
+        failed += 1
+    finally:
+        rig.close(keep_dir=keep)
+    if keep:
+        print(f"(kept {rig.dir})")
+    left = rig.leftovers()
+    if left:
+        failed += 1
+        print(f"FAIL nothing_left_behind: {left}")
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

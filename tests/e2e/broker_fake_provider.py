@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""A fake model provider for the broker's end-to-end test: a real TLS server
+(python's ssl, with a certificate from the test's own CA) that records every
+request it receives, one JSON line each (method, path, headers, body), so the
+test can assert what reached the provider and what did not.
+
+Routes (any method):
+  /v1/messages   200 with a small JSON body
+  /v1/echo       200, the request's headers echoed back in the body (the
+                 reflection case: a provider that repeats what it was sent)
+  /v1/echo-head  200, the request's headers echoed back as response headers
+  /v1/sse        an SSE stream: event "one", then it waits (at most 10 s) for
+                 the file <log>.go before event "two" (or "late" when the file
+                 never came): a client that sees "one" before it creates the
+                 file proves the broker streams
+  /v1/redirect   302 to another host (the broker must not follow it)
+  /v1/ratelimit  429 with Retry-After: 17
+  /v1/error      503 with Retry-After: 5
+  /v1/close-after  200, then the connection is closed without a word (no
+                 "Connection: close"): a provider dropping a kept connection
+  /v1/ws         with "Upgrade: echo": 101, then the x-api-key it received
+                 as a first line (a provider that leaks it), then an echo of
+                 every line until EOF
+Usage: broker_fake_provider.py ADDR PORT CERT KEY LOG
+"""
+import http.server
+import json
+import os
+import socketserver
+import ssl
+import sys
+import threading
+import time
+
+LOCK = threading.Lock()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _record(self, body):
+        entry = {"method": self.command, "path": self.path,
+                 "headers": [[k, v] for k, v in self.headers.items()],
+                 "body": body.decode("latin-1")}
+        with LOCK, open(self.server.log_path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def _read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        n = int(self.headers.get("Content-Length", "0"))
+        return self.rfile.read(n) if n else b""
+
+    def _send(self, status, body, ctype="application/json", extra=()):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _handle(self):
+        body = self._read_body()
+        self._record(body)
+        path = self.path.split("?")[0]
+        if path == "/v1/echo":
+            text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
+            self._send(200, text, "text/plain")
+        elif path == "/v1/echo-head":
+            extra = [(f"x-echo-{k}", v) for k, v in self.headers.items()]
+            self._send(200, b"echoed in headers\n", "text/plain", extra)
+        elif path == "/v1/sse":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self._chunk(b"event: message\ndata: one\n\n")
+            flag = self.server.log_path + ".go"
+            second = b"data: late\n\n"
+            for _ in range(200):  # at most 10 s
+                if os.path.exists(flag):
+                    second = b"data: two\n\n"
+                    break
+                time.sleep(0.05)
+            self._chunk(second)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        elif path == "/v1/ws" and self.headers.get("Upgrade", "").lower() == "echo":
+            self.send_response(101)
+            self.send_header("Upgrade", "echo")
+            self.send_header("Connection", "Upgrade")
+            self.end_headers()
+            self.wfile.write(b"key=%s\n" % self.headers.get("x-api-key", "").encode())
+            self.wfile.flush()
+            for _ in range(1000):
+                line = self.rfile.readline(65536)
+                if not line:
+                    break
+                self.wfile.write(line)
+                self.wfile.flush()
+            self.close_connection = True
+        elif path == "/v1/close-after":
+            self._send(200, b'{"closing":true}')
+            self.close_connection = True
+        elif path == "/v1/redirect":
+            self._send(302, b"", "text/plain", [("Location", "https://elsewhere.example.test/v1/messages")])
+        elif path == "/v1/ratelimit":
+            self._send(429, b'{"error":"rate_limited"}', extra=[("Retry-After", "17")])
+        elif path == "/v1/error":
+            self._send(503, b'{"error":"overloaded"}', extra=[("Retry-After", "5")])
+        else:
+            self._send(200, b'{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}]}')
+
+    def _chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _handle
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def main():
+    addr, port, cert, key, log = sys.argv[1:6]
+    srv = Server((addr, int(port)), Handler)
+    srv.log_path = log
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
