@@ -40,6 +40,10 @@ class RecordingLink final : public Link {
   bool last_frame_checksum_trusted() const override { return inner_.last_frame_checksum_trusted(); }
   bool tx_checksum_offload() const override { return inner_.tx_checksum_offload(); }
   bool tx_tso() const override { return inner_.tx_tso(); }
+  // Output a stream link held back is the inner link's to flush: without
+  // these the loop would never watch POLLOUT for it behind --pcap.
+  bool output_pending() const override { return inner_.output_pending(); }
+  base::Result<void, int> flush() override { return inner_.flush(); }
   const LinkCounters& counters() const override { return inner_.counters(); }
 
  private:
