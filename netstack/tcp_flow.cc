@@ -77,6 +77,15 @@ void TcpFlow::start() {
   tcp_sent(pcb_, sent_cb);
   tcp_err(pcb_, err_cb);
   tcp_nagle_disable(pcb_);  // the host side already coalesces; don't add delay
+  // [limits] flow_buffer_bytes, guest to host: the guest may be at most this
+  // far ahead of what the host socket took (tcp_recved() reopens the window
+  // only as the host takes bytes). Nothing has been received yet, and the
+  // SYN-ACK offered at most 65535 bytes (a SYN's window is never scaled), so
+  // a limit above that takes back nothing already offered.
+  const auto limit =
+      static_cast<tcpwnd_size_t>(std::min<std::size_t>(stack_.policy().limits().flow_buffer_bytes, TCP_WND));
+  if (pcb_->rcv_wnd > limit) pcb_->rcv_wnd = limit;
+  if (pcb_->rcv_ann_wnd > limit) pcb_->rcv_ann_wnd = limit;
   last_activity_ = stack_.loop().now();
   if (state_ == State::peeking) {
     deadline_ = last_activity_ + base::Millis(stack_.policy().timeouts().peek_ms);
@@ -313,6 +322,10 @@ void TcpFlow::read_from_host() {
     const std::size_t queued = tcp_sndqueuelen(pcb_);
     const std::size_t queue_free = TCP_SND_QUEUELEN > queued + 3 ? TCP_SND_QUEUELEN - queued - 3 : 0;
     room = std::min(room, queue_free / 2 * mss);
+    // [limits] flow_buffer_bytes: what a guest that does not read can make
+    // this flow hold (lwIP's send buffer alone would allow 4 MiB).
+    const std::size_t limit = stack_.policy().limits().flow_buffer_bytes;
+    room = std::min(room, to_guest_.held() < limit ? limit - to_guest_.held() : 0);
     if (room == 0) {
       host_paused_ = true;  // lwIP's sent callback resumes us
       drained = true;

@@ -40,8 +40,7 @@ to POLICY):
   half-open TCP      half_open x PER_HALF_OPEN
   open flows         flows x PER_FLOW_IDLE (idle) or n x PER_FLOW_FULL for n
                      flows whose guest does not read (a flow buffers at most
-                     the TCP send buffer, 4 MiB compiled in: netstack.md says
-                     flow_buffer_bytes is not enforced separately yet)
+                     [limits] flow_buffer_bytes towards the guest)
   DNS                the cache (4 MiB) + answer_entries x PER_ANSWER +
                      dns_in_flight x PER_QUERY
   plus ALLOWANCE_SLACK for the allocator (arenas, lwIP's malloc'd pools).
@@ -124,11 +123,9 @@ FAST = 3.0  # a refusal must come well before any client timeout
 PER_HALF_OPEN = 16  # a SYN_RCVD pcb (~250 B) and its queued SYN-ACK
 PER_FLOW_IDLE = 96  # a TcpFlow, its lwIP pcb, its host socket's bookkeeping
 FLOW_BUFFER_BYTES = 1 << 20  # [limits] flow_buffer_bytes, as POLICY says (the default)
-TCP_SND_BUF_KB = 4096  # lwipopts.h: what lwIP queues towards a guest that does not read
-# netstack.md: "flow_buffer_bytes is not yet enforced separately from the TCP
-# window", so one flow may hold the whole send buffer. Once it is enforced,
-# this is FLOW_BUFFER_BYTES per direction.
-PER_FLOW_BUFFER = max(FLOW_BUFFER_BYTES >> 10, TCP_SND_BUF_KB)
+# A flow holds at most flow_buffer_bytes towards a guest that does not read
+# (netstack.md), in 64 KiB chunks (GuestSendBuffer): one partly used chunk more.
+PER_FLOW_BUFFER = (FLOW_BUFFER_BYTES >> 10) + 64
 PER_FLOW_FULL = PER_FLOW_BUFFER + 256  # + the idle cost, generously
 PER_ANSWER = 2  # one AnswerTable entry (address, up to 16 names)
 PER_QUERY = 16  # one question waiting upstream (its upstream socket, the guest's query)
