@@ -49,7 +49,7 @@ constexpr std::string_view kUsage =
     "  --gateway ADDR         the gateway: abox-net itself, the guest's default route and its\n"
     "                         only DNS server (default 10.0.2.2)\n"
     "  --mtu N                the guest link's MTU, 576-65520 (default 65520)\n"
-    "  --ifname NAME          the tap's name in the namespace (default eth0; not with --stream)\n"
+    "  --ifname NAME          the tap's name in the namespace (default eth0; only with --netns)\n"
     "  --broker PATH          hand flows to [[broker]] names to the broker's unix socket at PATH\n"
     "                         (without it, flows to broker names are refused)\n"
     "  --pcap FILE            record every frame to and from the guest in FILE (pcap, made 0600)\n"
@@ -121,6 +121,7 @@ int run_run_command(std::span<const std::string_view> args) {
   std::optional<std::string> netns;
   std::optional<int> tap_fd;
   std::optional<std::string> stream_path;
+  bool ifname_given = false;
   std::string events_path;
   std::string instance = "guest";
   std::string broker_path;
@@ -195,6 +196,7 @@ int run_run_command(std::span<const std::string_view> args) {
     } else if (a == "--ifname") {
       if (v.empty() || v.size() > 15) return bad("an interface name of 1 to 15 bytes");
       net.ifname = std::string(v);
+      ifname_given = true;
     } else {
       std::cerr << "abox-net run: unknown option '" << a << "'\n" << kUsage;
       return 2;
@@ -204,6 +206,12 @@ int run_run_command(std::span<const std::string_view> args) {
   if (!policy_path || links != 1) {
     std::cerr << "abox-net run: --policy and exactly one of --netns, --tap-fd or --stream are required\n"
               << kUsage;
+    return 2;
+  }
+  if (ifname_given && !netns) {
+    // Only a tap abox-net creates has a name it chooses; saying one for
+    // another link would be silently ignored.
+    std::cerr << "abox-net run: --ifname applies only with --netns\n";
     return 2;
   }
   auto loaded = load_policy_for("abox-net run", *policy_path);

@@ -185,6 +185,11 @@ def stream_cases(rig, abox_net, r):
     second = rig.run([abox_net, "run", "--policy", policy, "--stream", sock], ns=rig.outside, timeout=15)
     r.case("a second abox-net on the live path is refused",
            second.returncode == 3 and "already listening" in second.stderr, f"{second.returncode} {second.stderr}")
+    named = rig.run([abox_net, "run", "--policy", policy, "--stream", sock + ".x", "--ifname", "eth1"],
+                    ns=rig.outside, timeout=15)
+    r.case("--ifname with --stream is a usage error, not silently ignored",
+           named.returncode == 2 and "--ifname" in named.stderr and not os.path.exists(sock + ".x"),
+           f"{named.returncode} {named.stderr}")
 
     vmm = Vmm(sock)
     try:
