@@ -538,14 +538,7 @@ def main(argv):
         failed += 1
     finally:
         rig.close(keep_dir=keep)
-    if keep:
-        print(f"(kept {rig.dir})")
-    left = rig.leftovers()
-    if left:
-        failed += 1
-        print(f"FAIL nothing_left_behind: {left}")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 and passed > 0 else 1
+    return nr.summarize(rig, keep, passed, failed)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Usage: broker_e2e.py PATH/TO/abox [PATH/TO/abox-net] [--keep] [--only WORD,...]
 Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
 Every wait is bounded; every process started is stopped by pid at the end.
 """
-import base64
 import http.client
 import json
 import os
@@ -966,14 +965,7 @@ def main(argv):
         failed += 1
     finally:
         rig.close(keep_dir=keep)
-    if keep:
-        print(f"(kept {rig.dir})")
-    left = rig.leftovers()
-    if left:
-        failed += 1
-        print(f"FAIL nothing_left_behind: {left}")
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 and passed > 0 else 1
+    return nr.summarize(rig, keep, passed, failed)
 
 
 if __name__ == "__main__":

@@ -481,13 +481,20 @@ def run_suite(name, tag, tools, argv, cases, setup, run, modes=None, doc=""):
         failed += 1
     finally:
         rig.close(keep_dir=keep)
+    return summarize(rig, keep, passed, failed, started)
+
+
+def summarize(rig, keep, passed, failed, started=None):
+    """After rig.close(): fails if anything was left behind, prints the
+    summary line, and returns the suite's exit status."""
     if keep:
         print(f"(kept {rig.dir})")
     left = rig.leftovers()
     if left:
         failed += 1
         print(f"FAIL nothing_left_behind: {left}")
-    print(f"{passed} passed, {failed} failed ({time.monotonic() - started:.0f}s)")
+    took = f" ({time.monotonic() - started:.0f}s)" if started is not None else ""
+    print(f"{passed} passed, {failed} failed{took}")
     return 0 if failed == 0 and passed > 0 else 1
 
 
