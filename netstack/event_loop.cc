@@ -122,6 +122,42 @@ void EventLoop::unwatch(Handle h) {
   free_.push_back(h);
 }
 
+io_uring_sqe* EventLoop::request(Completion* c) {
+  io_uring_sqe* s = sqe();
+  io_uring_sqe_set_data64(s, kRequestBit | reinterpret_cast<std::uintptr_t>(c));
+  return s;
+}
+
+void EventLoop::submit_now() {
+  if (!ring_enabled_) return;  // run_once() enables it; nothing can be waiting before
+  io_uring_submit(&ring_);
+}
+
+void EventLoop::cancel_all(Completion* c, std::size_t& in_flight) {
+  if (in_flight == 0) return;
+  const std::uint64_t mine = kRequestBit | reinterpret_cast<std::uintptr_t>(c);
+  io_uring_sqe* s = sqe();
+  io_uring_prep_cancel64(s, mine, IORING_ASYNC_CANCEL_ALL);
+  io_uring_sqe_set_data64(s, kIgnoreTag);
+  if (!ring_enabled_) enable_ring({});
+  io_uring_submit(&ring_);
+  // Cancelled requests complete at once (-ECANCELED, or their result if
+  // they had just finished); the bound only guards against a kernel bug.
+  for (int waits = 0; in_flight > 0 && waits < 100; ++waits) {
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{.tv_sec = 0, .tv_nsec = 10'000'000};
+    if (io_uring_wait_cqe_timeout(&ring_, &cqe, &ts) < 0 || cqe == nullptr) continue;
+    const std::uint64_t data = io_uring_cqe_get_data64(cqe);
+    if (data == mine) {
+      --in_flight;
+    } else if (data != kIgnoreTag) {
+      finished_.push_back({data, cqe->res, cqe->flags});  // someone else's: next turn
+    }
+    io_uring_cqe_seen(&ring_, cqe);
+  }
+  in_flight = 0;
+}
+
 void EventLoop::wake_next_turn(Handle h) {
   if (h < regs_.size() && regs_[h].active) wake_.push_back(h);
 }
@@ -142,7 +178,7 @@ void EventLoop::run_once(base::Millis max_wait) {
     if (auto d = t.next(); d && *d < earliest_timer) earliest_timer = *d;
   }
   if (earliest_timer < deadline) deadline = earliest_timer;
-  if (!wake_.empty()) deadline = now_;
+  if (!wake_.empty() || !finished_.empty()) deadline = now_;
 
   auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now_);
   if (wait.count() < 0) wait = std::chrono::nanoseconds(0);
@@ -156,42 +192,58 @@ void EventLoop::run_once(base::Millis max_wait) {
   }
   now_ = base::MonoClock::now();
 
-  unsigned head = 0;
-  unsigned seen = 0;
-  io_uring_cqe* cqe = nullptr;
-  // Collect first, then dispatch: callbacks may queue new requests.
+  // Collect first, then dispatch: callbacks may queue new requests. Both
+  // kinds go in one list, in the order the kernel completed them.
   struct Ready {
+    std::uint64_t data;  // a request's user data, or 0 for a watcher
     Handle h;
     std::uint32_t gen;
-    std::uint32_t events;
+    std::uint32_t events;  // a watcher's events, or a request's CQE flags
+    int res;
   };
   thread_local std::vector<Ready> ready;
   ready.clear();
-  io_uring_for_each_cqe(&ring_, head, cqe) {
-    ++seen;
-    std::uint64_t data = io_uring_cqe_get_data64(cqe);
-    if (data == kIgnoreTag) continue;
+  auto collect = [&](std::uint64_t data, int res, std::uint32_t flags) {
+    if (data == kIgnoreTag) return;
+    if ((data & kRequestBit) != 0) {
+      ready.push_back({data, 0, 0, flags, res});
+      return;
+    }
     auto h = static_cast<Handle>(data & 0xFFFF'FFFFu);
     auto gen = static_cast<std::uint32_t>(data >> 32);
-    if (h >= regs_.size()) continue;
+    if (h >= regs_.size()) return;
     Reg& r = regs_[h];
-    if (!r.active || r.gen != gen) continue;                 // stale: unwatched or modified
-    if (!(cqe->flags & IORING_CQE_F_MORE)) r.armed = false;  // the kernel ended the multishot
-    if (cqe->res < 0) {
-      if (cqe->res == -ECANCELED) continue;
-      ready.push_back({h, gen, POLLERR});
-      continue;
+    if (!r.active || r.gen != gen) return;              // stale: unwatched or modified
+    if (!(flags & IORING_CQE_F_MORE)) r.armed = false;  // the kernel ended the multishot
+    if (res < 0) {
+      if (res == -ECANCELED) return;
+      ready.push_back({0, h, gen, POLLERR, 0});
+      return;
     }
-    ready.push_back({h, gen, static_cast<std::uint32_t>(cqe->res)});
+    ready.push_back({0, h, gen, static_cast<std::uint32_t>(res), 0});
+  };
+  for (const Finished& f : finished_) collect(f.data, f.res, f.flags);
+  finished_.clear();
+  unsigned head = 0;
+  unsigned seen = 0;
+  io_uring_cqe* cqe = nullptr;
+  io_uring_for_each_cqe(&ring_, head, cqe) {
+    ++seen;
+    collect(io_uring_cqe_get_data64(cqe), cqe->res, cqe->flags);
   }
   io_uring_cq_advance(&ring_, seen);
 
   waking_.swap(wake_);
   wake_.clear();
   for (Handle h : waking_) {
-    if (h < regs_.size() && regs_[h].active) ready.push_back({h, regs_[h].gen, POLLIN});
+    if (h < regs_.size() && regs_[h].active) ready.push_back({0, h, regs_[h].gen, POLLIN, 0});
   }
   for (const auto& rd : ready) {
+    if (rd.data != 0) {
+      reinterpret_cast<Completion*>(static_cast<std::uintptr_t>(rd.data & ~kRequestBit))
+          ->on_complete(rd.res, rd.events);
+      continue;
+    }
     if (rd.h >= regs_.size()) continue;
     Reg& r = regs_[rd.h];
     if (!r.active || r.gen != rd.gen) continue;

@@ -9,6 +9,13 @@
 // must drain its fd until EAGAIN, or ask for another turn with
 // wake_next_turn() when it stops early to stay fair to other fds.
 //
+// Besides readiness, the loop runs one-shot requests (a read, a write) for
+// a Completion: request() hands out a submission entry for it, the kernel
+// does the I/O when the entry is submitted (at the next turn's wait, with no
+// system call of its own) or when the fd becomes ready, and on_complete()
+// gets the result once. A Completion must outlive its requests: its owner
+// calls cancel_all() before it goes away.
+//
 // Registrations are slots with generations: a completion that arrives for a
 // slot already unwatched (or reused) is recognized and ignored, so a watcher
 // may unwatch itself, or be destroyed right after unwatch(), from inside its
@@ -17,6 +24,7 @@
 
 #include <liburing.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -35,6 +43,12 @@ class EventLoop {
     virtual ~Watcher() = default;
     // events: POLLIN / POLLOUT / POLLERR / POLLHUP bits that fired.
     virtual void on_ready(std::uint32_t events) = 0;
+  };
+  class Completion {
+   public:
+    virtual ~Completion() = default;
+    // res: the operation's result (bytes, or -errno); cqe_flags: the CQE's.
+    virtual void on_complete(int res, std::uint32_t cqe_flags) = 0;
   };
   using Handle = std::uint32_t;
   static constexpr Handle kNoHandle = 0xFFFF'FFFFu;
@@ -55,6 +69,19 @@ class EventLoop {
 
   // Calls w->on_ready(POLLIN) on the next turn without waiting for the fd.
   void wake_next_turn(Handle h);
+
+  // A submission entry whose completion goes to c->on_complete(). The caller
+  // fills it with io_uring_prep_*() (and must not change its user data).
+  // It is handed to the kernel at the next wait, or by submit_now().
+  io_uring_sqe* request(Completion* c);
+  // Hands every queued entry to the kernel now: for an owner that is about
+  // to do I/O by a system call that must come after what it queued.
+  void submit_now();
+  // Cancels every request of c still in the kernel and waits until each has
+  // completed (their results are dropped; completions of others that arrive
+  // meanwhile are kept for the next turn). `in_flight` is how many requests
+  // c has outstanding; it is 0 on return.
+  void cancel_all(Completion* c, std::size_t& in_flight);
 
   // Deadline sources: asked each turn for their next deadline; the loop
   // wakes by the earliest, and in a turn where one is due it calls every
@@ -96,12 +123,22 @@ class EventLoop {
   io_uring_sqe* sqe();
   void arm(Handle h);
   static std::uint64_t tag(Handle h, std::uint32_t gen) { return (std::uint64_t{gen} << 32) | h; }
+  // A request's user data: the Completion's address with the top bit set
+  // (user-space addresses never have it; watcher tags never reach it: their
+  // generation would have to pass 2^31).
+  static constexpr std::uint64_t kRequestBit = std::uint64_t{1} << 63;
+  struct Finished {
+    std::uint64_t data;
+    int res;
+    std::uint32_t flags;
+  };
 
   io_uring ring_{};
   std::vector<Reg> regs_;
   std::vector<Handle> free_;
   std::vector<Handle> wake_;
   std::vector<Handle> waking_;
+  std::vector<Finished> finished_;  // request completions to dispatch (kept across cancel_all)
   std::vector<TimerSource> timers_;
   std::vector<std::function<void()>> turn_hooks_;
   base::MonoTime now_{};

@@ -95,6 +95,15 @@ class GuestStack::LinkWatcher final : public EventLoop::Watcher {
   GuestStack& s_;
 };
 
+class GuestStack::LinkReader final : public EventLoop::Completion {
+ public:
+  explicit LinkReader(GuestStack& s) : s_(s) {}
+  void on_complete(int res, std::uint32_t /*cqe_flags*/) override { s_.on_link_read(res); }
+
+ private:
+  GuestStack& s_;
+};
+
 GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy,
                        std::vector<policy::Endpoint> upstreams, base::EventLog& events,
                        base::RandomSource& random, GuestConfig config)
@@ -158,8 +167,14 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   udp_recv(udp_all_, &StackGlue::udp, nullptr);
 
   link_watcher_ = std::make_unique<LinkWatcher>(*this);
-  link_events_ = POLLIN;
-  link_handle_ = loop_.watch(link_.fd(), link_events_, link_watcher_.get());
+  if (config_.link_reads_on_ring && !link_.ring_receive_iovecs({}).empty()) {
+    // Read on the ring; the fd is watched only while output is held back.
+    ring_reader_ = std::make_unique<LinkReader>(*this);
+    post_link_read();
+  } else {
+    link_events_ = POLLIN;
+    link_handle_ = loop_.watch(link_.fd(), link_events_, link_watcher_.get());
+  }
 
   // lwIP's own timers, and ours: flow deadlines once a second is enough
   // (peek and connect timeouts are seconds).
@@ -186,12 +201,17 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   loop_.add_turn_hook([this] {
     reap();
     watch_link_output();
+    // A ring read that could not be posted (no memory for its pbuf) is tried
+    // again every turn.
+    if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) post_link_read();
   });
   next_sweep_ = loop_.now() + base::Seconds(1);
 }
 
 GuestStack::~GuestStack() {
   loop_.unwatch(link_handle_);
+  // The kernel may still write into rx_pbuf_ until its read is cancelled.
+  if (ring_reader_ != nullptr) loop_.cancel_all(ring_reader_.get(), ring_reads_in_flight_);
   tcp_flows_.clear();
   udp_flows_.clear();
   tcp_graveyard_.clear();
@@ -213,85 +233,114 @@ GuestStack::~GuestStack() {
 // small frame lwIP queues never holds 64 KiB (mem_trim does nothing with
 // MEM_LIBC_MALLOC, LWIP.md), and the big pbuf is read into again.
 void GuestStack::poll_link() {
+  // A ring read owns rx_pbuf_ while it is in flight: frames come that way.
+  if (ring_reader_ != nullptr) return;
   for (int i = 0; i < 256; ++i) {
-    if (rx_pbuf_ == nullptr) rx_pbuf_ = pbuf_alloc(PBUF_RAW, rx_size_, PBUF_RAM);
-    if (rx_pbuf_ == nullptr) break;  // out of memory: the frames wait in the link
-    std::span<std::uint8_t> frame(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_);
-    auto r = link_.receive(frame);
+    if (!ready_rx_pbuf()) break;  // out of memory: the frames wait in the link
+    auto r = link_.receive(std::span<std::uint8_t>(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_));
     if (!r.ok()) {
       link_failed(r.error());
       return;
     }
-    std::size_t n = *r;
-    if (n == 0) return;
-    ++counters_.frames_in;
-    if (n < 14) continue;
-    std::uint16_t type = static_cast<std::uint16_t>((frame[12] << 8) | frame[13]);
-    if (type == kEtherIpv6) {
-      ++counters_.frames_dropped_ipv6;
-      if (!ipv6_logged_) {
-        ipv6_logged_ = true;
-        events_.emit("deny",
-                     {{"reason", "IPv6 is not supported yet; IPv6 frames are dropped"}, {"proto", "ipv6"}});
-      }
-      continue;
+    if (*r == 0) return;
+    take_frame(*r);
+  }
+  loop_.wake_next_turn(link_handle_);
+}
+
+bool GuestStack::ready_rx_pbuf() {
+  if (rx_pbuf_ == nullptr) rx_pbuf_ = pbuf_alloc(PBUF_RAW, rx_size_, PBUF_RAM);
+  return rx_pbuf_ != nullptr;
+}
+
+void GuestStack::post_link_read() {
+  if (!link_alive_ || ring_reads_in_flight_ != 0 || !ready_rx_pbuf()) return;
+  auto iov = link_.ring_receive_iovecs(
+      std::span<std::uint8_t>(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_));
+  io_uring_sqe* s = loop_.request(ring_reader_.get());
+  // Offset -1: the fd's own position, which a tap does not have (a stream).
+  io_uring_prep_readv(s, link_.fd(), iov.data(), static_cast<unsigned>(iov.size()), ~std::uint64_t{0});
+  ++ring_reads_in_flight_;
+}
+
+void GuestStack::on_link_read(int res) {
+  --ring_reads_in_flight_;
+  if (!link_alive_) return;
+  auto r = link_.finish_ring_receive(res);
+  if (!r.ok()) {
+    link_failed(r.error());
+    return;
+  }
+  if (*r != 0) take_frame(*r);
+  post_link_read();
+}
+
+void GuestStack::take_frame(std::size_t n) {
+  std::span<std::uint8_t> frame(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_);
+  ++counters_.frames_in;
+  if (n < 14) return;
+  std::uint16_t type = static_cast<std::uint16_t>((frame[12] << 8) | frame[13]);
+  if (type == kEtherIpv6) {
+    ++counters_.frames_dropped_ipv6;
+    if (!ipv6_logged_) {
+      ipv6_logged_ = true;
+      events_.emit("deny",
+                   {{"reason", "IPv6 is not supported yet; IPv6 frames are dropped"}, {"proto", "ipv6"}});
     }
-    if (type != kEtherIpv4 && type != kEtherArp) {
-      ++counters_.frames_dropped_other;
-      continue;
-    }
+    return;
+  }
+  if (type != kEtherIpv4 && type != kEtherArp) {
+    ++counters_.frames_dropped_other;
+    return;
+  }
+  if (type == kEtherArp) {
     // lwIP 2.1.3's etharp_input() reads the 28-byte ARP header without
     // checking that the frame holds one (a heap over-read the guest_frames
     // fuzzer found). Short ARP frames stop here.
-    if (type == kEtherArp && n < 14 + 28) {
+    if (n < 14 + 28) {
       ++counters_.frames_dropped_other;
-      continue;
+      return;
     }
-    // Likewise ip4_input() reads the total length before it checks that a
-    // whole IPv4 header is there: anything shorter stops here.
-    if (type == kEtherIpv4 && n < 14 + 20) {
+  } else {
+    // IPv4. Likewise ip4_input() reads the total length before it checks
+    // that a whole IPv4 header is there: anything shorter stops here.
+    if (n < 14 + 20) {
       ++counters_.frames_dropped_other;
-      continue;
+      return;
     }
-    if (type == kEtherIpv4) {
-      // DHCP first: a DISCOVER comes from 0.0.0.0, which the checks below drop.
-      const DhcpResult dhcp = dhcp_.handle(std::span<const std::uint8_t>(frame.data(), n));
-      if (dhcp.outcome != DhcpOutcome::not_dhcp) {
-        count(dhcp.outcome);
-        if (!dhcp.reply.empty()) (void)link_.send(dhcp.reply);  // a full link loses it; the client retries
-        continue;
-      }
+    // DHCP first: a DISCOVER comes from 0.0.0.0, which the checks below drop.
+    const DhcpResult dhcp = dhcp_.handle(std::span<const std::uint8_t>(frame.data(), n));
+    if (dhcp.outcome != DhcpOutcome::not_dhcp) {
+      count(dhcp.outcome);
+      if (!dhcp.reply.empty()) (void)link_.send(dhcp.reply);  // a full link loses it; the client retries
+      return;
     }
-    if (type == kEtherIpv4 && drop_before_lwip(std::span<const std::uint8_t>(frame.data() + 14, n - 14)))
-      continue;
-    if (type == kEtherIpv4) {
-      // Only the guest's own address may send: a spoofed source could
-      // otherwise make lwIP answer (and admit) on behalf of another host.
-      std::uint32_t src = 0;
-      std::memcpy(&src, frame.data() + 14 + 12, 4);
-      if (src != to_net(config_.guest)) {
-        ++counters_.frames_dropped_spoofed;
-        continue;
-      }
+    if (drop_before_lwip(std::span<const std::uint8_t>(frame.data() + 14, n - 14))) return;
+    // Only the guest's own address may send: a spoofed source could
+    // otherwise make lwIP answer (and admit) on behalf of another host.
+    std::uint32_t src = 0;
+    std::memcpy(&src, frame.data() + 14 + 12, 4);
+    if (src != to_net(config_.guest)) {
+      ++counters_.frames_dropped_spoofed;
+      return;
     }
-    pbuf* p = nullptr;
-    if (n * 2 >= rx_size_) {
-      p = rx_pbuf_;
-      rx_pbuf_ = nullptr;
-      pbuf_realloc(p, static_cast<u16_t>(n));
-    } else {
-      p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(n), PBUF_RAM);
-      if (p == nullptr) continue;
-      pbuf_take(p, frame.data(), static_cast<u16_t>(n));
-    }
-    // A frame whose TCP/UDP checksum the guest's kernel left partial (or
-    // verified) is not checked again: it would fail or cost for nothing.
-    std::uint16_t flags = tx_checksum_flags_;
-    if (link_.last_frame_checksum_trusted()) flags &= ~(NETIF_CHECKSUM_CHECK_TCP | NETIF_CHECKSUM_CHECK_UDP);
-    NETIF_SET_CHECKSUM_CTRL(netif_.get(), flags);
-    if (netif_->input(p, netif_.get()) != ERR_OK) pbuf_free(p);
   }
-  loop_.wake_next_turn(link_handle_);
+  pbuf* p = nullptr;
+  if (n * 2 >= rx_size_) {
+    p = rx_pbuf_;
+    rx_pbuf_ = nullptr;
+    pbuf_realloc(p, static_cast<u16_t>(n));
+  } else {
+    p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(n), PBUF_RAM);
+    if (p == nullptr) return;
+    pbuf_take(p, frame.data(), static_cast<u16_t>(n));
+  }
+  // A frame whose TCP/UDP checksum the guest's kernel left partial (or
+  // verified) is not checked again: it would fail or cost for nothing.
+  std::uint16_t flags = tx_checksum_flags_;
+  if (link_.last_frame_checksum_trusted()) flags &= ~(NETIF_CHECKSUM_CHECK_TCP | NETIF_CHECKSUM_CHECK_UDP);
+  NETIF_SET_CHECKSUM_CTRL(netif_.get(), flags);
+  if (netif_->input(p, netif_.get()) != ERR_OK) pbuf_free(p);
 }
 
 void GuestStack::count(DhcpOutcome outcome) {
@@ -338,10 +387,18 @@ void GuestStack::flush_link() {
 // POLLOUT only while the link holds output back: a writable socket would
 // otherwise wake the loop on every turn.
 void GuestStack::watch_link_output() {
-  const std::uint32_t want = link_alive_ && link_.output_pending() ? (POLLIN | POLLOUT) : POLLIN;
+  const std::uint32_t in = ring_reader_ != nullptr ? 0 : POLLIN;
+  const std::uint32_t want = link_alive_ && link_.output_pending() ? (in | POLLOUT) : in;
   if (want == link_events_) return;
   link_events_ = want;
-  loop_.modify(link_handle_, want);
+  if (want == 0) {
+    loop_.unwatch(link_handle_);
+    link_handle_ = EventLoop::kNoHandle;
+  } else if (link_handle_ == EventLoop::kNoHandle) {
+    link_handle_ = loop_.watch(link_.fd(), want, link_watcher_.get());
+  } else {
+    loop_.modify(link_handle_, want);
+  }
 }
 
 // The frame goes to the link as the pbuf chain's pieces, uncopied. With

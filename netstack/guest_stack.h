@@ -55,6 +55,10 @@ struct GuestConfig {
   // refused (never sent out directly).
   std::string broker_path;
   std::string instance = "guest";
+  // Read the link through the loop's ring when it can (link.h): one
+  // completion per frame instead of a readiness wake-up, the read, and a
+  // read that finds nothing. Off: receive() on readiness (tests of both).
+  bool link_reads_on_ring = true;
 };
 
 struct StackCounters {
@@ -101,9 +105,11 @@ class GuestStack {
   bool link_alive() const { return link_alive_; }
 
   // Reads and handles every frame the link has waiting (the loop calls this
-  // when the link's fd is readable; tests and the frames fuzzer call it
-  // directly).
+  // when the link's fd is readable, unless the link is read on the ring;
+  // tests and the frames fuzzer call it directly).
   void poll_link();
+  // True when the link's frames come by ring reads (GuestConfig).
+  bool link_read_on_ring() const { return ring_reader_ != nullptr; }
 
   // For flows: shared services.
   EventLoop& loop() { return loop_; }
@@ -127,6 +133,7 @@ class GuestStack {
  private:
   friend struct StackGlue;
   class LinkWatcher;
+  class LinkReader;
 
   struct ChecksumOffload {
     std::uint16_t start = 0;        // from the start of the frame
@@ -138,6 +145,14 @@ class GuestStack {
   static ChecksumOffload checksum_offload_of(std::span<const std::uint8_t> head, std::size_t frame_size);
   static constexpr std::size_t kMaxFramePieces = 16;
   void output_frame(pbuf* p);
+  // The pbuf frames are read into (rx_pbuf_), made if needed; false when
+  // out of memory.
+  bool ready_rx_pbuf();
+  // Handles the n-byte frame just read into rx_pbuf_.
+  void take_frame(std::size_t n);
+  // Ring reads: one read in flight at a time, posted again as each completes.
+  void post_link_read();
+  void on_link_read(int res);
   void flush_link();
   void link_failed(int err);
   void watch_link_output();
@@ -165,6 +180,8 @@ class GuestStack {
   DhcpServer dhcp_;
   std::unique_ptr<netif> netif_;
   std::unique_ptr<LinkWatcher> link_watcher_;
+  std::unique_ptr<LinkReader> ring_reader_;  // set when the link is read on the ring
+  std::size_t ring_reads_in_flight_ = 0;
   EventLoop::Handle link_handle_ = EventLoop::kNoHandle;
   std::uint32_t link_events_ = 0;  // what the link's watch asks for (POLLIN, + POLLOUT)
   tcp_pcb* listener_ = nullptr;

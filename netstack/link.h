@@ -18,8 +18,18 @@
 // says so with tx_checksum_offload() and last_frame_checksum_trusted(); the
 // defaults say no, and a link that implements only send(span) still works:
 // send_frame() then gathers the pieces into one buffer.
+//
+// Reading through the event loop's ring (optional): a link that can says so
+// by returning the iovecs of one read of one frame from
+// ring_receive_iovecs(); the stack then posts that read on the loop's ring
+// and hands its result to finish_ring_receive(), instead of calling
+// receive() on readiness. No readiness wake-up and no read that finds
+// nothing: one completion per frame, taken with the turn's wait.
 #pragma once
 
+#include <sys/uio.h>
+
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -87,6 +97,17 @@ class Link {
     gather_.clear();
     for (const auto& p : frame.pieces) gather_.insert(gather_.end(), p.begin(), p.end());
     return send(gather_);
+  }
+
+  // The iovecs of one read of one frame into buf (the link's own framing,
+  // such as a vnet header, in storage of its own that stays valid until
+  // finish_ring_receive()); empty: this link is read with receive() only.
+  virtual std::span<const iovec> ring_receive_iovecs(std::span<std::uint8_t> /*buf*/) { return {}; }
+  // The result of that read (bytes, or -errno): the frame's length in buf;
+  // 0 when the frame was dropped and counted (read again); or the errno
+  // that ends the link. Sets last_frame_checksum_trusted() as receive() does.
+  virtual base::Result<std::size_t, int> finish_ring_receive(int res) {
+    return base::Err{res < 0 ? -res : EIO};
   }
 
   // True when the frame receive() returned last need not have its TCP/UDP

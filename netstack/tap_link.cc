@@ -498,7 +498,6 @@ base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
   std::array<iovec, 3> iov = {{{&header, sizeof header}, {buf.data(), room}, {&spill, 1}}};
   iovec* first = vnet_ ? &iov[0] : &iov[1];
   const int count = vnet_ ? 3 : 2;
-  const std::size_t header_size = vnet_ ? sizeof header : 0;
   last_checksum_trusted_ = false;
   for (;;) {
     const ssize_t n = ::readv(fd_.get(), first, count);
@@ -507,22 +506,47 @@ base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
       if (errno == EAGAIN) return std::size_t{0};
       return Err{errno};  // EBADFD: the tap device is gone
     }
-    if (static_cast<std::size_t>(n) < header_size + kEthernetHeader) {
-      ++dropped_runt_;
-      continue;
-    }
-    const auto len = static_cast<std::size_t>(n) - header_size;
-    const std::uint8_t gso = vnet_ ? static_cast<std::uint8_t>(header.gso_type & ~kVnetGsoEcn) : kVnetGsoNone;
-    const std::size_t limit = gso == kVnetGsoTcpv4 ? room : std::min(room, max_frame_size());
-    if (len > limit || (gso != kVnetGsoNone && gso != kVnetGsoTcpv4)) {
-      ++counters_.dropped_oversize;
-      continue;
-    }
-    ++counters_.frames_in;
-    counters_.bytes_in += len;
-    last_checksum_trusted_ = vnet_ && (header.flags & (kVnetNeedsCsum | kVnetDataValid)) != 0;
-    return len;
+    if (std::size_t len =
+            accept_read(static_cast<std::size_t>(n), room, reinterpret_cast<std::uint8_t*>(&header));
+        len != 0)
+      return len;
   }
+}
+
+std::span<const iovec> TapLink::ring_receive_iovecs(std::span<std::uint8_t> buf) {
+  ring_room_ = std::min(buf.size(), max_receive_size());
+  ring_iov_ = {{{ring_vnet_.data(), ring_vnet_.size()}, {buf.data(), ring_room_}, {&ring_spill_, 1}}};
+  return vnet_ ? std::span<const iovec>(ring_iov_) : std::span<const iovec>(ring_iov_).subspan(1);
+}
+
+base::Result<std::size_t, int> TapLink::finish_ring_receive(int res) {
+  last_checksum_trusted_ = false;
+  if (res < 0) {
+    if (res == -EAGAIN || res == -EINTR) return std::size_t{0};  // nothing read: read again
+    return Err{-res};
+  }
+  return accept_read(static_cast<std::size_t>(res), ring_room_, ring_vnet_.data());
+}
+
+std::size_t TapLink::accept_read(std::size_t n, std::size_t room, const std::uint8_t* vnet_header) {
+  const std::size_t header_size = vnet_ ? sizeof(VnetHeader) : 0;
+  if (n < header_size + kEthernetHeader) {
+    ++dropped_runt_;
+    return 0;
+  }
+  VnetHeader header{};
+  if (vnet_) std::memcpy(&header, vnet_header, sizeof header);
+  const std::size_t len = n - header_size;
+  const std::uint8_t gso = vnet_ ? static_cast<std::uint8_t>(header.gso_type & ~kVnetGsoEcn) : kVnetGsoNone;
+  const std::size_t limit = gso == kVnetGsoTcpv4 ? room : std::min(room, max_frame_size());
+  if (len > limit || (gso != kVnetGsoNone && gso != kVnetGsoTcpv4)) {
+    ++counters_.dropped_oversize;
+    return 0;
+  }
+  ++counters_.frames_in;
+  counters_.bytes_in += len;
+  last_checksum_trusted_ = vnet_ && (header.flags & (kVnetNeedsCsum | kVnetDataValid)) != 0;
+  return len;
 }
 
 base::Result<void, int> TapLink::send(std::span<const std::uint8_t> frame) {

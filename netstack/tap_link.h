@@ -122,6 +122,10 @@ class TapLink final : public Link {
   // do not end the call: it goes on to the next frame until one is
   // delivered or the tap is empty, so 0 really means "nothing waiting".
   base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) override;
+  // The same frame checks for a read the ring made (see link.h); a tap that
+  // is gone completes the read with EBADFD, which is returned.
+  std::span<const iovec> ring_receive_iovecs(std::span<std::uint8_t> buf) override;
+  base::Result<std::size_t, int> finish_ring_receive(int res) override;
   // A frame longer than max_frame_size() is dropped (dropped_oversize); one
   // shorter than an Ethernet header or refused by the kernel (EINVAL) is
   // dropped (dropped_send). Both return success: the link is still fine.
@@ -150,6 +154,9 @@ class TapLink final : public Link {
 
  private:
   TapLink(base::UniqueFd fd, std::size_t mtu, std::string ifname);
+  // What a read of n bytes (vnet header included) with `room` for the frame
+  // delivered: its length, or 0 when it was dropped and counted.
+  std::size_t accept_read(std::size_t n, std::size_t room, const std::uint8_t* vnet_header);
 
   base::UniqueFd fd_;
   std::size_t mtu_;
@@ -161,6 +168,12 @@ class TapLink final : public Link {
   std::uint64_t dropped_runt_ = 0;
   bool vnet_ = false;  // frames carry a virtio_net_hdr; checksum offload on
   bool last_checksum_trusted_ = false;
+  // The ring read's own storage (ring_receive_iovecs()): vnet header, the
+  // spill byte that shows an overlong frame, the iovecs, the frame's room.
+  std::array<std::uint8_t, 10> ring_vnet_{};
+  std::uint8_t ring_spill_ = 0;
+  std::array<iovec, 3> ring_iov_{};
+  std::size_t ring_room_ = 0;
   std::vector<std::uint8_t> gather_;  // send_frame() with more pieces than one writev takes
 };
 
