@@ -487,6 +487,38 @@ void GuestStack::bound_time_wait() {
   counters_.time_wait_dropped += sweep_time_wait_.size();
 }
 
+// Counted by walking rather than at each transition: a flow changes state
+// on many paths (abort, guest reset, deadlines, deferred retirement), and a
+// gauge kept by hand on each would drift the day one path forgets; the walk
+// cannot. The stats are read by a person or a script, a few times a second
+// at most, and the tables are bounded.
+FlowGauges GuestStack::flow_gauges() const {
+  FlowGauges g;
+  for (const auto& [_, flow] : tcp_flows_) {
+    switch (flow->phase()) {
+      case TcpFlow::Phase::peeking:
+        ++g.tcp_peeking;
+        break;
+      case TcpFlow::Phase::connecting:
+        ++g.tcp_connecting;
+        break;
+      case TcpFlow::Phase::open:
+        ++g.tcp_open;
+        break;
+      case TcpFlow::Phase::closing:
+        ++g.tcp_closing;
+        break;
+      case TcpFlow::Phase::brokered:
+        ++g.tcp_brokered;
+        break;
+    }
+  }
+  g.tcp_half_open = half_open_now();
+  for (tcp_pcb* pcb = tcp_tw_pcbs; pcb != nullptr; pcb = pcb->next) ++g.tcp_time_wait;
+  g.udp_open = udp_flows_.size();
+  return g;
+}
+
 std::size_t GuestStack::half_open_now() const {
   std::size_t n = 0;
   for (tcp_pcb* pcb = tcp_active_pcbs; pcb != nullptr; pcb = pcb->next) {

@@ -223,6 +223,7 @@ int run_run_command(std::span<const std::string_view> args) {
   // once the VMM connects.
   std::unique_ptr<Link> link;
   TapLink* tap = nullptr;
+  StreamLink* stream = nullptr;  // set once the VMM has connected
   std::unique_ptr<StreamListener> listener;
   if (stream_path) {
     auto listening = StreamListener::listen(*stream_path);
@@ -270,7 +271,7 @@ int run_run_command(std::span<const std::string_view> args) {
     std::unique_ptr<GuestStack> stack;
     Link* guest_link = nullptr;  // the link, or the recorder wrapped around it
     auto stats = [&] {
-      return stack ? run_stats_json({*stack, *guest_link, memory, pcap ? &*pcap : nullptr})
+      return stack ? run_stats_json({*stack, *guest_link, memory, pcap ? &*pcap : nullptr, tap, stream})
                    : std::string("{}");
     };
     SignalWatch signals(loop, [&] {
@@ -321,6 +322,7 @@ int run_run_command(std::span<const std::string_view> args) {
         return 3;
       }
       if (!*peer) return 0;  // stopped by a signal before the VMM came
+      stream = peer->get();
       link = std::move(peer).value();
       listener.reset();  // exactly one peer: the socket file goes, nobody else connects
       events.emit("link", {{"reason", "the VMM connected"}, {"stream", *stream_path}});

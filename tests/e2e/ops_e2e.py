@@ -14,11 +14,13 @@ What abox-net is held to here:
   --no-sandbox leaves it unconfined (a debugging switch);
 - --stream: capabilities dropped while it waits for the VMM, the syscall
   filter on once the VMM has connected, frames from the stream link recorded
-  and answered (ARP for the gateway);
+  and answered (ARP for the gateway), runt and empty records counted in the
+  stats' link section;
 - --stats-socket: a 0600 unix socket; `abox-net stats PATH --json` prints one
   JSON object whose counters match what the test did (frames, DNS queries and
-  refusals, admitted and refused flows, memory); the table has the same
-  fields; SIGUSR1 prints the same fields; `abox-net stats` exits 2 on usage
+  refusals, admitted and refused flows, memory); the flow gauges by state
+  move with held-open connections and a slow curl, add up to tcp_flows, and
+  fall back to 0 after close; the table has the same fields; SIGUSR1 prints the same fields; `abox-net stats` exits 2 on usage
   errors and 3 when nothing (or something that is not abox-net) answers;
 - --pcap: a 0600 file that tcpdump reads without complaint, holding exactly
   frames_in + frames_out packets (the counters at exit), with the guest's DNS
@@ -62,6 +64,21 @@ timeout_ms = 2000
 [[allow]]
 names = ["{WEB}"]
 ports = [80, 443]
+"""
+# Run in the guest: opens N connections to ADDR:80 that each send a request
+# head announcing a body that never comes (nginx waits for it: the flows are
+# open, past the name check), and one more that sends nothing (held while
+# abox-net peeks for a name, until peek_ms). Holds them until SIGTERM (60 s
+# at most).
+HOLDER = """
+import signal, socket, sys, time
+addr, host, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+conns = [socket.create_connection((addr, 80), timeout=10) for _ in range(n)]
+for c in conns:
+    c.sendall(f"POST / HTTP/1.1\\r\\nHost: {host}\\r\\nContent-Length: 100\\r\\n\\r\\n".encode())
+silent = socket.create_connection((addr, 80), timeout=10)
+time.sleep(60)
 """
 CAP_NAMES = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
@@ -261,6 +278,7 @@ class RunCases:
             "memory_rss_bytes": s["memory_rss_bytes"] > 1 << 20,
             "memory_heap_in_use_bytes": s["memory_heap_in_use_bytes"] > 0,
             "pcap_frames": s["pcap_frames"] > 0 and s["pcap_frames_over_cap"] == 0,
+            "link_frames_dropped_runt": s.get("link_frames_dropped_runt") == 0,  # the tap's section
         }
         wrong = [k for k, ok in checks.items() if not ok]
         assert not wrong, f"counters off: {({k: s.get(k) for k in wrong})}"
@@ -274,6 +292,54 @@ class RunCases:
         before = s["dns_queries"]
         o.dig(WEB)
         assert o.stats_json(self.sock)["dns_queries"] > before, "dns_queries did not move"
+
+    def flow_gauges_move_and_fall_back(self):
+        """Live flows by state: held-open connections and a slow curl show in
+        the gauges while they last; every TCP flow gauge is back to 0 once
+        they are closed. The tcp_flows_* gauges add up to tcp_flows."""
+        o = self.o
+        names = ("tcp_flows_peeking", "tcp_flows_connecting", "tcp_flows_open", "tcp_flows_closing",
+                 "tcp_flows_brokered")
+
+        def gauges():
+            s = o.stats_json(self.sock)
+            missing = [k for k in (*names, "tcp_half_open", "tcp_time_wait", "udp_flows_open") if k not in s]
+            assert not missing, f"no gauge {missing}"
+            assert sum(s[k] for k in names) == s["tcp_flows"], f"gauges {[s[k] for k in names]} != {s['tcp_flows']}"
+            assert s["udp_flows_open"] == s["udp_flows"], s
+            return s
+
+        assert o.dig(WEB) == "NOERROR"  # an answer admits the flows below
+        assert gauges()["tcp_flows"] == 0, "flows left from the earlier cases"
+        # HELD connections waiting for their request body (open), one silent
+        # one (peeking), and a rate-limited download (open).
+        held = 3
+        holder = o.rig.spawn("holder", ["python3", "-c", HOLDER, WEB_ADDR, WEB, str(held)], ns=o.rig.guest)
+        curl = o.rig.spawn("slow-curl", ["curl", "-sS", "--max-time", "30", "--limit-rate", "32k", "-o", "/dev/null",
+                                         f"http://{WEB}/blob.bin"], ns=o.rig.guest)
+        try:
+            seen = None
+            for _ in range(100):  # 10 s
+                seen = gauges()
+                if seen["tcp_flows_open"] >= held + 1 and seen["tcp_flows_peeking"] >= 1:
+                    break
+                time.sleep(0.1)
+            assert seen["tcp_flows_open"] >= held + 1 and seen["tcp_flows_peeking"] >= 1, (
+                f"never {held + 1} open and 1 peeking: {seen}")
+        finally:
+            holder.terminate()
+            holder.wait(timeout=10)
+            curl.terminate()
+            curl.wait(timeout=10)
+        seen = None
+        for _ in range(100):  # 10 s
+            seen = gauges()
+            if seen["tcp_flows"] == 0:
+                break
+            time.sleep(0.1)
+        assert all(seen[k] == 0 for k in names) and seen["tcp_flows"] == 0, f"gauges after close: {seen}"
+        rows = dict(line.split() for line in o.stats(self.sock).stdout.splitlines())
+        assert rows.get("tcp_flows_open") == "0", "the table does not show tcp_flows_open"
 
     def sigusr1_prints_the_same_fields(self):
         log = self.o.rig.path("abox-net.log")
@@ -368,6 +434,16 @@ def case_stream_link_sandboxed_and_recorded(o):
     assert not os.path.exists(path), "the stream socket file is still there after the VMM connected"
     s = o.stats_json(sock)
     assert s["frames_in"] >= 1 and s["frames_out"] >= 1, s
+    assert s["link_frames_dropped_runt"] == 0 and s["link_output_queued_bytes"] == 0, s
+    # A runt record (6 bytes, no Ethernet header) and an empty one: dropped
+    # by the link, each counted in the link section.
+    vmm.sendall((6).to_bytes(4, "big") + b"\x01" * 6 + (0).to_bytes(4, "big"))
+    for _ in range(50):  # 5 s
+        s = o.stats_json(sock)
+        if s["link_frames_dropped_runt"] == 1 and s["link_frames_dropped_zero_length"] == 1:
+            break
+        time.sleep(0.1)
+    assert s["link_frames_dropped_runt"] == 1 and s["link_frames_dropped_zero_length"] == 1, s
     vmm.close()  # the VMM goes away: abox-net exits 0 with its counters
     p.wait(timeout=10)
     assert p.returncode == 0, f"exit {p.returncode}"
@@ -451,7 +527,8 @@ def main(argv):
 
         report("run_starts_with_pcap_and_stats_socket", start_run)
         if run is not None:
-            for name in ("sandboxed", "traffic_through_the_sandbox", "stats_socket", "sigusr1_prints_the_same_fields",
+            for name in ("sandboxed", "traffic_through_the_sandbox", "stats_socket", "flow_gauges_move_and_fall_back",
+                         "sigusr1_prints_the_same_fields",
                          "pcap_is_read_by_tcpdump", "leaves_the_socket_file"):
                 report(name, getattr(run, name))
         report("pcap_cap", lambda: case_pcap_cap(o))
