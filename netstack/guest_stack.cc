@@ -185,6 +185,9 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
                           }});
   loop_.add_turn_hook([this] {
     reap();
+    // A link that batches (a stream socket) writes what this turn sent in
+    // one go; what the socket cannot take yet waits for POLLOUT.
+    if (link_alive_ && link_.output_pending()) flush_link();
     watch_link_output();
   });
   next_sweep_ = loop_.now() + base::Seconds(1);
