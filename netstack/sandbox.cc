@@ -159,7 +159,8 @@ void add_allowed_syscalls(FilterBuilder& f) {
   // base::SystemRandom (DNS IDs and ports, lwIP's ISNs).
   f.allow(SCMP_SYS(getrandom));
 
-  // malloc and the C++ runtime: heap growth, large blocks, returning memory.
+  // malloc and the C++ runtime: heap growth, large blocks, returning memory
+  // (also malloc_trim from MemoryTrimmer: madvise MADV_DONTNEED, brk).
   // Never executable memory.
   f.allow(SCMP_SYS(brk));
   f.allow(SCMP_SYS(mmap), {arg_clear(2, PROT_EXEC)});

@@ -24,6 +24,7 @@ extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
 #include "netstack/guest_stack.h"
 #include "netstack/link.h"
 #include "netstack/lwip/abox_lwip.h"
+#include "netstack/memory_trimmer.h"
 #include "netstack/pcap_writer.h"
 #include "netstack/stream_link.h"
 #include "netstack/tap_link.h"
@@ -163,6 +164,9 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("tcp_half_open", fg.tcp_half_open)
       .field("tcp_time_wait", fg.tcp_time_wait)
       .field("udp_flows_open", fg.udp_open);
+  // What malloc_trim gave back after bursts (memory_trimmer.h).
+  const TrimCounters trims = from.trimmer != nullptr ? from.trimmer->counters() : TrimCounters{};
+  w.field("memory_trims", trims.trims).field("memory_trimmed_bytes", trims.released_bytes);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());
@@ -170,7 +174,8 @@ std::string run_stats_json(const RunStatsSources& from) {
     const StreamLink& st = *from.stream;
     w.field("link_frames_dropped_runt", st.dropped_runt())
         .field("link_frames_dropped_zero_length", st.dropped_zero_length())
-        .field("link_output_queued_bytes", u64(st.queued()));
+        .field("link_output_queued_bytes", u64(st.queued()))
+        .field("link_send_calls", st.send_calls());
   }
   w.end_object();
   return out;

@@ -25,6 +25,7 @@ namespace abox::netstack {
 class DnsHostServer;
 class GuestStack;
 class Link;
+class MemoryTrimmer;
 class PcapWriter;
 class StreamLink;
 class TapLink;
@@ -53,6 +54,7 @@ struct RunStatsSources {
   // one is set, the kind `link` is (under a RecordingLink, the inner one).
   const TapLink* tap = nullptr;
   const StreamLink* stream = nullptr;
+  const MemoryTrimmer* trimmer = nullptr;  // null: memory_trims* read 0
 };
 
 // The counters of `abox-net run`, as one JSON object (no newline).

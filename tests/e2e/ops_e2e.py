@@ -22,6 +22,9 @@ What abox-net is held to here:
   move with held-open connections, a silent one and a slow curl (open,
   peeking, closing), add up to tcp_flows, and fall back to 0 after close; the table has the same fields; SIGUSR1 prints the same fields; `abox-net stats` exits 2 on usage
   errors and 3 when nothing (or something that is not abox-net) answers;
+- memory: after a burst of slow readers has gone, RSS comes back down (the
+  trimmer gives back what glibc kept), under the sandbox, and the stats
+  count the trims;
 - --pcap: a 0600 file that tcpdump reads without complaint, holding exactly
   frames_in + frames_out packets (the counters at exit), with the guest's DNS
   query, its SYN and the HTTP answer in it and wall-clock timestamps;
@@ -54,6 +57,8 @@ WEB_ADDR, NS_ADDR = nr.ADDR["web"], nr.ADDR["ns1"]
 TOKEN = os.urandom(8).hex()
 INDEX = f"abox ops e2e {TOKEN}\n"
 BLOB = os.urandom(256 << 10)
+BIG = os.urandom(4 << 20)  # more than a flow holds (flow_buffer_bytes, 1 MiB)
+SLOW_READERS = 40
 CAP_BYTES = 3000  # --pcap-max-bytes for the cap case: a handful of frames
 
 POLICY = f"""# ops_e2e.py: written by the test
@@ -412,6 +417,50 @@ def case_pcap_cap(o):
         f"{final['frames_in']} in + {final['frames_out']} out")
 
 
+def case_memory_comes_back_after_a_burst(o):
+    """SLOW_READERS downloads that read 1 KiB/s make abox-net hold up to 1 MiB
+    each; once they are gone the heap in use falls, and RSS must follow
+    (glibc keeps freed memory; the trimmer gives it back within seconds)."""
+    sock = o.rig.path("burst-stats.sock")
+    p = o.start_run("abox-net-burst", ["--stats-socket", sock])
+    curls = []
+    try:
+        assert o.dig(WEB) == "NOERROR"
+        base = o.stats_json(sock)
+        for i in range(SLOW_READERS):
+            curls.append(o.rig.spawn(f"slow-reader-{i}", ["curl", "-sS", "--max-time", "60", "--limit-rate", "1k",
+                                                          "-o", "/dev/null", f"http://{WEB}/big.bin"], ns=o.rig.guest))
+        peak = base
+        for _ in range(100):  # 20 s
+            peak = o.stats_json(sock)
+            if peak["memory_heap_in_use_bytes"] >= base["memory_heap_in_use_bytes"] + (16 << 20):
+                break
+            time.sleep(0.2)
+        grown = peak["memory_heap_in_use_bytes"] - base["memory_heap_in_use_bytes"]
+        assert grown >= 16 << 20, f"the burst held only {grown} bytes more: {peak}"
+    finally:
+        for c in curls:
+            c.kill()
+        for c in curls:
+            c.wait(timeout=10)
+    after = None
+    for _ in range(100):  # 30 s: the trimmer checks every 5 s
+        after = o.stats_json(sock)
+        if after["tcp_flows"] == 0 and after["memory_trims"] >= 1 and after["memory_rss_bytes"] < peak["memory_rss_bytes"] / 2:
+            break
+        time.sleep(0.3)
+    mib = {k: round(after[k] / (1 << 20), 1) for k in ("memory_rss_bytes", "memory_heap_in_use_bytes", "memory_trimmed_bytes")}
+    print(f"     burst: RSS {peak['memory_rss_bytes'] / (1 << 20):.1f} MiB at the peak "
+          f"(heap in use {peak['memory_heap_in_use_bytes'] / (1 << 20):.1f}); after: {mib}", flush=True)
+    assert after["tcp_flows"] == 0, f"flows left: {after['tcp_flows']}"
+    assert after["memory_heap_in_use_bytes"] < base["memory_heap_in_use_bytes"] + (4 << 20), "the heap did not fall"
+    assert after["memory_trims"] >= 1 and after["memory_trimmed_bytes"] > 0, f"no trim: {after}"
+    assert after["memory_rss_bytes"] < peak["memory_rss_bytes"] / 2, (
+        f"RSS {after['memory_rss_bytes']} after, {peak['memory_rss_bytes']} at the peak")
+    assert_sandboxed(p.pid)  # malloc_trim ran under the syscall filter
+    o.stop(p, "abox-net-burst")
+
+
 def case_stream_link_sandboxed_and_recorded(o):
     """--stream: capabilities dropped while waiting for the VMM, the syscall
     filter on once it has connected (and the socket file is gone), frames
@@ -522,7 +571,7 @@ def main(argv):
         rig.build_internet()
         rig.make_ca([WEB])
         rig.start_nsd([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()])
-        rig.start_nginx({WEB: {"index.html": INDEX.encode(), "blob.bin": BLOB}})
+        rig.start_nginx({WEB: {"index.html": INDEX.encode(), "blob.bin": BLOB, "big.bin": BIG}})
         rig.add_guest()
         o = Ops(rig, abox)
         report("stats_cli_usage_and_errors", lambda: case_stats_cli_usage_and_errors(o))
@@ -540,6 +589,7 @@ def main(argv):
                          "pcap_is_read_by_tcpdump", "leaves_the_socket_file"):
                 report(name, getattr(run, name))
         report("pcap_cap", lambda: case_pcap_cap(o))
+        report("memory_comes_back_after_a_burst", lambda: case_memory_comes_back_after_a_burst(o))
         report("stream_link_sandboxed_and_recorded", lambda: case_stream_link_sandboxed_and_recorded(o))
         report("dns_mode_sandboxed_with_stats", lambda: case_dns_mode_sandboxed_with_stats(o))
         report("no_sandbox_is_unconfined", lambda: case_no_sandbox_is_unconfined(o))

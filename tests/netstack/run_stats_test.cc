@@ -82,6 +82,8 @@ TEST(RunStatsTest, FlowGaugesAndTheStreamLinksSection) {
             s["tcp_flows"]);
   EXPECT_EQ(s["link_frames_dropped_runt"], 2u);
   EXPECT_EQ(s["link_frames_dropped_zero_length"], 2u);
+  EXPECT_EQ(s["link_send_calls"], link.send_calls());
+  EXPECT_EQ(s.count("memory_trims"), 1u);
   // What the stack sent at start (lwIP's first ARP) waits for the end of
   // the turn: the gauge shows it, and 0 once written.
   EXPECT_EQ(s["link_output_queued_bytes"], link.queued());
@@ -94,7 +96,7 @@ TEST(RunStatsTest, FlowGaugesAndTheStreamLinksSection) {
   // changes): a reader keys on names, never on positions.
   auto plain = parsed(run_stats_json({stack, link, memory}));
   EXPECT_EQ(plain.count("link_frames_dropped_runt"), 0u);
-  EXPECT_EQ(plain.size() + 3, s.size());
+  EXPECT_EQ(plain.size() + 4, s.size());
 }
 
 }  // namespace
