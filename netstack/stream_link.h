@@ -27,16 +27,18 @@
 // are not written one by one: flush() writes the whole queue with one send
 // (GuestStack calls it at the end of every loop turn), and a batch of
 // kBatchFrames frames or kBatchBytes bytes is flushed at once. The copy is
-// the price of batching (the pieces are lwIP's pbufs, gone once the call
-// returns), and it replaces the gather a frame in pieces needed before.
+// the price of batching (the pieces are lwIP's pbufs and the stack's
+// scratch buffer, freed or reused once the call returns), and it replaces
+// the gather a frame in pieces needed before.
 // What the socket does not take stays queued in order: output_pending()
 // tells the loop to watch for POLLOUT, and the next flush() resumes it.
 // Records are only ever appended whole, so frames are never torn or
 // reordered.
 //
 // When the peer goes away (the VMM exits): receive() returns ECONNRESET once
-// every whole frame it sent has been delivered; send() and flush() return
-// the socket's errno (EPIPE, ECONNRESET). The link is dead from then on.
+// every whole frame it sent has been delivered; flush() (or a send() that
+// flushes a full batch) returns the socket's errno (EPIPE, ECONNRESET). The
+// link is dead from then on: every call returns that errno.
 // Writes use MSG_NOSIGNAL: a gone peer never raises SIGPIPE.
 #pragma once
 

@@ -24,7 +24,7 @@ What abox-net is held to here:
   errors and 3 when nothing (or something that is not abox-net) answers;
 - memory: after a burst of slow readers has gone, RSS comes back down (the
   trimmer gives back what glibc kept), under the sandbox, and the stats
-  count the trims;
+  count the trims (in the ASan build only the heap in use is checked);
 - --pcap: a 0600 file that tcpdump reads without complaint, holding exactly
   frames_in + frames_out packets (the counters at exit), with the guest's DNS
   query, its SYN and the HTTP answer in it and wall-clock timestamps;
@@ -59,6 +59,10 @@ INDEX = f"abox ops e2e {TOKEN}\n"
 BLOB = os.urandom(256 << 10)
 BIG = os.urandom(4 << 20)  # more than a flow holds (flow_buffer_bytes, 1 MiB)
 SLOW_READERS = 40
+# Under AddressSanitizer (ctest sets ABOX_SANITIZED=1 for the ASan build)
+# freed memory sits in ASan's quarantine, not in glibc's arenas: RSS after a
+# burst is not held to anything there.
+SANITIZED = os.environ.get("ABOX_SANITIZED") == "1"
 CAP_BYTES = 3000  # --pcap-max-bytes for the cap case: a handful of frames
 
 POLICY = f"""# ops_e2e.py: written by the test
@@ -446,7 +450,8 @@ def case_memory_comes_back_after_a_burst(o):
     after = None
     for _ in range(100):  # 30 s: the trimmer checks every 5 s
         after = o.stats_json(sock)
-        if after["tcp_flows"] == 0 and after["memory_trims"] >= 1 and after["memory_rss_bytes"] < peak["memory_rss_bytes"] / 2:
+        if after["tcp_flows"] == 0 and (SANITIZED or (after["memory_trims"] >= 1 and
+                                                       after["memory_rss_bytes"] < peak["memory_rss_bytes"] / 2)):
             break
         time.sleep(0.3)
     mib = {k: round(after[k] / (1 << 20), 1) for k in ("memory_rss_bytes", "memory_heap_in_use_bytes", "memory_trimmed_bytes")}
@@ -454,6 +459,10 @@ def case_memory_comes_back_after_a_burst(o):
           f"(heap in use {peak['memory_heap_in_use_bytes'] / (1 << 20):.1f}); after: {mib}", flush=True)
     assert after["tcp_flows"] == 0, f"flows left: {after['tcp_flows']}"
     assert after["memory_heap_in_use_bytes"] < base["memory_heap_in_use_bytes"] + (4 << 20), "the heap did not fall"
+    if SANITIZED:  # ASan's allocator keeps freed memory in its quarantine: RSS cannot fall
+        print("     (ASan build: RSS not checked)", flush=True)
+        o.stop(p, "abox-net-burst")
+        return
     assert after["memory_trims"] >= 1 and after["memory_trimmed_bytes"] > 0, f"no trim: {after}"
     assert after["memory_rss_bytes"] < peak["memory_rss_bytes"] / 2, (
         f"RSS {after['memory_rss_bytes']} after, {peak['memory_rss_bytes']} at the peak")
