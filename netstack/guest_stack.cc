@@ -87,7 +87,10 @@ class GuestStack::LinkWatcher final : public EventLoop::Watcher {
  public:
   explicit LinkWatcher(GuestStack& s) : s_(s) {}
   void on_ready(std::uint32_t events) override {
-    if ((events & POLLOUT) != 0) s_.flush_link();
+    if ((events & POLLOUT) != 0) {
+      s_.link_full_ = false;
+      s_.flush_link();
+    }
     s_.poll_link();
   }
 
@@ -201,8 +204,12 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   loop_.add_turn_hook([this] {
     reap();
     // A link that batches (a stream socket) writes what this turn sent in
-    // one go; what the socket cannot take yet waits for POLLOUT.
-    if (link_alive_ && link_.output_pending()) flush_link();
+    // one go; what the socket cannot take waits for POLLOUT, and until then
+    // no turn tries again (each try would be a send that fails).
+    if (link_alive_ && !link_full_ && link_.output_pending()) {
+      flush_link();
+      link_full_ = link_.output_pending();
+    }
     watch_link_output();
     // A ring read that could not be posted (no memory for its pbuf) is tried
     // again every turn.

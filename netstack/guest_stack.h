@@ -227,6 +227,7 @@ class GuestStack {
   std::uint16_t tx_checksum_flags_ = 0xFFFF;
   base::MonoTime next_sweep_{};
   bool link_alive_ = true;
+  bool link_full_ = false;  // the link's fd took only part of a flush: wait for POLLOUT
   bool ipv6_logged_ = false;
   StackCounters counters_;
 };

@@ -9,7 +9,8 @@
 // order; many waiting frames are handed out without waiting; a frame cut
 // across reads arrives whole; oversize and undersize frames are dropped and
 // counted while the next good frame still arrives; a gone peer wakes the
-// loop and is an error, not EAGAIN. Sent frames are checked after flush()
+// loop and is an error, not EAGAIN. The tap joins twice more read through
+// an event loop's ring (RingReadTap: GuestStack's way, link.h). Sent frames are checked after flush()
 // (the end of the sender's turn): a link may batch its output until then.
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "base/unique_fd.h"
+#include "netstack/event_loop.h"
 #include "netstack/stream_link.h"
 #include "netstack/tap_link.h"
 #include "tests/netstack/link_test_support.h"
@@ -83,6 +85,85 @@ struct TapFromFdFactory {
     out.link = std::move(link).value();
     return out;
   }
+};
+
+// A tap read through an event loop's ring, as GuestStack reads it: each
+// receive() keeps one read posted (ring_receive_iovecs()) and turns the
+// loop once without waiting; a completed read goes through
+// finish_ring_receive() and its frame is copied out. So every case of the
+// contract also holds for ring reads.
+class RingReadTap final : public Link, EventLoop::Completion {
+ public:
+  explicit RingReadTap(std::unique_ptr<TapLink> tap) : tap_(std::move(tap)), buf_(tap_->max_receive_size()) {}
+  ~RingReadTap() override { loop_.cancel_all(this, in_flight_); }
+  RingReadTap(const RingReadTap&) = delete;
+  RingReadTap& operator=(const RingReadTap&) = delete;
+
+  const TapLink& tap() const { return *tap_; }
+  int fd() const override { return tap_->fd(); }
+  std::size_t mtu() const override { return tap_->mtu(); }
+  std::size_t max_receive_size() const override { return tap_->max_receive_size(); }
+  base::Result<std::size_t, int> receive(std::span<std::uint8_t> out) override {
+    for (int dropped = 0; dropped < 1000; ++dropped) {
+      if (in_flight_ == 0) post();
+      done_.reset();
+      loop_.run_once(base::Millis(0));
+      if (!done_) return std::size_t{0};
+      auto r = tap_->finish_ring_receive(*done_);
+      if (!r.ok() || *r == 0) {
+        if (!r.ok()) return r;
+        continue;  // dropped and counted: the next frame
+      }
+      if (*r > out.size()) return base::Err{EMSGSIZE};  // the contract's buffers always fit
+      std::copy_n(buf_.begin(), *r, out.begin());
+      return *r;
+    }
+    return std::size_t{0};
+  }
+  base::Result<void, int> send(std::span<const std::uint8_t> frame) override { return tap_->send(frame); }
+  base::Result<void, int> send_frame(const OutFrame& frame) override { return tap_->send_frame(frame); }
+  const LinkCounters& counters() const override { return tap_->counters(); }
+
+ private:
+  void on_complete(int res, std::uint32_t /*cqe_flags*/) override {
+    --in_flight_;
+    done_ = res;
+  }
+  void post() {
+    const auto iov = tap_->ring_receive_iovecs(buf_);
+    ASSERT_FALSE(iov.empty()) << "a tap is read on the ring";
+    io_uring_sqe* s = loop_.request(this);
+    io_uring_prep_readv(s, tap_->fd(), iov.data(), static_cast<unsigned>(iov.size()), ~std::uint64_t{0});
+    ++in_flight_;
+  }
+
+  std::unique_ptr<TapLink> tap_;
+  Frame buf_;
+  EventLoop loop_;
+  std::size_t in_flight_ = 0;
+  std::optional<int> done_;
+};
+
+template <class TapFactory>
+struct RingReadFactory {
+  static const char* skip_reason() { return TapFactory::skip_reason(); }
+  static std::uint64_t runts(const Link& link) {
+    return static_cast<const RingReadTap&>(link).tap().dropped_runt();
+  }
+  static LinkUnderTest make() {
+    LinkUnderTest out = TapFactory::make();
+    if (out.link) {
+      out.link =
+          std::make_unique<RingReadTap>(std::unique_ptr<TapLink>(static_cast<TapLink*>(out.link.release())));
+    }
+    return out;
+  }
+};
+struct TapInNetnsRingFactory : RingReadFactory<TapInNetnsFactory> {
+  static constexpr const char* kName = "TapInNetnsRing";
+};
+struct TapFromFdRingFactory : RingReadFactory<TapFromFdFactory> {
+  static constexpr const char* kName = "TapFromFdRing";
 };
 
 // The peer of a stream link: the VMM's end of the unix socket, connected to
@@ -224,7 +305,8 @@ struct FactoryNames {
     return Factory::kName;
   }
 };
-using LinkFactories = ::testing::Types<TapInNetnsFactory, TapFromFdFactory, StreamFactory>;
+using LinkFactories = ::testing::Types<TapInNetnsFactory, TapFromFdFactory, TapInNetnsRingFactory,
+                                       TapFromFdRingFactory, StreamFactory>;
 TYPED_TEST_SUITE(LinkContract, LinkFactories, FactoryNames);
 
 TYPED_TEST(LinkContract, PeerFramesArriveWholeAndCounted) {
