@@ -122,14 +122,16 @@ void EventLoop::unwatch(Handle h) {
   free_.push_back(h);
 }
 
-io_uring_sqe* EventLoop::request(Completion* c) {
+io_uring_sqe* EventLoop::request(Completion* c, bool done_at_submit) {
   io_uring_sqe* s = sqe();
+  if (done_at_submit) ++done_at_submit_;
   io_uring_sqe_set_data64(s, kRequestBit | reinterpret_cast<std::uintptr_t>(c));
   return s;
 }
 
 void EventLoop::submit_now() {
-  if (!ring_enabled_) return;  // run_once() enables it; nothing can be waiting before
+  // run_once() enables the ring; nothing can be waiting before.
+  if (!ring_enabled_ || io_uring_sq_ready(&ring_) == 0) return;
   io_uring_submit(&ring_);
 }
 
@@ -186,7 +188,11 @@ void EventLoop::run_once(base::Millis max_wait) {
   ts.tv_sec = static_cast<long long>(wait.count() / 1'000'000'000);
   ts.tv_nsec = static_cast<long long>(wait.count() % 1'000'000'000);
   io_uring_cqe* first = nullptr;
-  int rc = io_uring_submit_and_wait_timeout(&ring_, &first, 1, &ts, nullptr);
+  // Completions that come with the submission itself do not end the wait:
+  // one more does (or the deadline).
+  const unsigned wait_for = 1 + done_at_submit_;
+  done_at_submit_ = 0;
+  int rc = io_uring_submit_and_wait_timeout(&ring_, &first, wait_for, &ts, nullptr);
   if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
     throw std::runtime_error(std::string("io_uring wait failed: ") + std::strerror(-rc));
   }

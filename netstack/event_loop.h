@@ -73,7 +73,10 @@ class EventLoop {
   // A submission entry whose completion goes to c->on_complete(). The caller
   // fills it with io_uring_prep_*() (and must not change its user data).
   // It is handed to the kernel at the next wait, or by submit_now().
-  io_uring_sqe* request(Completion* c);
+  // done_at_submit: the operation never waits (a write to a tap), so its
+  // completion is there as soon as it is submitted; the next wait then waits
+  // for one completion more than those, instead of waking for them at once.
+  io_uring_sqe* request(Completion* c, bool done_at_submit = false);
   // Hands every queued entry to the kernel now: for an owner that is about
   // to do I/O by a system call that must come after what it queued.
   void submit_now();
@@ -138,6 +141,7 @@ class EventLoop {
   std::vector<Handle> free_;
   std::vector<Handle> wake_;
   std::vector<Handle> waking_;
+  unsigned done_at_submit_ = 0;     // such requests since the last wait
   std::vector<Finished> finished_;  // request completions to dispatch (kept across cancel_all)
   std::vector<TimerSource> timers_;
   std::vector<std::function<void()>> turn_hooks_;

@@ -170,7 +170,14 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   udp_recv(udp_all_, &StackGlue::udp, nullptr);
 
   link_watcher_ = std::make_unique<LinkWatcher>(*this);
-  if (config_.link_reads_on_ring && !link_.ring_receive_iovecs({}).empty()) {
+  if (config_.link_on_ring && link_.ring_send_supported()) {
+    // A write's result only counts: a full tap drops the frame (TCP
+    // retransmits), and a dead one shows on the read side.
+    ring_writer_ = std::make_unique<RingWriter>(loop_, link_.fd(), [this](int res, std::size_t frame_size) {
+      (void)link_.finish_ring_send(res, frame_size);
+    });
+  }
+  if (config_.link_on_ring && !link_.ring_receive_iovecs({}).empty()) {
     // Read on the ring; the fd is watched only while output is held back.
     ring_reader_ = std::make_unique<LinkReader>(*this);
     post_link_read();
@@ -222,6 +229,7 @@ GuestStack::~GuestStack() {
   loop_.unwatch(link_handle_);
   // The kernel may still write into rx_pbuf_ until its read is cancelled.
   if (ring_reader_ != nullptr) loop_.cancel_all(ring_reader_.get(), ring_reads_in_flight_);
+  ring_writer_.reset();
   tcp_flows_.clear();
   udp_flows_.clear();
   tcp_graveyard_.clear();
@@ -461,6 +469,21 @@ void GuestStack::output_frame(pbuf* p) {
     npieces = 1;
   }
   frame.pieces = std::span<const std::span<const std::uint8_t>>(pieces.data(), npieces);
+  if (ring_writer_ != nullptr) {
+    const std::size_t size = frame.size();
+    if (size + Link::kRingSendHeaderMax <= RingWriter::kSlotBytes) {
+      std::array<std::uint8_t, Link::kRingSendHeaderMax> header{};
+      const auto header_size = link_.ring_send_header(frame, header);
+      if (!header_size) return;  // dropped and counted by the link
+      std::array<std::span<const std::uint8_t>, kMaxFramePieces + 1> parts;
+      parts[0] = std::span<const std::uint8_t>(header.data(), *header_size);
+      std::copy_n(pieces.begin(), npieces, parts.begin() + 1);
+      if (ring_writer_->write(std::span(parts.data(), npieces + 1), size)) return;
+    }
+    // Too large for a slot, or every slot in flight: written now, after
+    // what this turn queued on the ring.
+    loop_.submit_now();
+  }
   auto r = link_.send_frame(frame);
   (void)r;  // a full link drops the frame; TCP retransmits, UDP loses one datagram
 }

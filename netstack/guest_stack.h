@@ -32,6 +32,7 @@
 #include "netstack/dhcp_server.h"
 #include "netstack/event_loop.h"
 #include "netstack/link.h"
+#include "netstack/ring_writer.h"
 #include "policy/policy.h"
 
 struct netif;
@@ -55,10 +56,12 @@ struct GuestConfig {
   // refused (never sent out directly).
   std::string broker_path;
   std::string instance = "guest";
-  // Read the link through the loop's ring when it can (link.h): one
-  // completion per frame instead of a readiness wake-up, the read, and a
-  // read that finds nothing. Off: receive() on readiness (tests of both).
-  bool link_reads_on_ring = true;
+  // Read and write the link through the loop's ring when it can (link.h):
+  // one completion per frame read instead of a readiness wake-up, the read,
+  // and a read that finds nothing; small frames written with the turn's
+  // wait instead of a writev each (RingWriter). Off: receive() on
+  // readiness and send_frame().
+  bool link_on_ring = true;
 };
 
 struct StackCounters {
@@ -201,6 +204,7 @@ class GuestStack {
   std::unique_ptr<LinkWatcher> link_watcher_;
   std::unique_ptr<LinkReader> ring_reader_;  // set when the link is read on the ring
   std::size_t ring_reads_in_flight_ = 0;
+  std::unique_ptr<RingWriter> ring_writer_;  // set when the link is written on the ring
   EventLoop::Handle link_handle_ = EventLoop::kNoHandle;
   std::uint32_t link_events_ = 0;  // what the link's watch asks for (POLLIN, + POLLOUT)
   tcp_pcb* listener_ = nullptr;

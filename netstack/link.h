@@ -32,6 +32,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -109,6 +110,27 @@ class Link {
   // that ends the link. Sets last_frame_checksum_trusted() as receive() does.
   virtual base::Result<std::size_t, int> finish_ring_receive(int res) {
     return base::Err{res < 0 ? -res : EIO};
+  }
+
+  // Writing through the event loop's ring (optional): for a frame that
+  // passes send_frame()'s checks the link writes its own framing (such as a
+  // vnet header, at most kRingSendHeaderMax bytes) into `header` and returns
+  // its length; the stack then writes header and frame as one write of its
+  // own and hands the result to finish_ring_send(). A frame the checks drop
+  // is counted as send_frame() counts it and gets nullopt. A link that
+  // cannot be written so returns nullopt always (the default) and says so in
+  // ring_send_supported().
+  static constexpr std::size_t kRingSendHeaderMax = 16;
+  virtual bool ring_send_supported() const { return false; }
+  virtual std::optional<std::size_t> ring_send_header(
+      const OutFrame& /*frame*/, std::span<std::uint8_t, kRingSendHeaderMax> /*header*/) {
+    return std::nullopt;
+  }
+  // The write's result (bytes, or -errno) for a frame of frame_size bytes,
+  // counted as send_frame() counts it; an errno that ends the link is
+  // returned (a dropped frame is not an error).
+  virtual base::Result<void, int> finish_ring_send(int res, std::size_t /*frame_size*/) {
+    return res < 0 ? base::Result<void, int>(base::Err{-res}) : base::Result<void, int>();
   }
 
   // True when the frame receive() returned last need not have its TCP/UDP

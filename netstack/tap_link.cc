@@ -554,24 +554,20 @@ base::Result<void, int> TapLink::send(std::span<const std::uint8_t> frame) {
   return send_frame(OutFrame{one});
 }
 
-// One writev: the vnet header (when the tap has one), then the pieces as
-// they are. The checksum offload fields were set by the stack only because
-// tx_checksum_offload() said yes; the kernel checks that they lie inside the
-// frame (and refuses the frame with EINVAL otherwise).
-base::Result<void, int> TapLink::send_frame(const OutFrame& frame) {
+bool TapLink::prepare_send(const OutFrame& frame, std::uint8_t* vnet_header) {
   const std::size_t size = frame.size();
   const bool gso = vnet_ && frame.gso_size != 0;
   if (size > (gso ? kMaxTsoFrame : max_frame_size())) {
     ++counters_.dropped_oversize;
-    return {};
+    return false;
   }
   if (gso && (frame.checksum_offset == 0 || frame.gso_header_size >= size)) {
     ++counters_.dropped_send;  // GSO needs the checksum left partial, and a payload
-    return {};
+    return false;
   }
   if (size < kEthernetHeader) {
     ++counters_.dropped_send;
-    return {};
+    return false;
   }
   VnetHeader header{};
   if (frame.checksum_offset != 0) {
@@ -588,6 +584,31 @@ base::Result<void, int> TapLink::send_frame(const OutFrame& frame) {
     header.gso_size = frame.gso_size;
     header.hdr_len = frame.gso_header_size;
   }
+  std::memcpy(vnet_header, &header, sizeof header);
+  return true;
+}
+
+base::Result<void, int> TapLink::count_send(long res, std::size_t size) {
+  // A tap takes a frame whole or not at all.
+  if (res >= 0) {
+    ++counters_.frames_out;
+    counters_.bytes_out += size;
+    return {};
+  }
+  ++counters_.dropped_send;
+  if (res == -EAGAIN) return Err{EAGAIN};
+  if (res == -EINVAL) return {};  // the kernel refused this frame; the link is fine
+  return Err{static_cast<int>(-res)};
+}
+
+// One writev: the vnet header (when the tap has one), then the pieces as
+// they are. The checksum offload fields were set by the stack only because
+// tx_checksum_offload() said yes; the kernel checks that they lie inside the
+// frame (and refuses the frame with EINVAL otherwise).
+base::Result<void, int> TapLink::send_frame(const OutFrame& frame) {
+  VnetHeader header{};
+  if (!prepare_send(frame, reinterpret_cast<std::uint8_t*>(&header))) return {};
+  const std::size_t size = frame.size();
   std::array<iovec, kMaxSendPieces + 1> iov{};
   std::size_t count = 0;
   if (vnet_) iov[count++] = {&header, sizeof header};
@@ -599,23 +620,21 @@ base::Result<void, int> TapLink::send_frame(const OutFrame& frame) {
     iov[count++] = {gather_.data(), gather_.size()};
   }
   for (;;) {
-    // A tap takes a frame whole or not at all.
-    if (::writev(fd_.get(), iov.data(), static_cast<int>(count)) >= 0) {
-      ++counters_.frames_out;
-      counters_.bytes_out += size;
-      return {};
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN) {
-      ++counters_.dropped_send;
-      return Err{EAGAIN};
-    }
-    if (errno == EINVAL) {  // the kernel refused this frame; the link is fine
-      ++counters_.dropped_send;
-      return {};
-    }
-    return Err{errno};
+    const ssize_t n = ::writev(fd_.get(), iov.data(), static_cast<int>(count));
+    if (n < 0 && errno == EINTR) continue;
+    return count_send(n < 0 ? -errno : n, size);
   }
+}
+
+std::optional<std::size_t> TapLink::ring_send_header(const OutFrame& frame,
+                                                     std::span<std::uint8_t, kRingSendHeaderMax> header) {
+  static_assert(sizeof(VnetHeader) <= kRingSendHeaderMax);
+  if (!prepare_send(frame, header.data())) return std::nullopt;
+  return vnet_ ? sizeof(VnetHeader) : 0;
+}
+
+base::Result<void, int> TapLink::finish_ring_send(int res, std::size_t frame_size) {
+  return count_send(res, frame_size);
 }
 
 }  // namespace abox::netstack

@@ -133,6 +133,12 @@ class TapLink final : public Link {
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override;
   // The same checks and results as send(), for a frame in pieces.
   base::Result<void, int> send_frame(const OutFrame& frame) override;
+  // Ring writes (link.h): the vnet header (10 bytes), or none for a tap
+  // from from_fd(); the same checks and counting as send_frame().
+  bool ring_send_supported() const override { return true; }
+  std::optional<std::size_t> ring_send_header(const OutFrame& frame,
+                                              std::span<std::uint8_t, kRingSendHeaderMax> header) override;
+  base::Result<void, int> finish_ring_send(int res, std::size_t frame_size) override;
   bool last_frame_checksum_trusted() const override { return last_checksum_trusted_; }
   bool tx_checksum_offload() const override { return vnet_; }
   bool tx_tso() const override { return vnet_; }
@@ -157,6 +163,10 @@ class TapLink final : public Link {
   // What a read of n bytes (vnet header included) with `room` for the frame
   // delivered: its length, or 0 when it was dropped and counted.
   std::size_t accept_read(std::size_t n, std::size_t room, const std::uint8_t* vnet_header);
+  // send_frame()'s checks; false: dropped and counted. Fills the vnet header.
+  bool prepare_send(const OutFrame& frame, std::uint8_t* vnet_header);
+  // Counts a write's result (bytes, or -errno) as send_frame() returns it.
+  base::Result<void, int> count_send(long res, std::size_t size);
 
   base::UniqueFd fd_;
   std::size_t mtu_;
