@@ -130,8 +130,8 @@ io_uring_sqe* EventLoop::request(Completion* c, bool done_at_submit) {
 }
 
 void EventLoop::submit_now() {
-  // run_once() enables the ring; nothing can be waiting before.
-  if (!ring_enabled_ || io_uring_sq_ready(&ring_) == 0) return;
+  if (io_uring_sq_ready(&ring_) == 0) return;
+  if (!ring_enabled_) enable_ring({});  // a disabled ring cannot submit (as in sqe())
   io_uring_submit(&ring_);
 }
 
