@@ -1,4 +1,4 @@
-#include "dns/ldns.h"
+#include "tests/support/ldns.h"
 // clang-format on
 
 #include <algorithm>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dns/ldns.h"
+#include "tests/support/ldns.h"
 #include "policy/policy_file.h"
 
 namespace abox::dns {

@@ -1,0 +1,53 @@
+// MessageWriter: appends one DNS message to a vector, with name compression
+// (RFC 1035 section 4.1.4) and a hard size bound.
+//
+// Invariants: the message never grows past 65535 bytes; a write that would
+// is dropped and overflowed() stays true from then on (the caller refuses
+// the message). Compression only points at names written earlier with
+// compress = true, at offsets below 0x4000, and matches suffixes ASCII
+// case-insensitively, as every DNS implementation compares names.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dns/name.h"
+
+namespace abox::dns {
+
+class MessageWriter {
+ public:
+  // Clears `out` and writes into it; `out` must outlive the writer.
+  explicit MessageWriter(std::vector<std::uint8_t>& out);
+
+  void u8(std::uint8_t v);
+  void u16(std::uint16_t v);
+  void u32(std::uint32_t v);
+  void bytes(std::span<const std::uint8_t> b);
+  // `wire` is an uncompressed, well-formed name (a WireName's view). With
+  // compress, its longest suffix already written becomes a pointer, and its
+  // own suffixes become targets for later names.
+  void name(NameView wire, bool compress);
+  // Overwrites two bytes already written (counts, RDLENGTH).
+  void patch_u16(std::size_t at, std::uint16_t v);
+
+  std::size_t size() const { return out_.size(); }
+  bool overflowed() const { return overflowed_; }
+
+ private:
+  bool fits(std::size_t n);
+
+  std::vector<std::uint8_t>& out_;
+  bool overflowed_ = false;
+  // A suffix "label + rest" is known by the offset of "rest" (0 for the
+  // root) and the folded label: the key is those 2 bytes then the label's
+  // length byte and folded bytes. Lookups cost one label each, so a name of
+  // 127 labels costs 127 lookups, not 127 comparisons of 127 suffixes.
+  std::unordered_map<std::string, std::uint16_t> suffixes_;
+};
+
+}  // namespace abox::dns
