@@ -212,8 +212,8 @@ std::optional<Record> read_record(std::span<const std::uint8_t> msg, base::ByteR
 // The OPT record's header fields (RFC 6891 section 6.1.3); its options are
 // hop-by-hop (cookies, padding, client subnet) and are not passed on.
 Opt read_opt(const Record& rr) {
-  return Opt{rr.rclass, static_cast<std::uint8_t>(rr.ttl >> 24), static_cast<std::uint8_t>((rr.ttl >> 16) & 0xFF),
-             static_cast<std::uint16_t>(rr.ttl & 0xFFFF)};
+  return Opt{rr.rclass, static_cast<std::uint8_t>(rr.ttl >> 24),
+             static_cast<std::uint8_t>((rr.ttl >> 16) & 0xFF), static_cast<std::uint16_t>(rr.ttl & 0xFFFF)};
 }
 
 ParseOutcome parse_upstream(std::span<const std::uint8_t> msg, const AskedQuestion& asked, Upstream& up) {
@@ -404,7 +404,8 @@ struct Filtering {
     NameView owner = up.owner(rr);
     const bool on_chain = chain.contains(owner);
     if (is_address) return on_chain ? address(rr) : Fate::strip;
-    if (rr.type == rr_type::DNAME) return on_chain || chain.has_descendant_of(owner) ? Fate::keep : Fate::strip;
+    if (rr.type == rr_type::DNAME)
+      return on_chain || chain.has_descendant_of(owner) ? Fate::keep : Fate::strip;
     return on_chain ? Fate::keep : Fate::strip;
   }
 
@@ -422,7 +423,8 @@ struct Filtering {
 };
 
 // RFC 2308 section 5: a negative answer lives min(SOA TTL, SOA MINIMUM).
-std::optional<std::uint32_t> negative_ttl(std::span<const std::uint8_t> msg, const std::vector<Record>& authority) {
+std::optional<std::uint32_t> negative_ttl(std::span<const std::uint8_t> msg,
+                                          const std::vector<Record>& authority) {
   std::optional<std::uint32_t> best;
   for (const Record& rr : authority) {
     if (rr.type != rr_type::SOA) continue;

@@ -24,7 +24,8 @@ std::string suffix_key(std::uint16_t rest, NameView name, std::size_t label_at) 
   key.reserve(3 + length);
   key.push_back(static_cast<char>(rest >> 8));
   key.push_back(static_cast<char>(rest & 0xFF));
-  for (std::size_t i = label_at; i <= label_at + length; ++i) key.push_back(static_cast<char>(fold_ascii(name[i])));
+  for (std::size_t i = label_at; i <= label_at + length; ++i)
+    key.push_back(static_cast<char>(fold_ascii(name[i])));
   return key;
 }
 

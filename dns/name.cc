@@ -74,8 +74,8 @@ std::string name_to_text(NameView wire) {
     const std::size_t length = wire[at];
     for (std::size_t i = at + 1; i <= at + length && i < wire.size(); ++i) {
       const std::uint8_t c = wire[i];
-      const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                         c == '-' || c == '_';
+      const bool plain =
+          (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
       if (plain) {
         text.push_back(static_cast<char>(c));
       } else if (c == '.' || c == '\\') {

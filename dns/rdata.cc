@@ -44,14 +44,14 @@ constexpr FieldSpec kRest{Field::rest, 0};
 
 constexpr Layout kAddress4{{fixed(4)}, false};
 constexpr Layout kAddress6{{fixed(16)}, false};
-constexpr Layout kOneName{{kName}, true};                      // NS MD MF CNAME MB MG MR PTR
-constexpr Layout kSoa{{kName, kName, fixed(20)}, true};        // serial refresh retry expire minimum
-constexpr Layout kTwoNames{{kName, kName}, true};              // MINFO
-constexpr Layout kPreferenceName{{fixed(2), kName}, true};     // MX
-constexpr Layout kText{{kStrings}, false};                     // TXT
-constexpr Layout kHinfo{{kString, kString}, false};            // CPU, OS
-constexpr Layout kRp{{kName, kName}, false};                   // mailbox, TXT owner
-constexpr Layout kShortName{{fixed(2), kName}, false};         // AFSDB RT
+constexpr Layout kOneName{{kName}, true};                       // NS MD MF CNAME MB MG MR PTR
+constexpr Layout kSoa{{kName, kName, fixed(20)}, true};         // serial refresh retry expire minimum
+constexpr Layout kTwoNames{{kName, kName}, true};               // MINFO
+constexpr Layout kPreferenceName{{fixed(2), kName}, true};      // MX
+constexpr Layout kText{{kStrings}, false};                      // TXT
+constexpr Layout kHinfo{{kString, kString}, false};             // CPU, OS
+constexpr Layout kRp{{kName, kName}, false};                    // mailbox, TXT owner
+constexpr Layout kShortName{{fixed(2), kName}, false};          // AFSDB RT
 constexpr Layout kSignature{{fixed(18), kName, kRest}, false};  // SIG RRSIG: fields, signer, signature
 constexpr Layout kPx{{fixed(2), kName, kName}, false};
 constexpr Layout kNameBitmap{{kName, kRest}, false};  // NXT NSEC
@@ -112,7 +112,8 @@ const Layout* layout_of(std::uint16_t type) {
 // order. False when a field does not fit, or the fields do not end exactly at
 // RDLENGTH.
 template <class OnField>
-bool walk_rdata(std::span<const std::uint8_t> msg, const RdataRef& rd, const Layout& layout, OnField&& on_field) {
+bool walk_rdata(std::span<const std::uint8_t> msg, const RdataRef& rd, const Layout& layout,
+                OnField&& on_field) {
   if (rd.at > msg.size() || rd.length > msg.size() - rd.at) return false;
   const std::size_t end = rd.at + rd.length;
   base::ByteReader r(msg);
@@ -170,7 +171,8 @@ bool walk_rdata(std::span<const std::uint8_t> msg, const RdataRef& rd, const Lay
 bool rdata_well_formed(std::span<const std::uint8_t> msg, const RdataRef& rd) {
   const Layout* layout = layout_of(rd.type);
   if (layout == nullptr) return rd.at <= msg.size() && rd.length <= msg.size() - rd.at;
-  return walk_rdata(msg, rd, *layout, [](const FieldSpec&, std::span<const std::uint8_t>, const WireName*) {});
+  return walk_rdata(msg, rd, *layout,
+                    [](const FieldSpec&, std::span<const std::uint8_t>, const WireName*) {});
 }
 
 void write_rdata(MessageWriter& w, std::span<const std::uint8_t> msg, const RdataRef& rd) {

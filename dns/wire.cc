@@ -59,7 +59,6 @@ constexpr std::uint32_t kEdnsDO = 0x8000;
 constexpr std::size_t kEmptyOptSize = 11;
 constexpr std::size_t kQuestionTail = 4;  // QTYPE, QCLASS
 
-
 // Bytes a label may hold for the name to have a canonical form; the same set
 // policy/name.cc accepts, minus the dot (which would split the label).
 constexpr std::array<bool, 256> make_hostname_table() {
@@ -94,7 +93,8 @@ QueryError query_error(NameError e) {
 // The presentation text of a name without the final dot, into `text`
 // (at most 253 bytes: a wire name of at most 255), and whether every byte is
 // a hostname byte (only then is the text meaningful).
-bool hostname_text(const WireName& name, std::array<char, policy::kMaxNameLength>& text, std::size_t& text_len) {
+bool hostname_text(const WireName& name, std::array<char, policy::kMaxNameLength>& text,
+                   std::size_t& text_len) {
   bool hostname_bytes = true;
   text_len = 0;
   std::size_t at = 0;
