@@ -3,11 +3,12 @@
 
 #include <algorithm>
 
+#include "dns/wire.h"
+
 namespace abox::dns {
 
 namespace {
 
-constexpr std::size_t kHeaderBytes = 12;  // pointers into the header are refused
 constexpr std::uint8_t kLabelTypeMask = 0xC0;
 constexpr std::uint8_t kPointerType = 0xC0;
 constexpr std::uint16_t kPointerOffsetMask = 0x3FFF;
@@ -29,7 +30,7 @@ std::optional<NameError> read_name(base::ByteReader& r, WireName* out) {
       if (!low) return NameError::truncated;
       const std::size_t target = ((std::size_t{*length} << 8) | *low) & kPointerOffsetMask;
       if (++pointers > kMaxNamePointers) return NameError::bad_pointer;
-      if (target < kHeaderBytes || target >= run_start) return NameError::bad_pointer;
+      if (target < kHeaderSize || target >= run_start) return NameError::bad_pointer;
       if (!jumped) {
         resume = r.position();
         jumped = true;

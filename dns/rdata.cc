@@ -9,7 +9,6 @@
 #include <array>
 
 #include "base/byte_reader.h"
-#include "dns/wire.h"
 
 namespace abox::dns {
 
