@@ -1,8 +1,11 @@
-// MessageWriter (see message_writer.h). How a name is compressed: its labels
-// are looked up from the root end, each by (offset of the suffix after it,
-// folded label), until one is missing; the labels before that are written
-// out and the rest becomes one pointer. Each label written out, when it
-// lands below 0x4000, is then recorded under the suffix after it.
+// MessageWriter (see message_writer.h). How a name is compressed: a name
+// written before becomes a pointer to where it starts. Otherwise the hash
+// of each of its suffixes is computed from the root end (each label's hash
+// folds in the hash of the suffix after it); the suffixes are then looked up
+// from the longest, and the first one found (and checked against the bytes
+// at its offset) becomes a pointer, the labels before it are written out.
+// Each label written out, when it lands below 0x4000, is recorded with the
+// hash of the suffix it starts.
 #include "dns/message_writer.h"
 
 #include <array>
@@ -15,24 +18,53 @@ namespace {
 
 constexpr std::size_t kMaxPointerTarget = 0x3FFF;
 constexpr std::uint16_t kPointerBits = 0xC000;
-constexpr std::uint16_t kRootSuffix = 0;  // no name starts at offset 0 (the header)
+constexpr std::uint8_t kPointerTag = 0xC0;
 constexpr std::size_t kMaxLabels = kMaxWireName / 2;
+// Failed checks of hash hits per name before it is written out whole: hits
+// that do not check out are collisions, which someone may have made on
+// purpose; each check reads up to 255 bytes.
+constexpr int kMaxFailedChecks = 4;
 
-std::string suffix_key(std::uint16_t rest, NameView name, std::size_t label_at) {
+// FNV-1a over the folded label (length byte included), seeded with the hash
+// of the suffix after it, then a final mix so that the buckets spread.
+std::uint64_t label_hash(std::uint64_t rest, NameView name, std::size_t label_at) {
+  constexpr std::uint64_t kPrime = 0x100000001B3;
+  std::uint64_t h = rest ^ 0xCBF29CE484222325;
   const std::size_t length = name[label_at];
-  std::string key;
-  key.reserve(3 + length);
-  key.push_back(static_cast<char>(rest >> 8));
-  key.push_back(static_cast<char>(rest & 0xFF));
-  for (std::size_t i = label_at; i <= label_at + length; ++i)
-    key.push_back(static_cast<char>(fold_ascii(name[i])));
-  return key;
+  for (std::size_t i = label_at; i <= label_at + length; ++i) h = (h ^ fold_ascii(name[i])) * kPrime;
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCD;
+  h ^= h >> 33;
+  return h;
 }
 
 }  // namespace
 
 MessageWriter::MessageWriter(std::vector<std::uint8_t>& out) : out_(out) {
   out_.clear();
+}
+
+bool MessageWriter::holds_at(std::size_t offset, NameView suffix) const {
+  std::size_t at = offset;
+  std::size_t i = 0;
+  // Our own names only point backwards, but the walk is bounded regardless.
+  for (std::size_t steps = 0; steps <= kMaxLabels + kMaxLabels; ++steps) {
+    if (at >= out_.size() || i >= suffix.size()) return false;
+    const std::uint8_t length = out_[at];
+    if ((length & kPointerTag) == kPointerTag) {
+      if (at + 1 >= out_.size()) return false;
+      at = (std::size_t{length & 0x3Fu} << 8) | out_[at + 1];
+      continue;
+    }
+    if (length != suffix[i]) return false;
+    if (length == 0) return i + 1 == suffix.size();
+    if (at + 1 + length > out_.size() || i + 1 + length > suffix.size()) return false;
+    for (std::size_t k = 1; k <= length; ++k)
+      if (fold_ascii(out_[at + k]) != fold_ascii(suffix[i + k])) return false;
+    at += 1 + length;
+    i += 1 + length;
+  }
+  return false;
 }
 
 bool MessageWriter::fits(std::size_t n) {
@@ -74,43 +106,53 @@ void MessageWriter::name(NameView wire, bool compress) {
     bytes(wire);
     return;
   }
-  // Where each label starts; the root label ends the list.
+  std::string folded(wire.size(), '\0');
+  for (std::size_t i = 0; i < wire.size(); ++i) folded[i] = static_cast<char>(fold_ascii(wire[i]));
+  if (auto it = names_.find(folded); it != names_.end()) {
+    u16(static_cast<std::uint16_t>(kPointerBits | it->second));
+    return;
+  }
+  // Where each label starts, and the hash of the suffix it starts.
   std::array<std::size_t, kMaxLabels + 1> starts{};
+  std::array<std::uint64_t, kMaxLabels + 1> hashes{};
   std::size_t labels = 0;
   for (std::size_t at = 0; at < wire.size() && wire[at] != 0 && labels < starts.size(); at += 1 + wire[at])
     starts[labels++] = at;
+  std::uint64_t rest = 0;  // the root's
+  for (std::size_t i = labels; i-- > 0;) {
+    hashes[i] = label_hash(rest, wire, starts[i]);
+    rest = hashes[i];
+  }
 
   // The longest suffix already written: labels [kept, labels) are found.
   std::size_t kept = labels;
-  std::uint16_t rest = kRootSuffix;
-  while (kept > 0) {
-    auto it = suffixes_.find(suffix_key(rest, wire, starts[kept - 1]));
-    if (it == suffixes_.end()) break;
-    rest = it->second;
-    --kept;
+  std::size_t target = 0;
+  int failed = 0;
+  for (std::size_t i = 0; i < labels && failed < kMaxFailedChecks; ++i) {
+    auto it = suffixes_.find(hashes[i]);
+    if (it == suffixes_.end()) continue;
+    if (!holds_at(it->second, wire.subspan(starts[i]))) {
+      ++failed;
+      continue;
+    }
+    kept = i;
+    target = it->second;
+    break;
   }
 
-  // Labels [0, kept) are written out; their offsets are recorded afterwards,
-  // from the root end, since each key needs the offset of the suffix after it.
-  std::array<std::size_t, kMaxLabels + 1> offsets{};
+  const std::size_t start = kept > 0 ? out_.size() : target;
   for (std::size_t i = 0; i < kept; ++i) {
-    offsets[i] = out_.size();
-    const std::size_t length = wire[starts[i]];
-    bytes(wire.subspan(starts[i], 1 + length));
+    const std::size_t offset = out_.size();
+    bytes(wire.subspan(starts[i], 1 + std::size_t{wire[starts[i]]}));
+    if (!overflowed_ && offset <= kMaxPointerTarget)
+      suffixes_.emplace(hashes[i], static_cast<std::uint16_t>(offset));
   }
+  if (labels > 0 && !overflowed_ && start <= kMaxPointerTarget)
+    names_.emplace(std::move(folded), static_cast<std::uint16_t>(start));
   if (kept == labels)
     u8(0);  // nothing of it was written before: ends with the root label
   else
-    u16(static_cast<std::uint16_t>(kPointerBits | rest));
-  if (overflowed_) return;
-  for (std::size_t i = kept; i-- > 0;) {
-    // Past 0x3FFF no pointer reaches it; lookups stop there, so the labels
-    // before it are not recorded either.
-    if (offsets[i] > kMaxPointerTarget) break;
-    const auto offset = static_cast<std::uint16_t>(offsets[i]);
-    suffixes_.emplace(suffix_key(rest, wire, starts[i]), offset);
-    rest = offset;
-  }
+    u16(static_cast<std::uint16_t>(kPointerBits | target));
 }
 
 }  // namespace abox::dns

@@ -40,14 +40,22 @@ class MessageWriter {
 
  private:
   bool fits(std::size_t n);
+  // Does the message hold, at `offset`, the name `suffix` (compared ASCII
+  // case-insensitively)? A hash hit is checked with this, never trusted.
+  bool holds_at(std::size_t offset, NameView suffix) const;
 
   std::vector<std::uint8_t>& out_;
   bool overflowed_ = false;
-  // A suffix "label + rest" is known by the offset of "rest" (0 for the
-  // root) and the folded label: the key is those 2 bytes then the label's
-  // length byte and folded bytes. Lookups cost one label each, so a name of
-  // 127 labels costs 127 lookups, not 127 comparisons of 127 suffixes.
-  std::unordered_map<std::string, std::uint16_t> suffixes_;
+  // Every suffix written so far, by a hash of its folded wire form, and the
+  // offset it starts at. The hashes of all suffixes of a name come from one
+  // pass over it (root end first), and lookups go from the longest suffix,
+  // so a name seen before costs one lookup and a new label before a known
+  // name two. A hash collision only costs compression: after a few failed
+  // checks the name is written out.
+  std::unordered_map<std::uint64_t, std::uint16_t> suffixes_;
+  // Whole names written before, folded, and where they start: the usual
+  // case (an owner named again) costs one string hash and one comparison.
+  std::unordered_map<std::string, std::uint16_t> names_;
 };
 
 }  // namespace abox::dns

@@ -108,9 +108,9 @@ const Layout* layout_of(std::uint16_t type) {
 }
 
 // Walks rd's fields; on_field(spec, bytes or name) is called for each, in
-// order. False when a field does not fit, or the fields do not end exactly at
-// RDLENGTH.
-template <class OnField>
+// order (the name is only filled in with kCopyNames). False when a field does
+// not fit, or the fields do not end exactly at RDLENGTH.
+template <bool kCopyNames, class OnField>
 bool walk_rdata(std::span<const std::uint8_t> msg, const RdataRef& rd, const Layout& layout,
                 OnField&& on_field) {
   if (rd.at > msg.size() || rd.length > msg.size() - rd.at) return false;
@@ -134,8 +134,9 @@ bool walk_rdata(std::span<const std::uint8_t> msg, const RdataRef& rd, const Lay
       case Field::name: {
         WireName n;
         // A name may run past `end` inside the message before this notices;
-        // it is still read within the message's bounds, then refused.
-        if (read_name(r, &n) || r.position() > end) return false;
+        // it is still read within the message's bounds, then refused. It is
+        // copied out only for a caller that uses it.
+        if (read_name(r, kCopyNames ? &n : nullptr) || r.position() > end) return false;
         on_field(f, std::span<const std::uint8_t>{}, &n);
         break;
       }
@@ -170,8 +171,8 @@ bool walk_rdata(std::span<const std::uint8_t> msg, const RdataRef& rd, const Lay
 bool rdata_well_formed(std::span<const std::uint8_t> msg, const RdataRef& rd) {
   const Layout* layout = layout_of(rd.type);
   if (layout == nullptr) return rd.at <= msg.size() && rd.length <= msg.size() - rd.at;
-  return walk_rdata(msg, rd, *layout,
-                    [](const FieldSpec&, std::span<const std::uint8_t>, const WireName*) {});
+  return walk_rdata<false>(msg, rd, *layout,
+                           [](const FieldSpec&, std::span<const std::uint8_t>, const WireName*) {});
 }
 
 void write_rdata(MessageWriter& w, std::span<const std::uint8_t> msg, const RdataRef& rd) {
@@ -181,13 +182,13 @@ void write_rdata(MessageWriter& w, std::span<const std::uint8_t> msg, const Rdat
   if (layout == nullptr) {
     w.bytes(msg.subspan(rd.at, rd.length));  // checked by rdata_well_formed
   } else {
-    (void)walk_rdata(msg, rd, *layout,
-                     [&](const FieldSpec&, std::span<const std::uint8_t> b, const WireName* name) {
-                       if (name != nullptr)
-                         w.name(name->view(), layout->compress);
-                       else
-                         w.bytes(b);
-                     });
+    (void)walk_rdata<true>(msg, rd, *layout,
+                           [&](const FieldSpec&, std::span<const std::uint8_t> b, const WireName* name) {
+                             if (name != nullptr)
+                               w.name(name->view(), layout->compress);
+                             else
+                               w.bytes(b);
+                           });
   }
   if (w.overflowed()) return;
   // At most 65535 - 12: the whole message is bounded by the writer.
