@@ -314,28 +314,29 @@ std::uint16_t rrsig_covers(std::span<const std::uint8_t> msg, const Record& rr) 
 
 // Follows CNAMEs, then DNAMEs, from the question name through the answer
 // section. A DNAME step is synthesized (RFC 6672) only when the upstream sent
-// no CNAME for that name, as old servers do. `targets` holds each answer
-// record's CNAME/DNAME target, read once.
-Chain follow_chain(const Upstream& up, const std::vector<std::optional<WireName>>& targets) {
+// no CNAME for that name, as old servers do. A target is read from the
+// message only for the record that extends the chain: at most two per hop.
+Chain follow_chain(std::span<const std::uint8_t> msg, const Upstream& up) {
   const auto& answer = up.sections[static_cast<std::size_t>(Section::answer)];
   Chain chain(up.qname.view());
   for (int hop = 0; hop < kMaxChainHops; ++hop) {
     const Name& current = chain.last();
     std::optional<Name> next;
-    for (std::size_t i = 0; i < answer.size(); ++i) {
-      const Record& rr = answer[i];
+    for (const Record& rr : answer) {
       if (rr.type != rr_type::CNAME || rr.rclass != up.qclass) continue;
       if (!names_equal(up.owner(rr), current)) continue;
-      if (targets[i]) next.emplace(targets[i]->view().begin(), targets[i]->view().end());
+      if (auto target = rdata_first_name(msg, rr.rdata))
+        next.emplace(target->view().begin(), target->view().end());
       break;  // several CNAMEs at one name is malformed: the first one counts
     }
     if (!next) {
-      for (std::size_t i = 0; i < answer.size(); ++i) {
-        const Record& rr = answer[i];
-        if (rr.type != rr_type::DNAME || rr.rclass != up.qclass || !targets[i]) continue;
-        NameView target = targets[i]->view();
+      for (const Record& rr : answer) {
+        if (rr.type != rr_type::DNAME || rr.rclass != up.qclass) continue;
         auto cut = suffix_offset(current, up.owner(rr));
         if (!cut) continue;
+        const std::optional<WireName> read = rdata_first_name(msg, rr.rdata);
+        if (!read) continue;  // cannot happen: the record's RDATA was checked
+        NameView target = read->view();
         if (*cut + target.size() > kMaxWireName) break;  // YXDOMAIN: the chain ends
         Name synthesized(current.begin(), current.begin() + static_cast<std::ptrdiff_t>(*cut));
         synthesized.insert(synthesized.end(), target.begin(), target.end());
@@ -470,13 +471,7 @@ base::Result<FilteredAnswer, FilterError> filter_upstream_answer(std::span<const
   const unsigned full_rcode = (up.opt ? unsigned{up.opt->extended_rcode} << 4 : 0u) | h.rcode();
   out.rcode = full_rcode <= 0xFF ? static_cast<std::uint8_t>(full_rcode) : rcode::SERVFAIL;
 
-  const auto& answer = up.sections[static_cast<std::size_t>(Section::answer)];
-  std::vector<std::optional<WireName>> targets(answer.size());
-  for (std::size_t i = 0; i < answer.size(); ++i) {
-    if (answer[i].type == rr_type::CNAME || answer[i].type == rr_type::DNAME)
-      targets[i] = rdata_first_name(msg, answer[i].rdata);
-  }
-  const Chain chain = follow_chain(up, targets);
+  const Chain chain = follow_chain(msg, up);
   Filtering f{msg, up, policy, chain, out, {}, {}};
 
   // Fates per record, same layout as up.sections. RRSIGs are decided in a

@@ -8,7 +8,10 @@
 // hash of the suffix it starts.
 #include "dns/message_writer.h"
 
+#include <algorithm>
 #include <array>
+#include <functional>
+#include <string_view>
 
 #include "dns/wire.h"
 
@@ -45,6 +48,11 @@ MessageWriter::MessageWriter(std::vector<std::uint8_t>& out) : out_(out) {
 }
 
 bool MessageWriter::holds_at(std::size_t offset, NameView suffix) const {
+  // The usual case: the name was written out there, in the same case. Equal
+  // bytes read as the same name, so one comparison settles it.
+  if (offset <= out_.size() && suffix.size() <= out_.size() - offset &&
+      std::equal(suffix.begin(), suffix.end(), out_.begin() + static_cast<std::ptrdiff_t>(offset)))
+    return true;
   std::size_t at = offset;
   std::size_t i = 0;
   // Our own names only point backwards, but the walk is bounded regardless.
@@ -106,9 +114,11 @@ void MessageWriter::name(NameView wire, bool compress) {
     bytes(wire);
     return;
   }
-  std::string folded(wire.size(), '\0');
-  for (std::size_t i = 0; i < wire.size(); ++i) folded[i] = static_cast<char>(fold_ascii(wire[i]));
-  if (auto it = names_.find(folded); it != names_.end()) {
+  std::array<char, kMaxWireName> folded{};
+  const std::size_t size = std::min(wire.size(), folded.size());
+  for (std::size_t i = 0; i < size; ++i) folded[i] = static_cast<char>(fold_ascii(wire[i]));
+  const std::uint64_t whole = std::hash<std::string_view>{}(std::string_view(folded.data(), size));
+  if (auto it = names_.find(whole); it != names_.end() && holds_at(it->second, wire)) {
     u16(static_cast<std::uint16_t>(kPointerBits | it->second));
     return;
   }
@@ -148,7 +158,7 @@ void MessageWriter::name(NameView wire, bool compress) {
       suffixes_.emplace(hashes[i], static_cast<std::uint16_t>(offset));
   }
   if (labels > 0 && !overflowed_ && start <= kMaxPointerTarget)
-    names_.emplace(std::move(folded), static_cast<std::uint16_t>(start));
+    names_.emplace(whole, static_cast<std::uint16_t>(start));
   if (kept == labels)
     u8(0);  // nothing of it was written before: ends with the root label
   else

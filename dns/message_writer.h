@@ -11,7 +11,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -53,9 +52,10 @@ class MessageWriter {
   // name two. A hash collision only costs compression: after a few failed
   // checks the name is written out.
   std::unordered_map<std::uint64_t, std::uint16_t> suffixes_;
-  // Whole names written before, folded, and where they start: the usual
-  // case (an owner named again) costs one string hash and one comparison.
-  std::unordered_map<std::string, std::uint16_t> names_;
+  // Whole names written before, by a hash of their folded wire form, and
+  // where they start: the usual case (an owner named again) costs one hash
+  // and one check. 16 bytes or so per name, whatever its length.
+  std::unordered_map<std::uint64_t, std::uint16_t> names_;
 };
 
 }  // namespace abox::dns
