@@ -4,8 +4,9 @@
 // or returns the cut-down answer. It owns nothing between calls. Limits: the
 // message is at most 65535 bytes, and every record takes at least 11 of
 // them, so no count can make it do more than ~6000 records' work; what it
-// allocates is the records' index (40 bytes each) and their owner names
-// (at most 255 bytes each, ~1.5 MiB for the worst 64 KiB message).
+// allocates is the records' index (40 bytes each), their owner names (at
+// most 255 bytes each, ~1.5 MiB for the worst 64 KiB message), and the
+// writer's compression table (a few dozen bytes per name written).
 //
 //   1. Header, read with base::ByteReader: QR set, opcode QUERY, our ID, one
 //      question. These are cheap, so a message that is not ours costs no
