@@ -1,8 +1,9 @@
 // The upstream answer filter: what an upstream resolver says is checked and
 // cut down before the guest sees it or the AnswerTable learns from it.
 //
-// Parsed with ldns (its types stay in answer_filter.cc). For an answer to
-// the question (name, type) the gate asked:
+// Parsed by our own code, every read bounds-checked (dns/name.h for names,
+// dns/rdata.h for which RDATA is read and how; see answer_filter.cc for the
+// limits). For an answer to the question (name, type) the gate asked:
 //   - it must be a response with our ID and exactly our question (name
 //     compared case-insensitively), else it is not ours and is ignored;
 //   - in the answer section, the CNAME chain from the asked name is followed
@@ -19,7 +20,8 @@
 //   - every remaining TTL is clamped to [min_ttl, max_ttl] so the guest never
 //     caches an answer longer than the gate remembers it.
 // The result is re-encoded (with compression) for the guest; its ID is 0 and
-// is patched per guest by the caller.
+// is patched per guest by the caller. An upstream OPT becomes ours: UDP size
+// kMaxAdvertisedUdpSize, DO and the extended RCODE kept, no options.
 #pragma once
 
 #include <cstdint>
@@ -66,7 +68,7 @@ struct FilteredAnswer {
 };
 
 enum class FilterError : std::uint8_t {
-  unparsable,         // ldns could not parse it
+  unparsable,         // not a well-formed message (names, counts, RDATA shapes)
   not_a_response,     // QR bit clear
   id_mismatch,        // not the ID we sent
   question_mismatch,  // not exactly our question

@@ -2,26 +2,24 @@
 //
 // parse_query() runs on every datagram (or TCP message) the guest sends to
 // the gate, so it reads once, front to back, through one base::ByteReader and
-// fills a fixed-size Query: no allocation, no second pass. Its checks, in
-// order: a 12-byte header; QR clear; QDCOUNT 1; ANCOUNT and NSCOUNT 0 and
-// ARCOUNT at most 1; the question name (read_name below); QTYPE and QCLASS;
-// the optional OPT (owner ".", type 41, options that exactly fill RDLENGTH);
-// and no byte after it. The first failure is the one reported.
+// fills a fixed-size Query: no allocation. Its checks, in order: a 12-byte
+// header; QR clear; QDCOUNT 1; ANCOUNT and NSCOUNT 0 and ARCOUNT at most 1;
+// the question name; QTYPE and QCLASS; the optional OPT (owner ".", type 41,
+// options that exactly fill RDLENGTH); and no byte after it. The first
+// failure is the one reported.
 //
-// Names (read_name): labels of 1..63 bytes, at most 255 bytes in wire form
-// (253 in presentation form), label types 0x40 and 0x80 refused. A
-// compression pointer must land after the header and strictly before the
-// start of the run of labels it ends (for the first pointer, where the name
-// began; after that, where the previous pointer landed). Targets therefore
-// strictly decrease, which rules out loops on its own; the cap of 16 pointers
-// bounds the work per name on top of that. In a query the name starts right
-// after the header, so any pointer in it is refused.
+// Names are read by dns/name.h (shared with the answer filter): labels of
+// 1..63 bytes, at most 255 bytes in wire form (253 in presentation form),
+// label types 0x40 and 0x80 refused, compression pointers only strictly
+// backwards and at most 16 per name. In a query the name starts right after
+// the header, so any pointer in it is refused.
 //
 // A name's canonical form is computed from its presentation text, built in a
-// stack buffer while reading. A label holding a byte outside [A-Za-z0-9_-]
-// (a '.', a NUL, a space, a byte >= 0x80) is well-formed DNS but has no
-// canonical form: the text "a.b" could not tell the label "a.b" apart from
-// the labels "a" and "b", so such names are never handed to CanonicalName.
+// stack buffer from the name read. A label holding a byte outside
+// [A-Za-z0-9_-] (a '.', a NUL, a space, a byte >= 0x80) is well-formed DNS
+// but has no canonical form: the text "a.b" could not tell the label "a.b"
+// apart from the labels "a" and "b", so such names are never handed to
+// CanonicalName.
 //
 // The builders write into the caller's vector: clear, reserve the exact
 // size once, append. find_ttl_offsets() walks every record of a message with
@@ -34,6 +32,7 @@
 #include <cstdlib>
 
 #include "base/byte_reader.h"
+#include "dns/name.h"
 
 namespace abox::dns {
 
@@ -60,12 +59,6 @@ constexpr std::uint32_t kEdnsDO = 0x8000;
 constexpr std::size_t kEmptyOptSize = 11;
 constexpr std::size_t kQuestionTail = 4;  // QTYPE, QCLASS
 
-constexpr std::size_t kMaxWireName = 255;  // RFC 1035 section 2.3.4
-constexpr int kMaxPointers = 16;
-constexpr std::uint8_t kLabelTypeMask = 0xC0;
-constexpr std::uint8_t kPointerType = 0xC0;
-constexpr std::uint16_t kPointerOffsetMask = 0x3FFF;
-
 // Bytes a label may hold for the name to have a canonical form; the same set
 // policy/name.cc accepts, minus the dot (which would split the label).
 constexpr std::array<bool, 256> make_hostname_table() {
@@ -84,72 +77,37 @@ constexpr std::array<bool, 256> kHostnameByte = make_hostname_table();
   std::abort();
 }
 
-// A name copied out of a message: uncompressed wire form (always) and its
-// presentation text without the final dot (valid only when hostname_bytes).
-struct NameCopy {
-  std::array<std::uint8_t, kMaxWireName> wire{};
-  std::size_t wire_len = 0;
-  std::array<char, policy::kMaxNameLength> text{};
-  std::size_t text_len = 0;
-  bool hostname_bytes = true;
-};
+// What a name read error means for a query.
+QueryError query_error(NameError e) {
+  switch (e) {
+    case NameError::truncated:
+      return QueryError::too_short;
+    case NameError::bad_label:
+      return QueryError::bad_name;
+    case NameError::bad_pointer:
+      return QueryError::compression_loop;
+  }
+  return QueryError::bad_name;
+}
 
-// Reads one name at the reader's cursor, leaving the cursor just past the
-// name as it appears in place (after its first pointer, if any). With `copy`
-// null the name is only checked; find_ttl_offsets needs nothing more.
-// Checks: label types, label and name lengths (before any byte is copied, so
-// the copy is bounded by the arrays), and the pointer rules in the file
-// comment.
-std::optional<QueryError> read_name(ByteReader& r, NameCopy* copy) {
-  std::size_t run_start = r.position();  // where the current run of labels began
-  std::size_t resume = 0;                // where the cursor goes once the name ends
-  bool jumped = false;
-  int pointers = 0;
-  std::size_t wire_len = 0;  // without the root label
-  for (;;) {
-    auto length = r.u8();
-    if (!length) return QueryError::too_short;
-    const std::uint8_t type = *length & kLabelTypeMask;
-    if (type == kPointerType) {
-      auto low = r.u8();
-      if (!low) return QueryError::too_short;
-      const std::size_t target = ((std::size_t{*length} << 8) | *low) & kPointerOffsetMask;
-      if (++pointers > kMaxPointers) return QueryError::compression_loop;
-      if (target < kHeaderSize || target >= run_start) return QueryError::compression_loop;
-      if (!jumped) {
-        resume = r.position();
-        jumped = true;
-      }
-      // target < run_start <= size(), so the seek cannot fail.
-      if (!r.seek(target)) return QueryError::too_short;
-      run_start = target;
-      continue;
+// The presentation text of a name without the final dot, into `text`
+// (at most 253 bytes: a wire name of at most 255), and whether every byte is
+// a hostname byte (only then is the text meaningful).
+bool hostname_text(const WireName& name, std::array<char, policy::kMaxNameLength>& text,
+                   std::size_t& text_len) {
+  bool hostname_bytes = true;
+  text_len = 0;
+  std::size_t at = 0;
+  while (at < name.size && name.bytes[at] != 0) {
+    const std::size_t length = name.bytes[at];
+    if (text_len != 0) text[text_len++] = '.';
+    for (std::size_t i = at + 1; i <= at + length; ++i) {
+      hostname_bytes = hostname_bytes && kHostnameByte[name.bytes[i]];
+      text[text_len++] = static_cast<char>(name.bytes[i]);
     }
-    if (type != 0) return QueryError::bad_name;  // 0x40 (extended) and 0x80: undefined or obsolete
-    if (*length == 0) break;
-    if (*length > policy::kMaxLabelLength) return QueryError::bad_name;
-    // This label's length byte and bytes, plus the root label still to come.
-    if (wire_len + 1 + *length + 1 > kMaxWireName) return QueryError::bad_name;
-    auto label = r.bytes(*length);
-    if (!label) return QueryError::too_short;
-    if (copy != nullptr) {
-      copy->wire[wire_len] = *length;
-      std::copy(label->begin(), label->end(), copy->wire.begin() + static_cast<std::ptrdiff_t>(wire_len + 1));
-      // wire_len + 1 + length <= 254, so the text (one byte shorter) fits 253.
-      if (copy->text_len != 0) copy->text[copy->text_len++] = '.';
-      for (std::uint8_t byte : *label) {
-        copy->hostname_bytes = copy->hostname_bytes && kHostnameByte[byte];
-        copy->text[copy->text_len++] = static_cast<char>(byte);
-      }
-    }
-    wire_len += 1 + *length;
+    at += 1 + length;
   }
-  if (copy != nullptr) {
-    copy->wire[wire_len] = 0;
-    copy->wire_len = wire_len + 1;
-  }
-  if (jumped && !r.seek(resume)) return QueryError::too_short;
-  return std::nullopt;
+  return hostname_bytes;
 }
 
 // The OPT record after the question: the reader is at its owner name. Its
@@ -300,16 +258,15 @@ base::Result<Query, QueryError> parse_query(std::span<const std::uint8_t> msg) {
   q.recursion_desired = (*flags & kFlagRD) != 0;
   q.checking_disabled = (*flags & kFlagCD) != 0;
 
-  NameCopy name;
-  if (auto e = read_name(r, &name)) return Err{*e};
+  WireName name;
+  if (auto e = read_name(r, &name)) return Err{query_error(*e)};
   auto qtype = r.u16be();
   auto qclass = r.u16be();
   if (!qtype || !qclass) return Err{QueryError::too_short};
   q.qtype = *qtype;
   q.qclass = *qclass;
-  std::copy(name.wire.begin(), name.wire.begin() + static_cast<std::ptrdiff_t>(name.wire_len),
-            q.qname_wire.begin());
-  q.qname_wire_len = static_cast<std::uint8_t>(name.wire_len);  // <= 255 by read_name
+  std::copy(name.bytes.begin(), name.bytes.begin() + name.size, q.qname_wire.begin());
+  q.qname_wire_len = name.size;  // <= 255 by read_name
 
   if (*arcount == 1) {
     if (auto e = read_opt(r, q)) return Err{*e};
@@ -318,8 +275,10 @@ base::Result<Query, QueryError> parse_query(std::span<const std::uint8_t> msg) {
 
   // Only names of hostname bytes reach CanonicalName (see the file comment).
   // It can still refuse one: the root name has empty text.
-  if (name.hostname_bytes) {
-    auto canonical = policy::CanonicalName::from(std::string_view(name.text.data(), name.text_len));
+  std::array<char, policy::kMaxNameLength> text{};
+  std::size_t text_len = 0;
+  if (hostname_text(name, text, text_len)) {
+    auto canonical = policy::CanonicalName::from(std::string_view(text.data(), text_len));
     if (canonical) {
       q.canonical_ok = true;
       q.name = *canonical;

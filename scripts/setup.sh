@@ -18,7 +18,8 @@ cache="$root/.cache"
 build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   clang libclang-rt-14-dev clang-format clang-tidy
-  liburing-dev libldns-dev android-libboringssl-dev
+  liburing-dev android-libboringssl-dev
+  libldns-dev  # tests and the dns_answer fuzz target only: an independent DNS decoder
   libnl-3-dev libnl-route-3-dev libboost1.81-dev libseccomp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev
   dpkg-dev
@@ -37,8 +38,8 @@ need_cmds() {
   cat >&2 <<MSG
 abox's setup script knows Debian 12 (bookworm) only. On this machine, install
 by hand: a C++20 compiler (g++ 12 or clang 14+), CMake 3.25+, Ninja, liburing,
-ldns, BoringSSL, libnl-3 and libnl-route-3, libseccomp, Boost 1.81 headers, GoogleTest,
-Google Benchmark, toml++ 3, clang-format 14, and lwIP 2.1.3's source unpacked
+BoringSSL, libnl-3 and libnl-route-3, libseccomp, Boost 1.81 headers, GoogleTest,
+Google Benchmark, toml++ 3, clang-format 14, ldns (tests only), and lwIP 2.1.3's source unpacked
 at $cache/lwip/src (with src/core/tcp.c inside). For the tests also: unbound,
 nsd, dnsmasq, dig, drill, dnsperf, nginx, curl, wrk, iperf3, socat, tcpdump, pasta,
 slirp4netns, scapy and qemu-system-x86.

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "dns/ldns.h"
 #include "policy/policy_file.h"
+#include "tests/support/ldns.h"
 
 namespace abox::dns {
 namespace {

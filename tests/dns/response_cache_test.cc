@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dns/ldns.h"
+#include "tests/support/ldns.h"
 
 namespace abox::dns {
 namespace {

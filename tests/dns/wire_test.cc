@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "dns/ldns.h"
+#include "tests/support/ldns.h"
 
 namespace abox::dns {
 namespace {
