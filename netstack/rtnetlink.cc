@@ -38,6 +38,8 @@ constexpr std::size_t kReceiveBytes = 32 * 1024;
 // Datagrams read for one request before giving up: the kernel answers each
 // request with one or two, so more means the socket is not what we think.
 constexpr int kMaxDatagramsPerRequest = 64;
+// The largest errno the kernel has (MAX_ERRNO in <linux/err.h>).
+constexpr int kMaxErrno = 4095;
 
 }  // namespace
 
@@ -111,7 +113,9 @@ Answer read_answer(std::span<const std::uint8_t> datagram, std::uint32_t seq) {
         a.kind = Answer::Kind::kAck;
       } else {
         a.kind = Answer::Kind::kError;
-        a.error = *code < 0 ? -*code : EPROTO;  // the kernel sends -errno; anything else is not
+        // The kernel sends -errno, and errno values stop at 4095 (MAX_ERRNO);
+        // anything else is not an errno (and -INT_MIN would overflow).
+        a.error = *code < 0 && *code >= -kMaxErrno ? -*code : EPROTO;
       }
       return a;
     }

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -122,12 +123,19 @@ TEST(RtnetlinkReadAnswer, LengthsThatDoNotAddUpAreMalformed) {
   EXPECT_EQ(read_answer(torn_first, 1).kind, Answer::Kind::kMalformed);
 }
 
-TEST(RtnetlinkReadAnswer, APositiveErrorCodeIsAProtocolError) {
-  Bytes d;
-  add_message(d, NLMSG_ERROR, 1, error_payload(5));
-  const Answer a = read_answer(d, 1);
-  EXPECT_EQ(a.kind, Answer::Kind::kError);
-  EXPECT_EQ(a.error, EPROTO);
+TEST(RtnetlinkReadAnswer, ACodeThatIsNoErrnoIsAProtocolError) {
+  // Positive, past MAX_ERRNO, and INT_MIN (whose negation would overflow:
+  // found by the rtnetlink_answer fuzz target).
+  for (const int code : {5, -4096, std::numeric_limits<int>::min()}) {
+    Bytes d;
+    add_message(d, NLMSG_ERROR, 1, error_payload(code));
+    const Answer a = read_answer(d, 1);
+    EXPECT_EQ(a.kind, Answer::Kind::kError) << code;
+    EXPECT_EQ(a.error, EPROTO) << code;
+  }
+  Bytes largest;
+  add_message(largest, NLMSG_ERROR, 1, error_payload(-4095));
+  EXPECT_EQ(read_answer(largest, 1).error, 4095);
 }
 
 TEST(RtnetlinkReadAnswer, EveryTruncationOfAGoodReplyIsSafe) {
