@@ -185,6 +185,9 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
                           }});
   loop_.add_turn_hook([this] {
     reap();
+    // A link that batches (a stream socket) writes what this turn sent in
+    // one go; what the socket cannot take yet waits for POLLOUT.
+    if (link_alive_ && link_.output_pending()) flush_link();
     watch_link_output();
   });
   next_sweep_ = loop_.now() + base::Seconds(1);
@@ -485,6 +488,38 @@ void GuestStack::bound_time_wait() {
   for (tcp_pcb* pcb = keep_last->next; pcb != nullptr; pcb = pcb->next) sweep_time_wait_.push_back(pcb);
   for (tcp_pcb* pcb : sweep_time_wait_) tcp_abort(pcb);
   counters_.time_wait_dropped += sweep_time_wait_.size();
+}
+
+// Counted by walking rather than at each transition: a flow changes state
+// on many paths (abort, guest reset, deadlines, deferred retirement), and a
+// gauge kept by hand on each would drift the day one path forgets; the walk
+// cannot. The stats are read by a person or a script, a few times a second
+// at most, and the tables are bounded.
+FlowGauges GuestStack::flow_gauges() const {
+  FlowGauges g;
+  for (const auto& [_, flow] : tcp_flows_) {
+    switch (flow->phase()) {
+      case TcpFlow::Phase::peeking:
+        ++g.tcp_peeking;
+        break;
+      case TcpFlow::Phase::connecting:
+        ++g.tcp_connecting;
+        break;
+      case TcpFlow::Phase::open:
+        ++g.tcp_open;
+        break;
+      case TcpFlow::Phase::closing:
+        ++g.tcp_closing;
+        break;
+      case TcpFlow::Phase::brokered:
+        ++g.tcp_brokered;
+        break;
+    }
+  }
+  g.tcp_half_open = half_open_now();
+  for (tcp_pcb* pcb = tcp_tw_pcbs; pcb != nullptr; pcb = pcb->next) ++g.tcp_time_wait;
+  g.udp_open = udp_flows_.size();
+  return g;
 }
 
 std::size_t GuestStack::half_open_now() const {

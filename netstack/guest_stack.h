@@ -80,6 +80,22 @@ struct StackCounters {
   std::uint64_t dhcp_malformed = 0;  // UDP to port 67 that is not a valid client message
 };
 
+// Live flows by state, counted when asked (GuestStack::flow_gauges()).
+// tcp_* partition tcp_flows(); udp_open is udp_flows(). tcp_half_open and
+// tcp_time_wait are lwIP pcbs that are not (or no longer) flows: handshakes
+// in progress, and connections lwIP holds after a close it did not hand
+// to a flow (DNS over TCP; TcpFlow frees its own, see tcp_flow.cc).
+struct FlowGauges {
+  std::uint64_t tcp_peeking = 0;     // waiting for the first bytes (SNI/Host)
+  std::uint64_t tcp_connecting = 0;  // host connect in flight
+  std::uint64_t tcp_open = 0;        // proxying both ways
+  std::uint64_t tcp_closing = 0;     // one side shut, draining
+  std::uint64_t tcp_brokered = 0;    // handed to the broker
+  std::uint64_t tcp_half_open = 0;
+  std::uint64_t tcp_time_wait = 0;
+  std::uint64_t udp_open = 0;
+};
+
 class GuestStack {
  public:
   // Everything passed must outlive the stack. Throws std::runtime_error when
@@ -97,6 +113,9 @@ class GuestStack {
   const GuestConfig& config() const { return config_; }
   std::size_t tcp_flows() const { return tcp_flows_.size(); }
   std::size_t udp_flows() const { return udp_flows_.size(); }
+  // Walks the flow table and lwIP's pcb lists: O(flows), every one bounded
+  // (limits.flows, kMaxTimeWait), for the stats, never the packet path.
+  FlowGauges flow_gauges() const;
   // False once the link has failed for good (the guest's namespace or VM is gone).
   bool link_alive() const { return link_alive_; }
 

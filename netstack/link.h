@@ -77,7 +77,8 @@ class Link {
   // Reads one frame into buf. Returns its length, 0 when no frame is waiting
   // (EAGAIN), or an errno (the link is dead: the peer went away).
   virtual base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) = 0;
-  // Writes one frame. Returns an errno on failure; EAGAIN means "full, drop
+  // Writes one frame, or queues it until flush() (a link whose
+  // output_pending() says so). Returns an errno on failure; EAGAIN means "full, drop
   // or retry later", anything else means the link is dead.
   virtual base::Result<void, int> send(std::span<const std::uint8_t> frame) = 0;
   // The same for a frame in pieces. The default gathers them into one buffer
@@ -99,9 +100,11 @@ class Link {
   // gso_size).
   virtual bool tx_tso() const { return false; }
 
-  // A link that queues output the fd could not take (a stream socket) says
-  // so here: while true the loop also watches fd() for POLLOUT and calls
-  // flush() when it is writable. flush() returns an errno when the link is
+  // A link that queues output (a stream socket: what the fd could not take,
+  // and frames it batches until flush()) says so here: while true the loop
+  // also watches fd() for POLLOUT and calls flush() when it is writable, and
+  // the sender calls flush() when it is done with a burst (GuestStack: at
+  // the end of every loop turn). flush() returns an errno when the link is
   // dead; a still-full fd is not an error.
   virtual bool output_pending() const { return false; }
   virtual base::Result<void, int> flush() { return {}; }

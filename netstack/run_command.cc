@@ -14,6 +14,7 @@
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
 #include "netstack/lwip/abox_lwip.h"
+#include "netstack/memory_trimmer.h"
 #include "netstack/pcap_writer.h"
 #include "netstack/process_setup.h"
 #include "netstack/recording_link.h"
@@ -223,6 +224,7 @@ int run_run_command(std::span<const std::string_view> args) {
   // once the VMM connects.
   std::unique_ptr<Link> link;
   TapLink* tap = nullptr;
+  StreamLink* stream = nullptr;  // set once the VMM has connected
   std::unique_ptr<StreamListener> listener;
   if (stream_path) {
     auto listening = StreamListener::listen(*stream_path);
@@ -267,10 +269,13 @@ int run_run_command(std::span<const std::string_view> args) {
     gc.gateway_mac = net.gateway_mac;
     gc.broker_path = broker_path;
     gc.instance = instance;
+    // Gives back what glibc keeps after a burst of flows, every few seconds.
+    MemoryTrimmer trimmer(loop, memory);
     std::unique_ptr<GuestStack> stack;
     Link* guest_link = nullptr;  // the link, or the recorder wrapped around it
     auto stats = [&] {
-      return stack ? run_stats_json({*stack, *guest_link, memory, pcap ? &*pcap : nullptr})
+      return stack ? run_stats_json(
+                         {*stack, *guest_link, memory, pcap ? &*pcap : nullptr, tap, stream, &trimmer})
                    : std::string("{}");
     };
     SignalWatch signals(loop, [&] {
@@ -321,6 +326,7 @@ int run_run_command(std::span<const std::string_view> args) {
         return 3;
       }
       if (!*peer) return 0;  // stopped by a signal before the VMM came
+      stream = peer->get();
       link = std::move(peer).value();
       listener.reset();  // exactly one peer: the socket file goes, nobody else connects
       events.emit("link", {{"reason", "the VMM connected"}, {"stream", *stream_path}});

@@ -100,8 +100,8 @@ void add_allowed_syscalls(FilterBuilder& f) {
   f.allow(SCMP_SYS(io_uring_enter));
 
   // Links and sockets, reading and writing on fds opened at startup or
-  // accepted/created below: TapLink (readv, writev), StreamLink (read, send,
-  // sendmsg), the signalfd (read), TcpFlow (recv = recvfrom, sendmsg),
+  // accepted/created below: TapLink (readv, writev), StreamLink (read, send:
+  // its batched output), the signalfd (read), TcpFlow (recv = recvfrom, sendmsg),
   // UdpFlow (sendmsg, send = sendto, recvmmsg), the DNS upstream client
   // (send = sendto, recv), DnsHostServer
   // (recvmmsg, sendmmsg, send, recv), StatsServer (send), the event log and
@@ -159,7 +159,8 @@ void add_allowed_syscalls(FilterBuilder& f) {
   // base::SystemRandom (DNS IDs and ports, lwIP's ISNs).
   f.allow(SCMP_SYS(getrandom));
 
-  // malloc and the C++ runtime: heap growth, large blocks, returning memory.
+  // malloc and the C++ runtime: heap growth, large blocks, returning memory
+  // (also malloc_trim from MemoryTrimmer: madvise MADV_DONTNEED, brk).
   // Never executable memory.
   f.allow(SCMP_SYS(brk));
   f.allow(SCMP_SYS(mmap), {arg_clear(2, PROT_EXEC)});

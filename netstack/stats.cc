@@ -24,7 +24,10 @@ extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
 #include "netstack/guest_stack.h"
 #include "netstack/link.h"
 #include "netstack/lwip/abox_lwip.h"
+#include "netstack/memory_trimmer.h"
 #include "netstack/pcap_writer.h"
+#include "netstack/stream_link.h"
+#include "netstack/tap_link.h"
 
 namespace abox::netstack {
 
@@ -151,6 +154,29 @@ std::string run_stats_json(const RunStatsSources& from) {
   }
   memory_fields(w, from.memory);
   w.field("tcp_time_wait_dropped", c.time_wait_dropped);  // added at the end: names are stable
+  // Live flows by state (gauges, not counters: they fall back as flows end).
+  const FlowGauges fg = s.flow_gauges();
+  w.field("tcp_flows_peeking", fg.tcp_peeking)
+      .field("tcp_flows_connecting", fg.tcp_connecting)
+      .field("tcp_flows_open", fg.tcp_open)
+      .field("tcp_flows_closing", fg.tcp_closing)
+      .field("tcp_flows_brokered", fg.tcp_brokered)
+      .field("tcp_half_open", fg.tcp_half_open)
+      .field("tcp_time_wait", fg.tcp_time_wait)
+      .field("udp_flows_open", fg.udp_open);
+  // What malloc_trim gave back after bursts (memory_trimmer.h).
+  const TrimCounters trims = from.trimmer != nullptr ? from.trimmer->counters() : TrimCounters{};
+  w.field("memory_trims", trims.trims).field("memory_trimmed_bytes", trims.released_bytes);
+  // The link section: what only this kind of link counts.
+  if (from.tap != nullptr) {
+    w.field("link_frames_dropped_runt", from.tap->dropped_runt());
+  } else if (from.stream != nullptr) {
+    const StreamLink& st = *from.stream;
+    w.field("link_frames_dropped_runt", st.dropped_runt())
+        .field("link_frames_dropped_zero_length", st.dropped_zero_length())
+        .field("link_output_queued_bytes", u64(st.queued()))
+        .field("link_send_calls", st.send_calls());
+  }
   w.end_object();
   return out;
 }

@@ -6,7 +6,9 @@
 // The object is flat: every value is an unsigned integer, so a reader needs
 // no schema (stats_reader.h reads it back). Field names are stable: tests and
 // scripts key on them; new fields go at the end. `abox-net run` begins with
-// "frames_in", `abox-net dns` with "queries".
+// "frames_in", `abox-net dns` with "queries". A section is a name prefix:
+// run's flow gauges (tcp_flows_*, udp_flows_open, ...) and its link's own
+// counters (link_*, which fields depends on the link's kind) come last.
 //
 // Memory: RSS from /proc/self/statm (kept open from startup, so it still
 // works under the sandbox, which forbids open()), heap in use from glibc's
@@ -23,7 +25,10 @@ namespace abox::netstack {
 class DnsHostServer;
 class GuestStack;
 class Link;
+class MemoryTrimmer;
 class PcapWriter;
+class StreamLink;
+class TapLink;
 
 struct MemoryUsage {
   std::uint64_t rss_bytes = 0;
@@ -45,6 +50,11 @@ struct RunStatsSources {
   const Link& link;
   const MemoryProbe& memory;
   const PcapWriter* pcap = nullptr;  // null: no --pcap
+  // The link's own counters beyond LinkCounters (the link_* fields): at most
+  // one is set, the kind `link` is (under a RecordingLink, the inner one).
+  const TapLink* tap = nullptr;
+  const StreamLink* stream = nullptr;
+  const MemoryTrimmer* trimmer = nullptr;  // null: memory_trims* read 0
 };
 
 // The counters of `abox-net run`, as one JSON object (no newline).

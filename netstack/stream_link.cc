@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -135,67 +134,52 @@ base::Result<std::size_t, int> StreamLink::receive(std::span<std::uint8_t> buf) 
   }
 }
 
-void StreamLink::enqueue(std::span<const std::uint8_t> bytes) {
-  out_.insert(out_.end(), bytes.begin(), bytes.end());
-}
-
-base::Result<void, int> StreamLink::send(std::span<const std::uint8_t> frame) {
-  if (frame.size() > max_frame_size()) {
+// One record: the length prefix, then the frame's pieces, copied into the
+// queue (the pieces are lwIP's pbufs, freed or reused once send_frame()
+// returns, so they cannot wait in an iovec). Whole or not at all.
+base::Result<void, int> StreamLink::send_frame(const OutFrame& frame) {
+  const std::size_t size = frame.size();
+  if (size > max_frame_size()) {
     ++counters_.dropped_oversize;
     return {};
   }
-  if (frame.size() < kEthernetHeader) {
+  if (size < kEthernetHeader) {
     ++counters_.dropped_send;
     return {};
   }
   if (dead_ != 0) return Err{dead_};
-  const auto size = static_cast<std::uint32_t>(frame.size());
-  const std::array<std::uint8_t, kLengthPrefix> prefix = {
-      static_cast<std::uint8_t>(size >> 24), static_cast<std::uint8_t>(size >> 16),
-      static_cast<std::uint8_t>(size >> 8), static_cast<std::uint8_t>(size)};
-  const std::size_t total = kLengthPrefix + frame.size();
-
-  if (!out_.empty()) {  // behind queued output: join the queue, in order
-    if (out_.size() + total > kMaxQueued) {
-      ++counters_.dropped_send;
-      return Err{EAGAIN};
-    }
-    enqueue(prefix);
-    enqueue(frame);
-  } else {
-    std::array<iovec, 2> iov = {{{const_cast<std::uint8_t*>(prefix.data()), prefix.size()},
-                                 {const_cast<std::uint8_t*>(frame.data()), frame.size()}}};
-    msghdr msg{};
-    msg.msg_iov = iov.data();
-    msg.msg_iovlen = iov.size();
-    ssize_t n = -1;
-    for (;;) {
-      n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n >= 0 || errno != EINTR) break;
-    }
-    if (n < 0 && errno != EAGAIN) {
-      dead_ = errno;
-      return Err{dead_};
-    }
-    // Whatever the socket did not take (all of it on EAGAIN) waits in the
-    // queue; it is empty here and one frame always fits.
-    const std::size_t written = n < 0 ? 0 : static_cast<std::size_t>(n);
-    if (written < kLengthPrefix) {
-      enqueue(std::span<const std::uint8_t>(prefix).subspan(written));
-      enqueue(frame);
-    } else if (written < total) {
-      enqueue(frame.subspan(written - kLengthPrefix));
-    }
+  const std::size_t total = kLengthPrefix + size;
+  if (out_.size() + total > kMaxQueued) {
+    ++counters_.dropped_send;
+    return Err{EAGAIN};
   }
+  const auto length = static_cast<std::uint32_t>(size);
+  const std::array<std::uint8_t, kLengthPrefix> prefix = {
+      static_cast<std::uint8_t>(length >> 24), static_cast<std::uint8_t>(length >> 16),
+      static_cast<std::uint8_t>(length >> 8), static_cast<std::uint8_t>(length)};
+  out_.insert(out_.end(), prefix.begin(), prefix.end());
+  for (const auto& piece : frame.pieces) out_.insert(out_.end(), piece.begin(), piece.end());
   ++counters_.frames_out;
-  counters_.bytes_out += frame.size();
+  counters_.bytes_out += size;
+  // A full batch goes now: the turn may go on emitting, and the socket is
+  // better fed early than handed 1 MiB at once.
+  if (++batched_frames_ >= kBatchFrames || out_.size() - batch_start_ >= kBatchBytes) return flush();
   return {};
 }
 
+base::Result<void, int> StreamLink::send(std::span<const std::uint8_t> frame) {
+  const std::array<std::span<const std::uint8_t>, 1> pieces = {frame};
+  return send_frame(OutFrame{pieces});
+}
+
+// Writes the queue out with as few system calls as the socket allows: one,
+// unless it takes only part (then again, until EAGAIN).
 base::Result<void, int> StreamLink::flush() {
   if (dead_ != 0) return Err{dead_};
+  batched_frames_ = 0;
   std::size_t written = 0;
   while (written < out_.size()) {
+    ++send_calls_;
     const ssize_t n =
         ::send(fd_.get(), out_.data() + written, out_.size() - written, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n >= 0) {
@@ -208,6 +192,7 @@ base::Result<void, int> StreamLink::flush() {
     return Err{dead_};
   }
   out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(written));
+  batch_start_ = out_.size();  // what is left waits for POLLOUT; new frames batch behind it
   return {};
 }
 

@@ -21,17 +21,24 @@
 // the frame (dropped_oversize, dropped_runt()); a zero length is counted
 // (dropped_zero_length()) and skipped.
 //
-// Life of a frame to the guest: send() writes length + frame with one
-// sendmsg (two iovecs, no copy). When the socket takes only part or none of
-// it, the rest is copied to a bounded output queue (kMaxQueued bytes);
-// while output is queued every later frame joins the queue (order is kept),
-// and a frame that does not fit is dropped and counted (dropped_send, with
-// EAGAIN). output_pending() tells the loop to watch for POLLOUT; flush()
-// writes the queue out.
+// Life of a frame to the guest: send_frame() (and send()) copies length +
+// frame into one output queue, bounded to kMaxQueued bytes; a frame that
+// does not fit is dropped and counted (dropped_send, with EAGAIN). Frames
+// are not written one by one: flush() writes the whole queue with one send
+// (GuestStack calls it at the end of every loop turn), and a batch of
+// kBatchFrames frames or kBatchBytes bytes is flushed at once. The copy is
+// the price of batching (the pieces are lwIP's pbufs and the stack's
+// scratch buffer, freed or reused once the call returns), and it replaces
+// the gather a frame in pieces needed before.
+// What the socket does not take stays queued in order: output_pending()
+// tells the loop to watch for POLLOUT, and the next flush() resumes it.
+// Records are only ever appended whole, so frames are never torn or
+// reordered.
 //
 // When the peer goes away (the VMM exits): receive() returns ECONNRESET once
-// every whole frame it sent has been delivered; send() and flush() return
-// the socket's errno (EPIPE, ECONNRESET). The link is dead from then on.
+// every whole frame it sent has been delivered; flush() (or a send() that
+// flushes a full batch) returns the socket's errno (EPIPE, ECONNRESET). The
+// link is dead from then on: every call returns that errno.
 // Writes use MSG_NOSIGNAL: a gone peer never raises SIGPIPE.
 #pragma once
 
@@ -54,6 +61,10 @@ class StreamLink final : public Link {
   static constexpr std::size_t kLengthPrefix = 4;
   // Bytes asked of each read(): many frames per system call.
   static constexpr std::size_t kReadChunk = 256 * 1024;
+  // Frames or bytes queued since the last flush that make send_frame()
+  // flush at once.
+  static constexpr std::size_t kBatchFrames = 64;
+  static constexpr std::size_t kBatchBytes = 256 * 1024;
   // The most output held back while the peer does not read.
   static constexpr std::size_t kMaxQueued = 1024 * 1024;
 
@@ -74,10 +85,12 @@ class StreamLink final : public Link {
   // is dropped and counted in dropped_oversize (pass max_frame_size()
   // bytes). 0 means nothing whole is waiting.
   base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) override;
-  // A frame longer than max_frame_size() is dropped (dropped_oversize), one
-  // shorter than an Ethernet header too (dropped_send): both return success.
-  // A frame the full queue cannot take is counted in dropped_send and
-  // returns EAGAIN.
+  // Queues the frame (see the top of this file). A frame longer than
+  // max_frame_size() is dropped (dropped_oversize), one shorter than an
+  // Ethernet header too (dropped_send): both return success. A frame the
+  // full queue cannot take is counted in dropped_send and returns EAGAIN.
+  // Other errors: the link is dead (a batch flush found the peer gone).
+  base::Result<void, int> send_frame(const OutFrame& frame) override;
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override;
   bool output_pending() const override { return queued() > 0; }
   base::Result<void, int> flush() override;
@@ -90,13 +103,13 @@ class StreamLink final : public Link {
   std::uint64_t dropped_zero_length() const { return dropped_zero_length_; }
   // Bytes waiting in the output queue.
   std::size_t queued() const { return out_.size(); }
+  // System calls that wrote output (sendmsg, send), whatever they took.
+  std::uint64_t send_calls() const { return send_calls_; }
 
  private:
   StreamLink(base::UniqueFd fd, std::size_t mtu);
   // Reads once into the input buffer. 0: nothing to read (EAGAIN).
   base::Result<std::size_t, int> fill();
-  // Appends bytes to the output queue (the caller checked the room).
-  void enqueue(std::span<const std::uint8_t> bytes);
 
   base::UniqueFd fd_;
   std::size_t mtu_;
@@ -106,12 +119,16 @@ class StreamLink final : public Link {
   std::size_t in_tail_ = 0;
   // Bytes of a refused frame still to discard as they arrive.
   std::uint64_t skipping_ = 0;
-  // Output the socket did not take yet, at most kMaxQueued bytes.
+  // Output not written yet, at most kMaxQueued bytes: what the socket did
+  // not take, then [batch_start_, end) queued since the last flush().
   std::vector<std::uint8_t> out_;
+  std::size_t batch_start_ = 0;
+  std::size_t batched_frames_ = 0;
   int dead_ = 0;  // the errno that ended the link, once it has
   LinkCounters counters_;
   std::uint64_t dropped_runt_ = 0;
   std::uint64_t dropped_zero_length_ = 0;
+  std::uint64_t send_calls_ = 0;
 };
 
 // The unix socket a VMM connects to. Owns the socket file: it is removed

@@ -71,6 +71,21 @@ void TcpFlow::detach_pcb() {
   tcp_err(pcb_, nullptr);
 }
 
+TcpFlow::Phase TcpFlow::phase() const {
+  if (broker_ != nullptr) return Phase::brokered;
+  switch (state_) {
+    case State::peeking:
+      return Phase::peeking;
+    case State::connecting:
+      return Phase::connecting;
+    case State::open:
+      return guest_fin_ || host_eof_ ? Phase::closing : Phase::open;
+    case State::done:
+      break;
+  }
+  return Phase::closing;  // retired at once: a live table never holds one
+}
+
 void TcpFlow::start() {
   tcp_arg(pcb_, this);
   tcp_recv(pcb_, recv_cb);

@@ -69,6 +69,13 @@ class TcpFlow final : public EventLoop::Watcher {
   // must return ERR_ABRT.
   bool aborted() const { return aborted_; }
 
+  // What the stats report a live flow as (GuestStack::flow_gauges()). One
+  // each: a flow handed to the broker is `brokered` whatever its progress;
+  // `closing` is an open flow one of whose sides has shut (FIN either way),
+  // draining what is left.
+  enum class Phase : std::uint8_t { peeking, connecting, open, closing, brokered };
+  Phase phase() const;
+
   void on_ready(std::uint32_t events) override;
 
  private:

@@ -14,12 +14,17 @@ What abox-net is held to here:
   --no-sandbox leaves it unconfined (a debugging switch);
 - --stream: capabilities dropped while it waits for the VMM, the syscall
   filter on once the VMM has connected, frames from the stream link recorded
-  and answered (ARP for the gateway);
+  and answered (ARP for the gateway), runt and empty records counted in the
+  stats' link section;
 - --stats-socket: a 0600 unix socket; `abox-net stats PATH --json` prints one
   JSON object whose counters match what the test did (frames, DNS queries and
-  refusals, admitted and refused flows, memory); the table has the same
-  fields; SIGUSR1 prints the same fields; `abox-net stats` exits 2 on usage
+  refusals, admitted and refused flows, memory); the flow gauges by state
+  move with held-open connections, a silent one and a slow curl (open,
+  peeking, closing), add up to tcp_flows, and fall back to 0 after close; the table has the same fields; SIGUSR1 prints the same fields; `abox-net stats` exits 2 on usage
   errors and 3 when nothing (or something that is not abox-net) answers;
+- memory: after a burst of slow readers has gone, RSS comes back down (the
+  trimmer gives back what glibc kept), under the sandbox, and the stats
+  count the trims (in the ASan build only the heap in use is checked);
 - --pcap: a 0600 file that tcpdump reads without complaint, holding exactly
   frames_in + frames_out packets (the counters at exit), with the guest's DNS
   query, its SYN and the HTTP answer in it and wall-clock timestamps;
@@ -52,6 +57,12 @@ WEB_ADDR, NS_ADDR = nr.ADDR["web"], nr.ADDR["ns1"]
 TOKEN = os.urandom(8).hex()
 INDEX = f"abox ops e2e {TOKEN}\n"
 BLOB = os.urandom(256 << 10)
+BIG = os.urandom(4 << 20)  # more than a flow holds (flow_buffer_bytes, 1 MiB)
+SLOW_READERS = 40
+# Under AddressSanitizer (ctest sets ABOX_SANITIZED=1 for the ASan build)
+# freed memory sits in ASan's quarantine, not in glibc's arenas: RSS after a
+# burst is not held to anything there.
+SANITIZED = os.environ.get("ABOX_SANITIZED") == "1"
 CAP_BYTES = 3000  # --pcap-max-bytes for the cap case: a handful of frames
 
 POLICY = f"""# ops_e2e.py: written by the test
@@ -62,6 +73,23 @@ timeout_ms = 2000
 [[allow]]
 names = ["{WEB}"]
 ports = [80, 443]
+"""
+# Run in the guest: opens N keep-alive connections to ADDR:80, asks each for
+# the index page and reads the answer (the flows are open, past the name
+# check, and stay so for nginx's keepalive_timeout), and opens one more that
+# sends nothing (held while abox-net peeks for a name, until peek_ms). Holds
+# them until SIGTERM (60 s at most).
+HOLDER = """
+import signal, socket, sys, time
+addr, host, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+conns = [socket.create_connection((addr, 80), timeout=10) for _ in range(n)]
+for c in conns:
+    c.sendall(f"GET / HTTP/1.1\\r\\nHost: {host}\\r\\n\\r\\n".encode())
+    c.recv(65536)
+silent = socket.create_connection((addr, 80), timeout=10)
+print("held", flush=True)
+time.sleep(60)
 """
 CAP_NAMES = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
@@ -261,6 +289,7 @@ class RunCases:
             "memory_rss_bytes": s["memory_rss_bytes"] > 1 << 20,
             "memory_heap_in_use_bytes": s["memory_heap_in_use_bytes"] > 0,
             "pcap_frames": s["pcap_frames"] > 0 and s["pcap_frames_over_cap"] == 0,
+            "link_frames_dropped_runt": s.get("link_frames_dropped_runt") == 0,  # the tap's section
         }
         wrong = [k for k, ok in checks.items() if not ok]
         assert not wrong, f"counters off: {({k: s.get(k) for k in wrong})}"
@@ -274,6 +303,60 @@ class RunCases:
         before = s["dns_queries"]
         o.dig(WEB)
         assert o.stats_json(self.sock)["dns_queries"] > before, "dns_queries did not move"
+
+    def flow_gauges_move_and_fall_back(self):
+        """Live flows by state: held-open connections, a silent one and a slow
+        curl show in the gauges while they last (open, peeking, closing); every TCP flow gauge is back to 0 once
+        they are closed. The tcp_flows_* gauges add up to tcp_flows."""
+        o = self.o
+        names = ("tcp_flows_peeking", "tcp_flows_connecting", "tcp_flows_open", "tcp_flows_closing",
+                 "tcp_flows_brokered")
+
+        def gauges():
+            s = o.stats_json(self.sock)
+            missing = [k for k in (*names, "tcp_half_open", "tcp_time_wait", "udp_flows_open") if k not in s]
+            assert not missing, f"no gauge {missing}"
+            assert sum(s[k] for k in names) == s["tcp_flows"], f"gauges {[s[k] for k in names]} != {s['tcp_flows']}"
+            assert s["udp_flows_open"] == s["udp_flows"], s
+            return s
+
+        assert o.dig(WEB) == "NOERROR"  # an answer admits the flows below
+        assert gauges()["tcp_flows"] == 0, "flows left from the earlier cases"
+        # Held keep-alive connections (open), one silent one (peeking), and a
+        # rate-limited download with "Connection: close": abox-net takes the
+        # whole file from nginx at once (it fits the flow's buffer) and nginx
+        # closes, so that flow is closing (host EOF, draining to a slow guest)
+        # for most of its life. Each state must be
+        # seen at some point (they need not all be at once).
+        held = 3
+        holder = o.rig.spawn("holder", ["python3", "-c", HOLDER, WEB_ADDR, WEB, str(held)], ns=o.rig.guest)
+        curl = o.rig.spawn("slow-curl", ["curl", "-sS", "--max-time", "30", "--limit-rate", "32k", "-H",
+                                         "Connection: close", "-o", "/dev/null", f"http://{WEB}/blob.bin"], ns=o.rig.guest)
+        want = {"tcp_flows_open": held, "tcp_flows_peeking": 1, "tcp_flows_closing": 1}
+        most = dict.fromkeys(want, 0)
+        try:
+            for _ in range(80):  # 8 s: inside nginx's keepalive_timeout (10 s)
+                seen = gauges()
+                for k in want:
+                    most[k] = max(most[k], seen[k])
+                if all(most[k] >= want[k] for k in want):
+                    break
+                time.sleep(0.1)
+            assert all(most[k] >= want[k] for k in want), f"the most seen {most}, wanted {want}"
+        finally:
+            holder.terminate()
+            holder.wait(timeout=10)
+            curl.terminate()
+            curl.wait(timeout=10)
+        seen = None
+        for _ in range(100):  # 10 s
+            seen = gauges()
+            if seen["tcp_flows"] == 0:
+                break
+            time.sleep(0.1)
+        assert all(seen[k] == 0 for k in names) and seen["tcp_flows"] == 0, f"gauges after close: {seen}"
+        rows = dict(line.split() for line in o.stats(self.sock).stdout.splitlines())
+        assert rows.get("tcp_flows_open") == "0", "the table does not show tcp_flows_open"
 
     def sigusr1_prints_the_same_fields(self):
         log = self.o.rig.path("abox-net.log")
@@ -338,6 +421,55 @@ def case_pcap_cap(o):
         f"{final['frames_in']} in + {final['frames_out']} out")
 
 
+def case_memory_comes_back_after_a_burst(o):
+    """SLOW_READERS downloads that read 1 KiB/s make abox-net hold up to 1 MiB
+    each; once they are gone the heap in use falls, and RSS must follow
+    (glibc keeps freed memory; the trimmer gives it back within seconds)."""
+    sock = o.rig.path("burst-stats.sock")
+    p = o.start_run("abox-net-burst", ["--stats-socket", sock])
+    curls = []
+    try:
+        assert o.dig(WEB) == "NOERROR"
+        base = o.stats_json(sock)
+        for i in range(SLOW_READERS):
+            curls.append(o.rig.spawn(f"slow-reader-{i}", ["curl", "-sS", "--max-time", "60", "--limit-rate", "1k",
+                                                          "-o", "/dev/null", f"http://{WEB}/big.bin"], ns=o.rig.guest))
+        peak = base
+        for _ in range(100):  # 20 s
+            peak = o.stats_json(sock)
+            if peak["memory_heap_in_use_bytes"] >= base["memory_heap_in_use_bytes"] + (16 << 20):
+                break
+            time.sleep(0.2)
+        grown = peak["memory_heap_in_use_bytes"] - base["memory_heap_in_use_bytes"]
+        assert grown >= 16 << 20, f"the burst held only {grown} bytes more: {peak}"
+    finally:
+        for c in curls:
+            c.kill()
+        for c in curls:
+            c.wait(timeout=10)
+    after = None
+    for _ in range(100):  # 30 s: the trimmer checks every 5 s
+        after = o.stats_json(sock)
+        if after["tcp_flows"] == 0 and (SANITIZED or (after["memory_trims"] >= 1 and
+                                                       after["memory_rss_bytes"] < peak["memory_rss_bytes"] / 2)):
+            break
+        time.sleep(0.3)
+    mib = {k: round(after[k] / (1 << 20), 1) for k in ("memory_rss_bytes", "memory_heap_in_use_bytes", "memory_trimmed_bytes")}
+    print(f"     burst: RSS {peak['memory_rss_bytes'] / (1 << 20):.1f} MiB at the peak "
+          f"(heap in use {peak['memory_heap_in_use_bytes'] / (1 << 20):.1f}); after: {mib}", flush=True)
+    assert after["tcp_flows"] == 0, f"flows left: {after['tcp_flows']}"
+    assert after["memory_heap_in_use_bytes"] < base["memory_heap_in_use_bytes"] + (4 << 20), "the heap did not fall"
+    if SANITIZED:  # ASan's allocator keeps freed memory in its quarantine: RSS cannot fall
+        print("     (ASan build: RSS not checked)", flush=True)
+        o.stop(p, "abox-net-burst")
+        return
+    assert after["memory_trims"] >= 1 and after["memory_trimmed_bytes"] > 0, f"no trim: {after}"
+    assert after["memory_rss_bytes"] < peak["memory_rss_bytes"] / 2, (
+        f"RSS {after['memory_rss_bytes']} after, {peak['memory_rss_bytes']} at the peak")
+    assert_sandboxed(p.pid)  # malloc_trim ran under the syscall filter
+    o.stop(p, "abox-net-burst")
+
+
 def case_stream_link_sandboxed_and_recorded(o):
     """--stream: capabilities dropped while waiting for the VMM, the syscall
     filter on once it has connected (and the socket file is gone), frames
@@ -368,6 +500,16 @@ def case_stream_link_sandboxed_and_recorded(o):
     assert not os.path.exists(path), "the stream socket file is still there after the VMM connected"
     s = o.stats_json(sock)
     assert s["frames_in"] >= 1 and s["frames_out"] >= 1, s
+    assert s["link_frames_dropped_runt"] == 0 and s["link_output_queued_bytes"] == 0, s
+    # A runt record (6 bytes, no Ethernet header) and an empty one: dropped
+    # by the link, each counted in the link section.
+    vmm.sendall((6).to_bytes(4, "big") + b"\x01" * 6 + (0).to_bytes(4, "big"))
+    for _ in range(50):  # 5 s
+        s = o.stats_json(sock)
+        if s["link_frames_dropped_runt"] == 1 and s["link_frames_dropped_zero_length"] == 1:
+            break
+        time.sleep(0.1)
+    assert s["link_frames_dropped_runt"] == 1 and s["link_frames_dropped_zero_length"] == 1, s
     vmm.close()  # the VMM goes away: abox-net exits 0 with its counters
     p.wait(timeout=10)
     assert p.returncode == 0, f"exit {p.returncode}"
@@ -438,7 +580,7 @@ def main(argv):
         rig.build_internet()
         rig.make_ca([WEB])
         rig.start_nsd([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()])
-        rig.start_nginx({WEB: {"index.html": INDEX.encode(), "blob.bin": BLOB}})
+        rig.start_nginx({WEB: {"index.html": INDEX.encode(), "blob.bin": BLOB, "big.bin": BIG}})
         rig.add_guest()
         o = Ops(rig, abox)
         report("stats_cli_usage_and_errors", lambda: case_stats_cli_usage_and_errors(o))
@@ -451,10 +593,12 @@ def main(argv):
 
         report("run_starts_with_pcap_and_stats_socket", start_run)
         if run is not None:
-            for name in ("sandboxed", "traffic_through_the_sandbox", "stats_socket", "sigusr1_prints_the_same_fields",
+            for name in ("sandboxed", "traffic_through_the_sandbox", "stats_socket", "flow_gauges_move_and_fall_back",
+                         "sigusr1_prints_the_same_fields",
                          "pcap_is_read_by_tcpdump", "leaves_the_socket_file"):
                 report(name, getattr(run, name))
         report("pcap_cap", lambda: case_pcap_cap(o))
+        report("memory_comes_back_after_a_burst", lambda: case_memory_comes_back_after_a_burst(o))
         report("stream_link_sandboxed_and_recorded", lambda: case_stream_link_sandboxed_and_recorded(o))
         report("dns_mode_sandboxed_with_stats", lambda: case_dns_mode_sandboxed_with_stats(o))
         report("no_sandbox_is_unconfined", lambda: case_no_sandbox_is_unconfined(o))

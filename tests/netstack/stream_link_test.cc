@@ -1,7 +1,8 @@
 // StreamLink and StreamListener beyond the Link contract (which is in
 // link_contract_test.cc): the socket file (mode, stale and live paths), the
 // framing's nasty cases (zero lengths, a 4 GiB length, lengths cut
-// anywhere), the bounded output queue and a peer that goes away.
+// anywhere), the bounded output queue, batched output (a burst costs a few
+// writes, not one per frame) and a peer that goes away.
 //
 // Each test uses its own path under /tmp (abox-stream-test-<pid>-<n>) and
 // removes it; the peer is the test itself, over a real unix socket. The last
@@ -371,9 +372,74 @@ TEST(StreamLinkTest, FramesSentBeforeThePeerLeftAreDeliveredThenTheLinkIsDead) {
   auto r = p.link->receive(buf);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error(), ECONNRESET);
-  auto s = p.link->send(frame(64, 3));  // MSG_NOSIGNAL: an error, not SIGPIPE
+  auto s = p.link->send(frame(64, 3));  // receive() found the link dead
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error(), EAGAIN);
+}
+
+// A peer that leaves while nothing is read: the frame is queued (written at
+// the end of the turn), and the write finds the peer gone, without SIGPIPE.
+TEST(StreamLinkTest, APeerGoneIsFoundByTheFlushAtTheEndOfTheTurn) {
+  Pair p = connected_pair();
+  ASSERT_TRUE(p.link);
+  p.vmm.reset();
+  ASSERT_TRUE(p.link->send(frame(64, 1)).ok());
+  EXPECT_TRUE(p.link->output_pending());
+  auto s = p.link->flush();  // MSG_NOSIGNAL: an error, not SIGPIPE
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error(), EAGAIN);
+  EXPECT_FALSE(p.link->send(frame(64, 2)).ok());  // dead from then on
+}
+
+// A turn that emits many frames costs a few system calls, not one each:
+// 1,000 small frames (in two pieces, as lwIP hands them over) arrive whole
+// and in order, written in batches of StreamLink::kBatchFrames and a final
+// flush().
+TEST(StreamLinkTest, ABurstOfSmallFramesIsWrittenInBatchesWholeAndInOrder) {
+  Pair p = connected_pair();
+  ASSERT_TRUE(p.link);
+  int big = 4 << 20;  // the whole burst fits: this counts batching, not a full socket
+  ::setsockopt(p.link->fd(), SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+  ::setsockopt(p.vmm.get(), SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+  constexpr int kFrames = 1000;
+  for (int i = 0; i < kFrames; ++i) {
+    Bytes f = frame(60 + i % 7, static_cast<std::uint8_t>(i));
+    f[15] = static_cast<std::uint8_t>(i >> 8);
+    const std::array<std::span<const std::uint8_t>, 2> pieces = {
+        std::span<const std::uint8_t>(f).first(14), std::span<const std::uint8_t>(f).subspan(14)};
+    ASSERT_TRUE(p.link->send_frame(OutFrame{pieces}).ok()) << "frame " << i;
+  }
+  ASSERT_TRUE(p.link->flush().ok());
+  EXPECT_FALSE(p.link->output_pending());
+  EXPECT_EQ(p.link->counters().frames_out, std::uint64_t{kFrames});
+  EXPECT_LE(p.link->send_calls(), std::uint64_t{kFrames / StreamLink::kBatchFrames + 2});
+
+  Bytes in;
+  int seen = 0;
+  for (int reads = 0; reads < 10000 && seen < kFrames; ++reads) {
+    pollfd pf{p.vmm.get(), POLLIN, 0};
+    if (::poll(&pf, 1, 2000) != 1) break;
+    std::array<std::uint8_t, 65536> chunk{};
+    const ssize_t n = ::recv(p.vmm.get(), chunk.data(), chunk.size(), 0);
+    ASSERT_GT(n, 0);
+    in.insert(in.end(), chunk.begin(), chunk.begin() + n);
+    std::size_t at = 0;
+    while (in.size() - at >= 4) {
+      const std::size_t len = (std::size_t{in[at]} << 24) | (std::size_t{in[at + 1]} << 16) |
+                              (std::size_t{in[at + 2]} << 8) | in[at + 3];
+      if (in.size() - at < 4 + len) break;
+      Bytes want = frame(60 + seen % 7, static_cast<std::uint8_t>(seen));
+      want[15] = static_cast<std::uint8_t>(seen >> 8);
+      ASSERT_EQ(Bytes(in.begin() + static_cast<long>(at) + 4, in.begin() + static_cast<long>(at + 4 + len)),
+                want)
+          << "frame " << seen;
+      at += 4 + len;
+      ++seen;
+    }
+    in.erase(in.begin(), in.begin() + static_cast<long>(at));
+  }
+  EXPECT_EQ(seen, kFrames);
+  EXPECT_TRUE(in.empty());
 }
 
 // ---------------------------------------------------------------------------

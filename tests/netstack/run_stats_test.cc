@@ -1,0 +1,103 @@
+// run_stats_json() over a real GuestStack on a StreamLink (a socketpair, the
+// test as the VMM): the flow gauges by state are present, start at 0 and add
+// up to tcp_flows; the link section carries the stream link's own counters
+// (runt and zero-length records the VMM sent, output not yet written); every
+// field reads back through the same parser `abox-net stats` uses, once.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/byte_reader.h"
+#include "base/event_log.h"
+#include "base/random.h"
+#include "base/unique_fd.h"
+#include "netstack/event_loop.h"
+#include "netstack/guest_stack.h"
+#include "netstack/stats.h"
+#include "netstack/stats_reader.h"
+#include "netstack/stream_link.h"
+#include "policy/policy_file.h"
+
+namespace abox::netstack {
+namespace {
+
+constexpr std::size_t kMtu = 1500;
+
+std::map<std::string, std::uint64_t> parsed(const std::string& json) {
+  auto fields = parse_stats_json(base::as_bytes(json));
+  EXPECT_TRUE(fields.ok()) << (fields.ok() ? "" : fields.error());
+  std::map<std::string, std::uint64_t> out;
+  if (!fields.ok()) return out;
+  for (const auto& f : *fields) EXPECT_TRUE(out.emplace(f.name, f.value).second) << "twice: " << f.name;
+  return out;
+}
+
+void write_all(int fd, const std::vector<std::uint8_t>& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    ASSERT_GT(n, 0);
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+TEST(RunStatsTest, FlowGaugesAndTheStreamLinksSection) {
+  auto policy_file = policy::parse_policy(
+      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"example.com\"]\nports = [443]\n",
+      "run-stats-test.toml");
+  ASSERT_TRUE(policy_file.ok());
+  const policy::Policy policy = std::move(policy_file).value();
+  base::EventLog events = base::EventLog::discard();
+  base::SeededRandom random(1);
+  EventLoop loop;
+  std::array<int, 2> sv{};
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()), 0);
+  base::UniqueFd vmm(sv[1]);
+  auto made = StreamLink::from_connected(base::UniqueFd(sv[0]), kMtu);
+  ASSERT_TRUE(made.ok());
+  StreamLink& link = **made;
+  GuestStack stack(loop, link, policy, {policy::Endpoint{policy::IpAddress::v4(0x7F00'0001), 9}}, events,
+                   random);
+  MemoryProbe memory;
+
+  // A runt record (5 bytes: shorter than an Ethernet header), two empty
+  // records, and a runt again: all dropped by the link, each counted.
+  write_all(vmm.get(), {0, 0, 0, 5, 1, 2, 3, 4, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 9, 9, 9});
+  stack.poll_link();
+
+  auto s = parsed(run_stats_json({stack, link, memory, nullptr, nullptr, &link}));
+  for (const char* name : {"tcp_flows_peeking", "tcp_flows_connecting", "tcp_flows_open", "tcp_flows_closing",
+                           "tcp_flows_brokered", "tcp_half_open", "tcp_time_wait", "udp_flows_open"}) {
+    ASSERT_EQ(s.count(name), 1u) << name;
+    EXPECT_EQ(s[name], 0u) << name;
+  }
+  EXPECT_EQ(s["tcp_flows_peeking"] + s["tcp_flows_connecting"] + s["tcp_flows_open"] +
+                s["tcp_flows_closing"] + s["tcp_flows_brokered"],
+            s["tcp_flows"]);
+  EXPECT_EQ(s["link_frames_dropped_runt"], 2u);
+  EXPECT_EQ(s["link_frames_dropped_zero_length"], 2u);
+  EXPECT_EQ(s["link_send_calls"], link.send_calls());
+  EXPECT_EQ(s.count("memory_trims"), 1u);
+  // What the stack sent at start (lwIP's first ARP) waits for the end of
+  // the turn: the gauge shows it, and 0 once written.
+  EXPECT_EQ(s["link_output_queued_bytes"], link.queued());
+  ASSERT_TRUE(link.flush().ok());
+  EXPECT_EQ(
+      parsed(run_stats_json({stack, link, memory, nullptr, nullptr, &link}))["link_output_queued_bytes"], 0u);
+  EXPECT_EQ(s["frames_in"], 0u);  // none of them was a frame
+
+  // Without a link kind given, there is no link section (and nothing else
+  // changes): a reader keys on names, never on positions.
+  auto plain = parsed(run_stats_json({stack, link, memory}));
+  EXPECT_EQ(plain.count("link_frames_dropped_runt"), 0u);
+  EXPECT_EQ(plain.size() + 4, s.size());
+}
+
+}  // namespace
+}  // namespace abox::netstack
