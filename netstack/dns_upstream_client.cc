@@ -28,7 +28,8 @@ struct DnsUpstreamClient::Slot final : EventLoop::Watcher {
   void on_ready(std::uint32_t events) override { owner->on_slot_ready(index, events); }
 };
 
-DnsUpstreamClient::DnsUpstreamClient(EventLoop& loop, std::size_t slots) : loop_(loop), rx_(65535 + 2) {
+DnsUpstreamClient::DnsUpstreamClient(EventLoop& loop, std::size_t slots)
+    : loop_(loop), rx_(std::make_unique_for_overwrite<std::uint8_t[]>(kRxBytes)) {
   slots_.reserve(slots);
   for (std::size_t i = 0; i < slots; ++i) {
     auto s = std::make_unique<Slot>();
@@ -100,13 +101,13 @@ void DnsUpstreamClient::on_slot_ready(std::uint32_t index, std::uint32_t events)
   if (s.transport == dns::Transport::udp) {
     // Drain: every datagram goes to the gate, which ignores what is not ours.
     for (int i = 0; i < 16 && s.fd; ++i) {
-      ssize_t n = ::recv(s.fd.get(), rx_.data(), rx_.size(), MSG_DONTWAIT);
+      ssize_t n = ::recv(s.fd.get(), rx_.get(), kRxBytes, MSG_DONTWAIT);
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
         fail(index);  // ECONNREFUSED from an ICMP port unreachable, and the like
         return;
       }
-      gate_->on_upstream_reply(index, std::span<const std::uint8_t>(rx_.data(), static_cast<std::size_t>(n)),
+      gate_->on_upstream_reply(index, std::span<const std::uint8_t>(rx_.get(), static_cast<std::size_t>(n)),
                                loop_.now());
       // The gate may have finished (and cancelled) this slot.
     }

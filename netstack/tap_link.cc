@@ -1,22 +1,12 @@
 // TapLink (see tap_link.h for how it works). Three parts: entering the
 // guest's namespace and coming back, configuring the tap over rtnetlink
-// (libnl-route; its types stay inside this file), and the frame path.
+// (rtnetlink.h), and the frame path.
 #include "netstack/tap_link.h"
 
 #include <fcntl.h>
-#include <linux/if_addr.h>
 #include <linux/if_tun.h>
 #include <linux/nsfs.h>
-#include <linux/rtnetlink.h>
 #include <net/if.h>
-#include <netlink/errno.h>
-#include <netlink/handlers.h>
-#include <netlink/netlink.h>
-#include <netlink/route/addr.h>
-#include <netlink/route/link.h>
-#include <netlink/route/nexthop.h>
-#include <netlink/route/route.h>
-#include <netlink/socket.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -29,7 +19,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <utility>
+
+#include "netstack/rtnetlink.h"
 
 namespace abox::netstack {
 namespace {
@@ -191,184 +184,61 @@ class NetnsSwitch {
 };
 
 // ---------------------------------------------------------------------------
-// rtnetlink through libnl-route.
+// rtnetlink (rtnetlink.h). The socket is opened inside the guest's namespace
+// and then used from our own.
 
-template <class T, void (*Free)(T*)>
-struct FreeWith {
-  void operator()(T* p) const { Free(p); }
-};
-using NlSocketPtr = std::unique_ptr<nl_sock, FreeWith<nl_sock, nl_socket_free>>;
-using NlAddrPtr = std::unique_ptr<nl_addr, FreeWith<nl_addr, nl_addr_put>>;
-using RtnlLinkPtr = std::unique_ptr<rtnl_link, FreeWith<rtnl_link, rtnl_link_put>>;
-using RtnlAddrPtr = std::unique_ptr<rtnl_addr, FreeWith<rtnl_addr, rtnl_addr_put>>;
-using RtnlRoutePtr = std::unique_ptr<rtnl_route, FreeWith<rtnl_route, rtnl_route_put>>;
-using RtnlNexthopPtr = std::unique_ptr<rtnl_nexthop, FreeWith<rtnl_nexthop, rtnl_route_nh_free>>;
-
-// An rtnetlink socket. It belongs to the namespace it was opened in, so it
-// is opened inside the guest's and then used from our own. libnl turns the
-// kernel's errno into codes of its own; an error callback keeps the errno so
-// that messages say "File exists" rather than "Object exists".
-class RouteSocket {
- public:
-  RouteSocket() = default;
-  ~RouteSocket() = default;
-  RouteSocket(const RouteSocket&) = delete;
-  RouteSocket& operator=(const RouteSocket&) = delete;
-  RouteSocket(RouteSocket&&) = delete;  // the error callback points at last_errno_
-  RouteSocket& operator=(RouteSocket&&) = delete;
-
-  VoidOrError connect(const std::string& where) {
-    sock_.reset(nl_socket_alloc());
-    if (!sock_) return Err{"cannot open an rtnetlink socket in " + where + ": " + errno_text(ENOMEM)};
-    nl_socket_modify_err_cb(sock_.get(), NL_CB_CUSTOM, &RouteSocket::keep_errno, &last_errno_);
-    if (const int err = nl_connect(sock_.get(), NETLINK_ROUTE); err < 0) {
-      return Err{"cannot open an rtnetlink socket in " + where + ": " + nl_geterror(err)};
-    }
-    return {};
-  }
-
-  // Runs one request (a call returning a libnl code); on failure the error
-  // is `what` and the errno text.
-  template <class Request>
-  VoidOrError run(const std::string& what, Request&& request) {
-    last_errno_ = 0;
-    const int err = std::forward<Request>(request)(sock_.get());
-    if (err >= 0) return {};
-    return Err{what + ": " + describe(err)};
-  }
-
-  // The link named `name`, or null when there is none (ENODEV).
-  base::Result<RtnlLinkPtr, std::string> find_link(const std::string& name, const std::string& where) {
-    last_errno_ = 0;
-    rtnl_link* found = nullptr;
-    const int err = rtnl_link_get_kernel(sock_.get(), 0, name.c_str(), &found);
-    if (err >= 0) return RtnlLinkPtr(found);
-    // rtnl_link_get_kernel() reads the answer with an error callback of its
-    // own, so ENODEV shows only as libnl's code.
-    if (err == -NLE_NODEV || err == -NLE_OBJ_NOTFOUND || last_errno_ == ENODEV) return RtnlLinkPtr();
-    return Err{"cannot look up interface " + name + " in " + where + ": " + describe(err)};
-  }
-
- private:
-  // The kernel's errno when the error callback saw one, else libnl's text.
-  std::string describe(int nl_err) const {
-    if (last_errno_ != 0) return errno_text(last_errno_);
-    return nl_geterror(nl_err);
-  }
-
-  static int keep_errno(sockaddr_nl* /*from*/, nlmsgerr* e, void* arg) {
-    *static_cast<int*>(arg) = -e->error;
-    return NL_STOP;  // libnl then returns its own code for the same error
-  }
-
-  NlSocketPtr sock_;
-  int last_errno_ = 0;
-};
-
-// An nl_addr of `a` with `prefix`.
-NlAddrPtr make_nl_addr(const policy::IpAddress& a, unsigned prefix) {
-  NlAddrPtr out(nl_addr_build(a.is_v4() ? AF_INET : AF_INET6, a.bytes().data(), a.byte_length()));
-  if (out) nl_addr_set_prefixlen(out.get(), static_cast<int>(prefix));
-  return out;
-}
-
-VoidOrError change_link(RouteSocket& rs, rtnl_link* link, const RtnlLinkPtr& change,
-                        const std::string& what) {
-  return rs.run(what, [&](nl_sock* s) { return rtnl_link_change(s, link, change.get(), 0); });
-}
-
-VoidOrError bring_up(RouteSocket& rs, rtnl_link* link, const std::string& what) {
-  RtnlLinkPtr change(rtnl_link_alloc());
-  if (!change) return Err{what + ": " + errno_text(ENOMEM)};
-  rtnl_link_set_flags(change.get(), IFF_UP);
-  return change_link(rs, link, change, what);
+std::string failed(const std::string& what, int err) {
+  return what + ": " + errno_text(err);
 }
 
 // MTU, MAC, lo and the tap up, address, default route: in this order,
 // because the kernel accepts a route via the gateway only once the
 // address's subnet route exists, which needs the tap up.
-VoidOrError configure(RouteSocket& rs, const std::string& ifname, const GuestNetConfig& c,
+VoidOrError configure(rtnl::RouteSocket& rs, const std::string& ifname, const GuestNetConfig& c,
                       const std::string& where) {
   const std::string on = " on " + ifname + " in " + where;
-  auto tap = rs.find_link(ifname, where);
-  if (!tap) return Err{std::move(tap).error()};
+  auto tap = rs.link_index(ifname);
+  if (!tap) return Err{failed("cannot look up interface " + ifname + " in " + where, tap.error())};
   if (!*tap) return Err{"interface " + ifname + " vanished from " + where + " right after it was created"};
-  const int ifindex = rtnl_link_get_ifindex(tap->get());
+  const int ifindex = **tap;
 
-  {
-    RtnlLinkPtr change(rtnl_link_alloc());
-    if (!change) return Err{"cannot set MTU" + on + ": " + errno_text(ENOMEM)};
-    rtnl_link_set_mtu(change.get(), static_cast<unsigned>(c.mtu));
-    if (auto r = change_link(rs, tap->get(), change, "cannot set MTU " + std::to_string(c.mtu) + on); !r)
-      return r;
+  if (auto r = rs.set_link(ifindex, static_cast<std::uint32_t>(c.mtu), std::nullopt, false); !r) {
+    return Err{failed("cannot set MTU " + std::to_string(c.mtu) + on, r.error())};
   }
   if (c.guest_mac) {
-    RtnlLinkPtr change(rtnl_link_alloc());
-    NlAddrPtr mac(nl_addr_build(AF_LLC, c.guest_mac->data(), c.guest_mac->size()));
-    if (!change || !mac) return Err{"cannot set the MAC address" + on + ": " + errno_text(ENOMEM)};
-    rtnl_link_set_addr(change.get(), mac.get());
-    if (auto r = change_link(rs, tap->get(), change, "cannot set the MAC address" + on); !r) return r;
+    if (auto r = rs.set_link(ifindex, std::nullopt, *c.guest_mac, false); !r) {
+      return Err{failed("cannot set the MAC address" + on, r.error())};
+    }
   }
 
-  auto lo = rs.find_link("lo", where);
-  if (!lo) return Err{std::move(lo).error()};
+  auto lo = rs.link_index("lo");
+  if (!lo) return Err{failed("cannot look up interface lo in " + where, lo.error())};
   if (*lo) {
-    if (auto r = bring_up(rs, lo->get(), "cannot bring up lo in " + where); !r) return r;
+    if (auto r = rs.set_link(**lo, std::nullopt, std::nullopt, true); !r) {
+      return Err{failed("cannot bring up lo in " + where, r.error())};
+    }
   }
-  if (auto r = bring_up(rs, tap->get(), "cannot bring up " + ifname + " in " + where); !r) return r;
+  if (auto r = rs.set_link(ifindex, std::nullopt, std::nullopt, true); !r) {
+    return Err{failed("cannot bring up " + ifname + " in " + where, r.error())};
+  }
 
-  const int family = c.guest_address.is_v4() ? AF_INET : AF_INET6;
   {
     const std::string what = "cannot add address " + c.guest_address.to_string() + "/" +
                              std::to_string(c.prefix_len) + " to " + ifname + " in " + where;
-    RtnlAddrPtr addr(rtnl_addr_alloc());
-    NlAddrPtr local = make_nl_addr(c.guest_address, c.prefix_len);
-    if (!addr || !local) return Err{what + ": " + errno_text(ENOMEM)};
-    rtnl_addr_set_ifindex(addr.get(), ifindex);
-    rtnl_addr_set_family(addr.get(), family);
-    if (const int err = rtnl_addr_set_local(addr.get(), local.get()); err < 0) {
-      return Err{what + ": " + nl_geterror(err)};
-    }
-    rtnl_addr_set_prefixlen(addr.get(), static_cast<int>(c.prefix_len));
+    std::optional<policy::IpAddress> brd;
     if (c.guest_address.is_v4() && c.prefix_len < 31) {
       // The subnet's broadcast address, as `ip addr add ... brd +` and DHCP
       // clients set it.
       const std::uint32_t host_bits = 0xFFFF'FFFFU >> c.prefix_len;
-      const auto brd_addr = policy::IpAddress::v4(c.guest_address.v4_value() | host_bits);
-      NlAddrPtr brd = make_nl_addr(brd_addr, 32);
-      if (!brd) return Err{what + ": " + errno_text(ENOMEM)};
-      if (const int err = rtnl_addr_set_broadcast(addr.get(), brd.get()); err < 0) {
-        return Err{what + ": " + nl_geterror(err)};
-      }
+      brd = policy::IpAddress::v4(c.guest_address.v4_value() | host_bits);
     }
-    if (c.guest_address.is_v6()) rtnl_addr_set_flags(addr.get(), IFA_F_NODAD);  // usable at once
-    if (auto r = rs.run(what, [&](nl_sock* s) { return rtnl_addr_add(s, addr.get(), NLM_F_EXCL); }); !r)
-      return r;
+    if (auto r = rs.add_address(ifindex, c.guest_address, c.prefix_len, brd); !r) {
+      return Err{failed(what, r.error())};
+    }
   }
 
-  {
-    const std::string what = "cannot add default route via " + c.gateway.to_string() + " in " + where;
-    RtnlRoutePtr route(rtnl_route_alloc());
-    RtnlNexthopPtr hop(rtnl_route_nh_alloc());
-    NlAddrPtr any = make_nl_addr(
-        c.guest_address.is_v4() ? policy::IpAddress() : policy::IpAddress::v6(std::array<std::uint8_t, 16>{}),
-        0);
-    NlAddrPtr gateway = make_nl_addr(c.gateway, c.guest_address.is_v4() ? 32 : 128);
-    if (!route || !hop || !any || !gateway) return Err{what + ": " + errno_text(ENOMEM)};
-    rtnl_route_set_family(route.get(), static_cast<std::uint8_t>(family));
-    rtnl_route_set_table(route.get(), RT_TABLE_MAIN);
-    rtnl_route_set_protocol(route.get(), RTPROT_STATIC);
-    rtnl_route_set_scope(route.get(), RT_SCOPE_UNIVERSE);
-    rtnl_route_set_type(route.get(), RTN_UNICAST);
-    if (const int err = rtnl_route_set_dst(route.get(), any.get()); err < 0) {
-      return Err{what + ": " + nl_geterror(err)};
-    }
-    rtnl_route_nh_set_ifindex(hop.get(), ifindex);
-    rtnl_route_nh_set_gateway(hop.get(), gateway.get());
-    rtnl_route_add_nexthop(route.get(), hop.release());  // the route owns it now
-    if (auto r = rs.run(what, [&](nl_sock* s) { return rtnl_route_add(s, route.get(), NLM_F_EXCL); }); !r) {
-      return r;
-    }
+  if (auto r = rs.add_default_route(ifindex, c.gateway); !r) {
+    return Err{failed("cannot add default route via " + c.gateway.to_string() + " in " + where, r.error())};
   }
   return {};
 }
@@ -399,15 +269,18 @@ base::Result<std::unique_ptr<TapLink>, std::string> TapLink::create_in_netns(std
   struct stat ns_stat {};
   if (::fstat(ns.get(), &ns_stat) != 0) return Err{"cannot stat " + path + ": " + errno_text(errno)};
 
-  RouteSocket rs;
+  std::optional<rtnl::RouteSocket> rs;
   base::UniqueFd tap;
   std::string ifname;
   {
     NetnsSwitch inside;
     if (auto r = inside.enter(ns.get(), path); !r) return Err{r.error()};
-    if (auto r = rs.connect(path); !r) return Err{r.error()};
-    auto existing = rs.find_link(config.ifname, path);
-    if (!existing) return Err{std::move(existing).error()};
+    auto opened = rtnl::RouteSocket::open();
+    if (!opened) return Err{failed("cannot open an rtnetlink socket in " + path, opened.error())};
+    rs.emplace(std::move(opened).value());
+    auto existing = rs->link_index(config.ifname);
+    if (!existing)
+      return Err{failed("cannot look up interface " + config.ifname + " in " + path, existing.error())};
     if (*existing) return Err{"an interface named " + config.ifname + " already exists in " + path};
 
     tap.reset(::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC));
@@ -430,7 +303,7 @@ base::Result<std::unique_ptr<TapLink>, std::string> TapLink::create_in_netns(std
     ifname.assign(ifr.ifr_name, strnlen(ifr.ifr_name, IFNAMSIZ));
   }  // back in our own namespace; the tap and the rtnetlink socket stay in the guest's
 
-  if (auto r = configure(rs, ifname, config, path); !r) return Err{r.error()};
+  if (auto r = configure(*rs, ifname, config, path); !r) return Err{r.error()};
 
   std::unique_ptr<TapLink> link(new TapLink(std::move(tap), config.mtu, std::move(ifname)));
   link->vnet_ = true;

@@ -6,7 +6,7 @@
 // Setting up (create_in_netns): the calling thread enters the namespace just
 // long enough to open /dev/net/tun, create the tap (TUNSETIFF) and open an
 // rtnetlink socket there, then returns to its own namespace. Through that
-// socket (libnl-route) it sets the MTU, brings lo and the tap up, adds the
+// socket (rtnetlink.h) it sets the MTU, brings lo and the tap up, adds the
 // guest's address and a default route via the gateway. Both fds keep working
 // from any namespace. The tap is not persistent: closing the fd (destroying
 // the TapLink) removes eth0 from the namespace.

@@ -14,14 +14,17 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache="$root/.cache"
 
-# Build tools and libraries (linked or included by our targets).
+# Build tools and libraries (linked or included by our targets). The static
+# abox-net (ABOX_STATIC_NET) links the .a files these -dev packages ship:
+# libc6-dev and libstdc++-12-dev come with build-essential, libssl-dev (ldns's
+# OpenSSL) is named for its libcrypto.a and libssl.a.
 build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   clang libclang-rt-14-dev clang-format clang-tidy
   liburing-dev android-libboringssl-dev
   libldns-dev  # tests and the dns_answer fuzz target only: an independent DNS decoder
   libnl-3-dev libnl-route-3-dev libboost1.81-dev libseccomp-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev libssl-dev
   dpkg-dev
 )
 # Real peers the tests and benchmarks start: DNS servers and clients, web
