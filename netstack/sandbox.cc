@@ -149,6 +149,9 @@ void add_allowed_syscalls(FilterBuilder& f) {
   // stdio's first write to a stream (fstat). Metadata only, no fd.
   f.allow(SCMP_SYS(newfstatat));
   f.allow(SCMP_SYS(fstat));
+  // TapLink::netns_alive for a /proc/PID/ns/net guest: signal 0 (only) to
+  // the pidfd of that process, which asks whether it still runs.
+  f.allow(SCMP_SYS(pidfd_send_signal), {arg_eq(1, 0)});
   // stdio's first write to a terminal asks whether it is one (isatty).
   f.allow(SCMP_SYS(ioctl), {arg_eq(1, TCGETS)});
 

@@ -11,6 +11,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -243,6 +244,30 @@ VoidOrError configure(rtnl::RouteSocket& rs, const std::string& ifname, const Gu
   return {};
 }
 
+// The process a /proc/PID/ns/net path names, as a pidfd (PID reuse cannot
+// fool a pidfd); an empty fd for any other path. Taken after the namespace
+// was opened, then the path is checked again: if it still names the same
+// namespace, the pidfd is the process that owns it.
+base::UniqueFd owner_pidfd(const std::string& path, const struct stat& ns_stat) {
+  constexpr std::string_view kProc = "/proc/";
+  constexpr std::string_view kNsNet = "/ns/net";
+  if (!path.starts_with(kProc) || !path.ends_with(kNsNet)) return {};
+  const std::string_view digits =
+      std::string_view(path).substr(kProc.size(), path.size() - kProc.size() - kNsNet.size());
+  if (digits.empty() || digits.size() > 9 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return {};
+  }
+  const int pid = std::stoi(std::string(digits));
+  base::UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  struct stat again {};
+  if (!fd || ::stat(path.c_str(), &again) != 0 || again.st_dev != ns_stat.st_dev ||
+      again.st_ino != ns_stat.st_ino) {
+    return {};
+  }
+  return fd;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -310,6 +335,7 @@ base::Result<std::unique_ptr<TapLink>, std::string> TapLink::create_in_netns(std
   link->netns_path_ = path;
   link->netns_dev_ = ns_stat.st_dev;
   link->netns_ino_ = ns_stat.st_ino;
+  link->netns_owner_ = owner_pidfd(path, ns_stat);
   return link;
 }
 
@@ -347,10 +373,19 @@ std::size_t TapLink::max_receive_size() const {
 
 bool TapLink::netns_alive() const {
   if (netns_path_.empty()) return true;
+  // A /proc/PID path: signal 0 through the pidfd says whether that very
+  // process still runs (ESRCH once it has exited, even if its PID was
+  // reused since); EPERM means it runs but is not ours to signal.
+  if (netns_owner_ && ::syscall(SYS_pidfd_send_signal, netns_owner_.get(), 0, nullptr, 0) != 0 &&
+      errno == ESRCH) {
+    return false;
+  }
   struct stat st {};
   if (::stat(netns_path_.c_str(), &st) != 0) {
-    // EACCES: the path is there (another user's /proc/PID), just not ours to
-    // look into; anything else (ENOENT, ESRCH) means it is gone.
+    // EACCES: the path is there (another user's /proc/PID, or any once
+    // abox-net has dropped its capabilities), just not ours to look into;
+    // the pidfd above answered for such a process. Anything else (ENOENT,
+    // ESRCH) means it is gone.
     return errno == EACCES;
   }
   return st.st_dev == netns_dev_ && st.st_ino == netns_ino_;

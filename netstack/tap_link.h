@@ -40,9 +40,12 @@
 //    /proc/PID/ns/net was given exits): nothing happens to the tap fd. The
 //    kernel keeps a namespace alive while a tap created in it is open, so
 //    the tap never notices. netns_alive() checks instead whether the path
-//    abox-net was given still names the same namespace (the same inode);
-//    abox-net calls it from a timer (about once a second, as pasta does) and
-//    stops when it turns false.
+//    abox-net was given still names the same namespace (the same inode),
+//    and for a /proc/PID/ns/net path whether that process still runs (a
+//    pidfd taken at creation: a reused PID does not count, and it works
+//    after the capabilities are dropped, when /proc/PID/ns may not be
+//    ours to stat); abox-net calls it from a timer (about once a second,
+//    as pasta does) and stops when it turns false.
 #pragma once
 
 #include <sys/types.h>
@@ -174,6 +177,7 @@ class TapLink final : public Link {
   std::string netns_path_;
   dev_t netns_dev_ = 0;
   ino_t netns_ino_ = 0;
+  base::UniqueFd netns_owner_;  // pidfd of the process a /proc/PID/ns/net path names
   LinkCounters counters_;
   std::uint64_t dropped_runt_ = 0;
   bool vnet_ = false;  // frames carry a virtio_net_hdr; checksum offload on

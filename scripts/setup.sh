@@ -15,9 +15,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache="$root/.cache"
 
 # Build tools and libraries (linked or included by our targets). The static
-# abox-net (ABOX_STATIC_NET) links the .a files these -dev packages ship:
-# libc6-dev and libstdc++-12-dev come with build-essential, libssl-dev (ldns's
-# OpenSSL) is named for its libcrypto.a and libssl.a.
+# abox-net (ABOX_STATIC_NET) links the .a files these -dev packages ship
+# (libc6-dev and libstdc++-12-dev come with build-essential). libssl-dev:
+# ldns's OpenSSL headers, for the tests that decode with ldns.
 build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   clang libclang-rt-14-dev clang-format clang-tidy

@@ -537,6 +537,33 @@ def case_dns_mode_sandboxed_with_stats(o):
     o.stop(p, "abox-net-dns")
 
 
+def case_proc_pid_guest_ends_with_its_process(o):
+    """--netns /proc/PID/ns/net, sandboxed: abox-net configures that process's
+    namespace, and stops by itself soon after the process exits (a pidfd
+    taken at start answers once the dropped capabilities forbid looking
+    into /proc/PID, and a reused PID would not count)."""
+    holder = o.rig.spawn("netns-holder", ["unshare", "--net", "sleep", "120"])
+    path = f"/proc/{holder.pid}/ns/net"
+    o.rig.wait_for("the holder's own namespace", lambda: os.readlink(path) != os.readlink("/proc/self/ns/net"),
+                   timeout=5, proc=holder)
+    p, line = o.start("abox-net-procpid", ["run", "--policy", o.policy, "--netns", path,
+                                           "--events", o.rig.path("abox-net-procpid.events")], b"ready")
+    assert_sandboxed(p.pid)
+    r = subprocess.run(["nsenter", f"--net={path}", "ip", "-4", "-o", "addr", "show", "eth0"],
+                       capture_output=True, text=True, timeout=10)
+    assert nr.GUEST_ADDR in r.stdout, f"eth0 in the holder's namespace: {r.stdout.strip()} {r.stderr.strip()}"
+    holder.kill()
+    holder.wait(timeout=5)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError("abox-net still ran 10 s after the namespace's process exited") from None
+    assert p.returncode == 0, f"abox-net exited {p.returncode}:\n{o.rig.log_tail('abox-net-procpid')}"
+    with open(o.rig.path("abox-net-procpid.events")) as f:
+        assert "the guest namespace went away" in f.read()
+
+
 def case_no_sandbox_is_unconfined(o):
     p, _ = o.start("abox-net-nosandbox", ["dns", "--policy", o.policy, "--listen", "127.0.0.1:0", "--no-sandbox"],
                    b"listening on ")
@@ -598,6 +625,7 @@ def main(argv):
                          "pcap_is_read_by_tcpdump", "leaves_the_socket_file"):
                 report(name, getattr(run, name))
         report("pcap_cap", lambda: case_pcap_cap(o))
+        report("proc_pid_guest_ends_with_its_process", lambda: case_proc_pid_guest_ends_with_its_process(o))
         report("memory_comes_back_after_a_burst", lambda: case_memory_comes_back_after_a_burst(o))
         report("stream_link_sandboxed_and_recorded", lambda: case_stream_link_sandboxed_and_recorded(o))
         report("dns_mode_sandboxed_with_stats", lambda: case_dns_mode_sandboxed_with_stats(o))
