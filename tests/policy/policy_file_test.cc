@@ -39,6 +39,14 @@ TEST(PolicyFile, MinimalDefaults) {
   EXPECT_EQ(p.source(), "test.toml");
 }
 
+// Non-ASCII text is fine in comments (and after a UTF-8 byte order mark):
+// only outside strings and comments is it refused (see bad cases).
+TEST(PolicyFile, NonAsciiCommentsAndByteOrderMark) {
+  Policy p = parse_ok(std::string("\xEF\xBB\xBF# R\xc3\xa8gles \xe2\x80\x94 l'\xc3\xa9quipe\n") +
+                      std::string(kRule) + "# fin \xe2\x9c\x93\n");
+  EXPECT_EQ(p.rules().size(), 1u);
+}
+
 TEST(PolicyFile, FullShape) {
   Policy p = parse_ok(R"(
 version = 1
@@ -244,6 +252,15 @@ INSTANTIATE_TEST_SUITE_P(
                 "cher.de\"]\nports = [443]\n",
                 "2:10: name \"b\xc3\xbc"
                 "cher.de\": "},
+        BadCase{"non_ascii_first", "\xc8\x8d[[allow]]\nnames = [\"a.com\"]\nports = [443]\n",
+                "1:1: a non-ASCII character outside a string or comment"},
+        BadCase{"non_ascii_after_value", "[[allow]]\nnames = [\"a.com\"]\xc2\xa5\nports = [443]\n",
+                "2:18: a non-ASCII character outside a string or comment"},
+        BadCase{"non_ascii_after_strings_and_comments",
+                "# \xc3\xa9t\xc3\xa9 \"\n[[allow]] # '\xc3\xa9'\nnames = [\"a.com\", 'b.com', "
+                "\"\"\"c\\\"d\"\"\"]\n"
+                "x = \"\\\"\"\xc2\xa0= 1\n",
+                "4:9: a non-ASCII character outside a string or comment"},
         BadCase{"bad_char", "[[allow]]\nnames = [\"exa mple.com\"]\nports = [443]\n",
                 "2:10: name \"exa mple.com\": "},
         BadCase{"mid_wildcard", "[[allow]]\nnames = [\"a.*.com\"]\nports = [443]\n",
