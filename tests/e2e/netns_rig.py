@@ -69,6 +69,21 @@ def _netns_cmd(ns, cmd):
     return ["ip", "netns", "exec", ns, *cmd] if ns else list(cmd)
 
 
+def first_line(p, timeout):
+    """The first line a process started with stdout=PIPE prints (bytes, with
+    its newline), read a byte at a time so nothing after it is consumed;
+    what came if it exits or `timeout` seconds pass first."""
+    line, deadline = b"", time.monotonic() + timeout
+    while not line.endswith(b"\n") and time.monotonic() < deadline:
+        ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))
+        if ready:
+            b = os.read(p.stdout.fileno(), 1)
+            if not b:
+                break
+            line += b
+    return line
+
+
 class Rig:
     """One test's namespaces, servers and temp dir. Use as a context manager."""
 
@@ -413,14 +428,7 @@ http {{
         link = link or ["--netns", f"/run/netns/{self.guest}"]
         p = self.spawn("abox-net", [abox, "run", "--policy", policy, *link, "--events", self.path("events.jsonl"),
                                     *args], ns=self.outside, stdout=subprocess.PIPE)
-        line, deadline = b"", time.monotonic() + 15
-        while not line.endswith(b"\n") and time.monotonic() < deadline:
-            ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))
-            if ready:
-                b = os.read(p.stdout.fileno(), 1)
-                if not b:
-                    break
-                line += b
+        line = first_line(p, 15)
         if not line.startswith(b"ready"):
             how = f"exited {p.returncode}" if p.poll() is not None else "did not print 'ready' within 15 s"
             raise RuntimeError(f"abox-net run {how}; stdout {line!r}, stderr:\n{self.log_tail('abox-net')}")

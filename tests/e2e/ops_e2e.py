@@ -38,7 +38,6 @@ removed at the end, also on failure and on SIGINT/SIGTERM.
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import socket
@@ -115,14 +114,7 @@ class Ops:
         """Starts abox-net ARGS in the outside namespace and waits (15 s at most)
         for its first stdout line, which must start with ready_prefix."""
         p = self.rig.spawn(name, [self.abox, *args], ns=self.rig.outside, stdout=subprocess.PIPE)
-        line, deadline = b"", time.monotonic() + 15
-        while not line.endswith(b"\n") and time.monotonic() < deadline:
-            ready, _, _ = select.select([p.stdout], [], [], max(0.01, deadline - time.monotonic()))
-            if ready:
-                b = os.read(p.stdout.fileno(), 1)
-                if not b:
-                    break
-                line += b
+        line = nr.first_line(p, 15)
         if not line.startswith(ready_prefix):
             how = f"exited {p.poll()}" if p.poll() is not None else "printed no ready line within 15 s"
             raise RuntimeError(f"abox-net {args[0]} {how}; stdout {line!r}:\n{self.rig.log_tail(name)}")
