@@ -18,6 +18,7 @@
 
 #include "dns/answer_filter.h"
 #include "policy/policy_file.h"
+#include "tests/support/dns_names.h"
 #include "tests/support/ldns.h"
 
 namespace abox::dns {
@@ -36,18 +37,7 @@ const policy::Policy& test_policy() {
   return p;
 }
 
-Bytes wire_name(std::string_view text) {
-  Bytes out;
-  while (!text.empty()) {
-    auto dot = text.find('.');
-    auto label = text.substr(0, dot);
-    out.push_back(static_cast<std::uint8_t>(label.size()));
-    out.insert(out.end(), label.begin(), label.end());
-    text = dot == std::string_view::npos ? std::string_view{} : text.substr(dot + 1);
-  }
-  out.push_back(0);
-  return out;
-}
+using abox::testing::wire_name;
 
 // A response to "example.com IN <qtype>" (the name at offset 12), records
 // appended by hand.

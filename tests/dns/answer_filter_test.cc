@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "policy/policy_file.h"
+#include "tests/support/dns_names.h"
 
 namespace abox::dns {
 namespace {
@@ -68,19 +69,7 @@ const policy::Policy& lifting_policy() {
   return p;
 }
 
-// "www.example.com" -> wire form, ending with the root label.
-Bytes wire_name(std::string_view text) {
-  Bytes out;
-  while (!text.empty()) {
-    auto dot = text.find('.');
-    auto label = text.substr(0, dot);
-    out.push_back(static_cast<std::uint8_t>(label.size()));
-    out.insert(out.end(), label.begin(), label.end());
-    text = dot == std::string_view::npos ? std::string_view{} : text.substr(dot + 1);
-  }
-  out.push_back(0);
-  return out;
-}
+using abox::testing::wire_name;
 
 // What the gate asked; owns the name the AskedQuestion points into.
 struct Asked {

@@ -7,23 +7,14 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/support/dns_names.h"
+
 namespace abox::dns {
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-Bytes wire_name(std::string_view text) {
-  Bytes out;
-  while (!text.empty()) {
-    auto dot = text.find('.');
-    auto label = text.substr(0, dot);
-    out.push_back(static_cast<std::uint8_t>(label.size()));
-    out.insert(out.end(), label.begin(), label.end());
-    text = dot == std::string_view::npos ? std::string_view{} : text.substr(dot + 1);
-  }
-  out.push_back(0);
-  return out;
-}
+using abox::testing::wire_name;
 
 TEST(MessageWriter, SuffixesBecomePointers) {
   Bytes out;
