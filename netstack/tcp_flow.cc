@@ -204,9 +204,10 @@ void TcpFlow::on_ready(std::uint32_t events) {
     if (events & (POLLOUT | POLLERR | POLLHUP)) on_connected();
     return;
   }
+  if (events & (POLLRDHUP | POLLHUP | POLLERR)) host_closing_ = true;
   if (events & POLLOUT) flush_to_host();
   if (state_ == State::done) return;
-  if (events & (POLLIN | POLLERR | POLLHUP)) read_from_host();
+  if (events & (POLLIN | POLLRDHUP | POLLERR | POLLHUP)) read_from_host();
   if (state_ == State::done) return;
   update_watch();
   finish_if_done();
@@ -216,7 +217,7 @@ void TcpFlow::update_watch() {
   if (!host_ || handle_ == EventLoop::kNoHandle) return;
   std::uint32_t want = 0;
   if (to_host_bytes_ > 0 || !handoff_.empty()) want |= POLLOUT;
-  if (!host_eof_ && !host_paused_) want |= POLLIN;
+  if (!host_eof_ && !host_paused_) want |= POLLIN | POLLRDHUP;
   if (want != watching_) {
     stack_.loop().modify(handle_, want == 0 ? POLLERR : want);
     watching_ = want;
@@ -347,7 +348,8 @@ void TcpFlow::read_from_host() {
       break;
     }
     std::span<std::uint8_t> tail = to_guest_.tail();
-    ssize_t n = ::recv(host_.get(), tail.data(), std::min(room, tail.size()), MSG_DONTWAIT);
+    const std::size_t asked = std::min(room, tail.size());
+    ssize_t n = ::recv(host_.get(), tail.data(), asked, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         drained = true;  // the next arrival wakes the poll
@@ -370,6 +372,16 @@ void TcpFlow::read_from_host() {
       return;
     }
     to_guest_.commit(static_cast<std::size_t>(n));
+    // Less than asked: the socket held no more when it was read, and what
+    // comes later wakes the poll again, so no read to find EAGAIN (one
+    // system call per request/response round trip). Not once the poll said
+    // the host is closing: a FIN that came with the last bytes brings no
+    // wake-up of its own, and only reading on finds it (without this, the
+    // e2e case replies_the_host_closes_right_behind_end_whole_with_eof stalls).
+    if (static_cast<std::size_t>(n) < asked && !host_closing_) {
+      drained = true;
+      break;
+    }
   }
   if (pcb_ != nullptr) tcp_output(pcb_);
   // Readiness is edge-like: a socket left with data and no new arrival would

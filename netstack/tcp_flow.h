@@ -115,6 +115,7 @@ class TcpFlow final : public EventLoop::Watcher {
   bool host_eof_ = false;       // the host closed its side
   bool guest_shut_wr_ = false;  // we sent FIN to the guest
   bool host_paused_ = false;    // not reading the host: lwIP's send buffer is full
+  bool host_closing_ = false;   // the poll saw POLLRDHUP/POLLHUP/POLLERR: read to the end
   bool aborted_ = false;
   base::MonoTime deadline_{};  // peek or connect deadline
   base::MonoTime last_activity_{};

@@ -360,6 +360,34 @@ def client_udp(host, port, count):
     return {"echoed": echoed, "errors": errors, "addr": addr}
 
 
+def client_reply_close(host, port, count):
+    """`count` connections that each ask for a short reply the server sends
+    and closes right behind (the request/response-then-close shape of
+    HTTP/1.0 and of netbench's tcp_crr). Each must end with the whole reply
+    and EOF; a missed FIN shows as a stall."""
+    addr = _resolve(host)
+    good, stalls, short = 0, [], []
+    for i in range(int(count)):
+        n = (i * 37) % 3000 + 1
+        try:
+            with socket.create_connection((addr, int(port)), timeout=5) as s:
+                s.settimeout(5)
+                s.sendall(f"CLOSE {n}\n".encode())
+                got = b""
+                while True:
+                    k = s.recv(65536)
+                    if not k:
+                        break
+                    got += k
+            if got == b"z" * n:
+                good += 1
+            else:
+                short.append((n, len(got)))
+        except OSError as e:
+            stalls.append((n, str(e)))
+    return {"good": good, "stalls": stalls[:5], "short": short[:5]}
+
+
 def client_udp_sizes(host, port, burst):
     """Datagrams of every size class abox-net treats apart (empty; up to a ring
     write slot of 2 KiB and just over it; over a page; 60,000 bytes), each
@@ -410,7 +438,7 @@ def udp_echo_server(addr, port):
 
 
 CLIENTS = {"resolve": client_resolve, "probe": client_probe, "stream": client_stream, "udp": client_udp,
-           "udp-sizes": client_udp_sizes, "udp-echo-server": udp_echo_server,
+           "udp-sizes": client_udp_sizes, "reply-close": client_reply_close, "udp-echo-server": udp_echo_server,
            "concurrent": client_concurrent, "halfclose": client_halfclose, "reset": client_reset}
 
 
@@ -593,6 +621,14 @@ def udp_to_an_allowed_port_works_and_other_udp_is_refused(t):
              deny=dict(addr=TOOLS_ADDR, port=UDP_DENIED_PORT, proto="udp"))
     got = t.client("udp", TOOLS, UDP_ECHO_PORT, 5)
     assert got["echoed"] >= 4, got
+
+
+@case
+def replies_the_host_closes_right_behind_end_whole_with_eof(t):
+    # abox-net reads a host socket until a read comes back short, not until
+    # EAGAIN; a FIN that rides with the last bytes must still reach the guest.
+    r = t.client("reply-close", TOOLS, nr.STREAM_PORT, 300, timeout=120)
+    assert r["good"] == 300, r
 
 
 @case
