@@ -178,7 +178,7 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
       (void)link_.finish_ring_send(res, frame_size);
     });
   }
-  if (config_.host_datagrams_on_ring) {
+  if (config_.host_io_on_ring) {
     host_datagram_writer_ = std::make_unique<RingWriter>(loop_, -1, [](int, std::size_t) {});
     host_receive_pool_ =
         std::make_unique<ReceiveBufferPool>(loop_, kHostReceiveBuffers, kHostReceiveBufferBytes);

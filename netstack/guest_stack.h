@@ -64,12 +64,12 @@ struct GuestConfig {
   // wait instead of a writev each (RingWriter). Off: receive() on
   // readiness and send_frame().
   bool link_on_ring = true;
-  // Host UDP sockets on the ring: guest datagrams of up to
-  // RingWriter::kSlotBytes are written with the turn's wait instead of a
-  // sendmsg each, and host datagrams come by a multishot receive into a
-  // shared ReceiveBufferPool instead of readiness and recvmmsg. Off: the
-  // system calls.
-  bool host_datagrams_on_ring = true;
+  // Host sockets on the ring: guest bytes go to a TCP flow's socket by a
+  // sendmsg request handed over with the turn's wait, guest datagrams of up
+  // to RingWriter::kSlotBytes to their UDP sockets likewise, and host
+  // datagrams come by a multishot receive into a shared ReceiveBufferPool
+  // instead of readiness and recvmmsg. Off: the system calls.
+  bool host_io_on_ring = true;
 };
 
 struct StackCounters {
@@ -158,6 +158,7 @@ class GuestStack {
   // GuestConfig says not to). Results are not reported: UDP loses a
   // datagram a full socket refuses, as sendmsg would.
   RingWriter* host_datagram_writer() { return host_datagram_writer_.get(); }
+  bool host_sends_on_ring() const { return config_.host_io_on_ring; }
   // Buffers for UDP flows' ring receives (null when GuestConfig says not to).
   ReceiveBufferPool* host_receive_pool() { return host_receive_pool_.get(); }
   // A flow that ends with its ring receive still in the kernel (cancelled)
