@@ -844,7 +844,10 @@ def build_servers(rig):
 
 
 def start_abox_net(rig, abox):
-    return rig.start_abox_net(abox, POLICY, "--instance", INSTANCE, "--broker", rig.path("broker.sock"))
+    # ABOX_NET_IO=syscalls runs the whole suite with `--io syscalls` (ctest's
+    # e2e.netstack_syscalls): both I/O paths must pass every case.
+    io = os.environ.get("ABOX_NET_IO", "ring")
+    return rig.start_abox_net(abox, POLICY, "--instance", INSTANCE, "--broker", rig.path("broker.sock"), "--io", io)
 
 
 def run_cases(rig, mode, abox=None):
