@@ -25,6 +25,17 @@
 // and hands its result to finish_ring_receive(), instead of calling
 // receive() on readiness. No readiness wake-up and no read that finds
 // nothing: one completion per frame, taken with the turn's wait.
+//
+// A link whose medium is bytes, not frames (a stream socket: one read may
+// end inside a frame or hold a hundred), points its iovecs at a receive
+// buffer of its own instead of buf. finish_ring_receive() then takes the
+// bytes the read brought, keeps the link's own checks (length prefix,
+// runts, oversize, a frame torn across reads) and copies the first whole
+// frame into buf; receive_buffered() hands out the others, one per call,
+// from what was already read: no system call, so no read that finds
+// EAGAIN. After every finish_ring_receive() the stack calls
+// receive_buffered() until it returns 0, then posts the next read. A link
+// read one frame per read keeps receive_buffered()'s default (0).
 #pragma once
 
 #include <sys/uio.h>
@@ -110,6 +121,13 @@ class Link {
   // that ends the link. Sets last_frame_checksum_trusted() as receive() does.
   virtual base::Result<std::size_t, int> finish_ring_receive(int res) {
     return base::Err{res < 0 ? -res : EIO};
+  }
+  // The next whole frame a ring read already brought (a stream link, see
+  // the top of this file), copied into buf: its length; 0 when none is left
+  // (post the next read); or the errno that ends the link, once every whole
+  // frame has been handed out. Never a system call.
+  virtual base::Result<std::size_t, int> receive_buffered(std::span<std::uint8_t> /*buf*/) {
+    return std::size_t{0};
   }
 
   // Writing through the event loop's ring (optional): for a frame that
