@@ -220,7 +220,10 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
     watch_link_output();
     // A ring read that could not be posted (no memory for its pbuf) is tried
     // again every turn.
-    if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) post_link_read();
+    if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) {
+      take_buffered_frames();
+      post_link_read();
+    }
   });
   next_sweep_ = loop_.now() + base::Seconds(1);
 }
@@ -290,7 +293,24 @@ void GuestStack::on_link_read(int res) {
     return;
   }
   if (*r != 0) take_frame(*r);
+  take_buffered_frames();
   post_link_read();
+}
+
+// A stream link's one read may have brought many frames (link.h): every
+// whole one is taken now, without another read. Frames left when no pbuf
+// could be had wait for the turn hook's retry.
+void GuestStack::take_buffered_frames() {
+  while (link_alive_ && ready_rx_pbuf()) {
+    auto r = link_.receive_buffered(
+        std::span<std::uint8_t>(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_));
+    if (!r.ok()) {
+      link_failed(r.error());
+      return;
+    }
+    if (*r == 0) return;
+    take_frame(*r);
+  }
 }
 
 void GuestStack::take_frame(std::size_t n) {

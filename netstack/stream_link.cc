@@ -64,8 +64,7 @@ base::Result<std::unique_ptr<StreamLink>, std::string> StreamLink::from_connecte
   return std::unique_ptr<StreamLink>(new StreamLink(std::move(fd), mtu));
 }
 
-base::Result<std::size_t, int> StreamLink::fill() {
-  if (dead_ != 0) return Err{dead_};
+void StreamLink::make_room() {
   if (in_head_ == in_tail_) {
     in_head_ = in_tail_ = 0;
   } else if (in_.size() - in_tail_ < max_frame_size() + kLengthPrefix) {
@@ -75,6 +74,11 @@ base::Result<std::size_t, int> StreamLink::fill() {
     in_tail_ -= in_head_;
     in_head_ = 0;
   }
+}
+
+base::Result<std::size_t, int> StreamLink::fill() {
+  if (dead_ != 0) return Err{dead_};
+  make_room();
   for (;;) {
     const ssize_t n = ::read(fd_.get(), in_.data() + in_tail_, in_.size() - in_tail_);
     if (n > 0) {
@@ -94,44 +98,75 @@ base::Result<std::size_t, int> StreamLink::fill() {
 
 // Parses only the length prefixes, through a ByteReader over the buffered
 // bytes; the frame's own bytes are the netstack's to parse.
-base::Result<std::size_t, int> StreamLink::receive(std::span<std::uint8_t> buf) {
+std::size_t StreamLink::next_frame(std::span<std::uint8_t> buf) {
   for (;;) {
     if (skipping_ > 0) {
       const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(skipping_, in_tail_ - in_head_));
       in_head_ += n;
       skipping_ -= n;
+      if (skipping_ > 0) return 0;
     }
-    if (skipping_ == 0) {
-      base::ByteReader reader(std::span<const std::uint8_t>(in_).subspan(in_head_, in_tail_ - in_head_));
-      if (const auto length = reader.u32be()) {
-        if (*length == 0) {
-          ++dropped_zero_length_;
-          in_head_ += kLengthPrefix;
-          continue;
-        }
-        if (*length > max_frame_size() || *length > buf.size() || *length < kEthernetHeader) {
-          if (*length < kEthernetHeader) {
-            ++dropped_runt_;
-          } else {
-            ++counters_.dropped_oversize;
-          }
-          in_head_ += kLengthPrefix;
-          skipping_ = *length;
-          continue;
-        }
-        if (const auto frame = reader.bytes(*length)) {
-          std::copy(frame->begin(), frame->end(), buf.begin());
-          in_head_ += kLengthPrefix + frame->size();
-          ++counters_.frames_in;
-          counters_.bytes_in += frame->size();
-          return frame->size();
-        }
+    base::ByteReader reader(std::span<const std::uint8_t>(in_).subspan(in_head_, in_tail_ - in_head_));
+    const auto length = reader.u32be();
+    if (!length) return 0;
+    if (*length == 0) {
+      ++dropped_zero_length_;
+      in_head_ += kLengthPrefix;
+      continue;
+    }
+    if (*length > max_frame_size() || *length > buf.size() || *length < kEthernetHeader) {
+      if (*length < kEthernetHeader) {
+        ++dropped_runt_;
+      } else {
+        ++counters_.dropped_oversize;
       }
+      in_head_ += kLengthPrefix;
+      skipping_ = *length;
+      continue;
     }
+    const auto frame = reader.bytes(*length);
+    if (!frame) return 0;  // the rest of it has not arrived
+    std::copy(frame->begin(), frame->end(), buf.begin());
+    in_head_ += kLengthPrefix + frame->size();
+    ++counters_.frames_in;
+    counters_.bytes_in += frame->size();
+    return frame->size();
+  }
+}
+
+base::Result<std::size_t, int> StreamLink::receive(std::span<std::uint8_t> buf) {
+  for (;;) {
+    if (const std::size_t n = next_frame(buf); n != 0) return n;
     auto r = fill();
     if (!r.ok()) return Err{r.error()};
     if (*r == 0) return std::size_t{0};
   }
+}
+
+// The read goes into the input buffer, behind what is left of a frame torn
+// across reads; make_room() leaves room for at least one whole frame.
+std::span<const iovec> StreamLink::ring_receive_iovecs(std::span<std::uint8_t> buf) {
+  ring_buf_ = buf;
+  make_room();
+  ring_iov_ = {in_.data() + in_tail_, in_.size() - in_tail_};
+  return {&ring_iov_, 1};
+}
+
+base::Result<std::size_t, int> StreamLink::finish_ring_receive(int res) {
+  if (res > 0 && dead_ == 0) {
+    in_tail_ += std::min(static_cast<std::size_t>(res), in_.size() - in_tail_);
+  } else if (res == 0 && dead_ == 0) {
+    dead_ = ECONNRESET;  // the peer closed its end; a frame it tore is lost
+  } else if (res < 0 && res != -EAGAIN && res != -EINTR && dead_ == 0) {
+    dead_ = -res;
+  }
+  return receive_buffered(ring_buf_);
+}
+
+base::Result<std::size_t, int> StreamLink::receive_buffered(std::span<std::uint8_t> buf) {
+  if (const std::size_t n = next_frame(buf); n != 0) return n;
+  if (dead_ != 0) return Err{dead_};
+  return std::size_t{0};
 }
 
 // One record: the length prefix, then the frame's pieces, copied into the

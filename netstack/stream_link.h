@@ -15,7 +15,11 @@
 // Life of a frame from the guest: receive() reads the socket in large
 // chunks (kReadChunk) into one input buffer and hands out the frames in it,
 // one per call, copied to the caller's buffer; a frame cut across reads
-// stays in the buffer until its rest arrives. A length above mtu() + 14 or
+// stays in the buffer until its rest arrives. Read through the event loop's
+// ring (GuestStack's way, link.h), the one read in flight goes into the
+// same buffer (ring_receive_iovecs()), and finish_ring_receive() and then
+// receive_buffered() hand out every whole frame it completed, with the same
+// checks, without another system call. A length above mtu() + 14 or
 // below 14 is never buffered: the link enters a skip state that discards
 // that many bytes as they arrive (a 4 GiB length costs no memory) and counts
 // the frame (dropped_oversize, dropped_runt()); a zero length is counted
@@ -85,6 +89,11 @@ class StreamLink final : public Link {
   // is dropped and counted in dropped_oversize (pass max_frame_size()
   // bytes). 0 means nothing whole is waiting.
   base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) override;
+  // Reading through the ring (link.h): one read into the input buffer,
+  // then every whole frame it completed, with receive()'s checks.
+  std::span<const iovec> ring_receive_iovecs(std::span<std::uint8_t> buf) override;
+  base::Result<std::size_t, int> finish_ring_receive(int res) override;
+  base::Result<std::size_t, int> receive_buffered(std::span<std::uint8_t> buf) override;
   // Queues the frame (see the top of this file). A frame longer than
   // max_frame_size() is dropped (dropped_oversize), one shorter than an
   // Ethernet header too (dropped_send): both return success. A frame the
@@ -110,6 +119,12 @@ class StreamLink final : public Link {
   StreamLink(base::UniqueFd fd, std::size_t mtu);
   // Reads once into the input buffer. 0: nothing to read (EAGAIN).
   base::Result<std::size_t, int> fill();
+  // Moves what is left to the front when a whole frame would not fit
+  // behind it. Never while a ring read is in flight.
+  void make_room();
+  // The next whole frame already in the input buffer, copied into buf
+  // (with every check of the top of this file); 0: none is whole.
+  std::size_t next_frame(std::span<std::uint8_t> buf);
 
   base::UniqueFd fd_;
   std::size_t mtu_;
@@ -117,6 +132,9 @@ class StreamLink final : public Link {
   std::vector<std::uint8_t> in_;
   std::size_t in_head_ = 0;
   std::size_t in_tail_ = 0;
+  // The ring read in flight: where it reads, and where its first frame goes.
+  iovec ring_iov_{};
+  std::span<std::uint8_t> ring_buf_;
   // Bytes of a refused frame still to discard as they arrive.
   std::uint64_t skipping_ = 0;
   // Output not written yet, at most kMaxQueued bytes: what the socket did
