@@ -505,7 +505,9 @@ void GuestStack::output_frame(pbuf* p) {
     loop_.submit_now();
   }
   auto r = link_.send_frame(frame);
-  (void)r;  // a full link drops the frame; TCP retransmits, UDP loses one datagram
+  // EAGAIN (full) and EMSGSIZE: the link dropped and counted the frame; TCP
+  // retransmits, UDP loses one datagram. A dead link shows on the read side.
+  (void)r;
 }
 
 // Where the TCP/UDP checksum of an outgoing IPv4 frame is, and the

@@ -74,9 +74,15 @@ struct OutFrame {
   }
 };
 
+// True when a send()'s errno means the link is dead, not one frame dropped
+// (see Link::send()).
+inline bool send_error_ends_link(int err) {
+  return err != EAGAIN && err != EMSGSIZE;
+}
+
 struct LinkCounters {
   std::uint64_t frames_in = 0;
-  std::uint64_t frames_out = 0;
+  std::uint64_t frames_out = 0;  // frames written (a frame queued is counted once written)
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
   std::uint64_t dropped_oversize = 0;  // frames larger than the MTU allows
@@ -100,8 +106,13 @@ class Link {
   // (EAGAIN), or an errno (the link is dead: the peer went away).
   virtual base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) = 0;
   // Writes one frame, or queues it until flush() (a link whose
-  // output_pending() says so). Returns an errno on failure; EAGAIN means "full, drop
-  // or retry later", anything else means the link is dead.
+  // output_pending() says so). Success means the link took the frame (a tap
+  // wrote it, a stream link queued it). Otherwise an errno: EAGAIN, "full:
+  // this frame is dropped and counted, retry later"; EMSGSIZE, "this frame
+  // cannot go (larger than the link allows, shorter than an Ethernet
+  // header, offload fields the far kernel refused): dropped and counted, the
+  // link is fine"; anything else, the link is dead (send_error_ends_link()).
+  // A sender counts the first two and goes on.
   virtual base::Result<void, int> send(std::span<const std::uint8_t> frame) = 0;
   // The same for a frame in pieces. The default gathers them into one buffer
   // and calls send(); links that can, write the pieces as they are.
@@ -135,7 +146,8 @@ class Link {
   // vnet header, at most kRingSendHeaderMax bytes) into `header` and returns
   // its length; the stack then writes header and frame as one write of its
   // own and hands the result to finish_ring_send(). A frame the checks drop
-  // is counted as send_frame() counts it and gets nullopt. A link that
+  // is counted as send_frame() counts it (and would have got EMSGSIZE) and
+  // gets nullopt. A link that
   // cannot be written so returns nullopt always (the default) and says so in
   // ring_send_supported().
   static constexpr std::size_t kRingSendHeaderMax = 16;

@@ -11,12 +11,11 @@ base::Result<std::size_t, int> RecordingLink::receive(std::span<std::uint8_t> bu
   return r;
 }
 
+// Success means the inner link took the frame (link.h): a tap wrote it, a
+// stream link queued it.
 base::Result<void, int> RecordingLink::send(std::span<const std::uint8_t> frame) {
-  // A link may report success for a frame it dropped (a tap refusing an
-  // oversize one): only a frame its frames_out counted went to the guest.
-  const std::uint64_t before = inner_.counters().frames_out;
   auto r = inner_.send(frame);
-  if (r.ok() && inner_.counters().frames_out != before) recorder_.record(frame);
+  if (r.ok()) recorder_.record(frame);
   return r;
 }
 
@@ -28,9 +27,8 @@ void RecordingLink::gather(const OutFrame& frame, std::vector<std::uint8_t>& out
 // The pieces go to the inner link as they are; only the copy for the file
 // is made whole.
 base::Result<void, int> RecordingLink::send_frame(const OutFrame& frame) {
-  const std::uint64_t before = inner_.counters().frames_out;
   auto r = inner_.send_frame(frame);
-  if (r.ok() && inner_.counters().frames_out != before) {
+  if (r.ok()) {
     if (frame.pieces.size() == 1) {
       recorder_.record(frame.pieces[0]);
     } else {

@@ -3,11 +3,14 @@
 // not know it is there; any link (tap, stream, packet) can be wrapped.
 //
 // What is recorded: every frame receive() delivers from the guest, and every
-// frame send() hands over that the inner link counted in frames_out (a frame
-// it refused with EAGAIN, or dropped as oversize, never reached the guest,
-// so it is not in the file). So the file holds exactly frames_in +
-// frames_out frames, until the writer's cap. Frames are recorded in the
-// order the stack sees them.
+// frame send() hands over that the inner link took (send() succeeded: a
+// frame it refused with EAGAIN or EMSGSIZE never reached the guest, so it is
+// not in the file). So the file holds exactly frames_in + frames_out frames,
+// until the writer's cap, with one exception: a stream link counts a frame
+// in frames_out when it is written, not when it is queued, so its file also
+// holds the frames still queued and, once the VMM is gone, those it never
+// wrote (StreamLink::lost_unsent(), link_frames_lost_unsent in the stats).
+// Frames are recorded in the order the stack sees them.
 //
 // The ring passes through too (link.h), so --pcap keeps the inner link's
 // ring reads and writes. A ring read is recorded when finish_ring_receive()
@@ -15,7 +18,8 @@
 // a stream link's). A ring write is recorded only when its result comes
 // back and the inner link counted it in frames_out (finish_ring_send()): a
 // write that fails (a full tap) never reached the guest, so it is not in
-// the file, and the promise above holds. The frame's pieces are gone by
+// the file, and the promise above holds (a tap is written on the ring; a
+// stream link is not). The frame's pieces are gone by
 // then, so ring_send_header() keeps a copy of each frame it lets through
 // until its result comes: a FIFO of at most one entry per ring write in
 // flight (RingWriter::kSlots, frames of at most a slot's size). The ring

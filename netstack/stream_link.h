@@ -27,7 +27,9 @@
 //
 // Life of a frame to the guest: send_frame() (and send()) copies length +
 // frame into one output queue, bounded to kMaxQueued bytes; a frame that
-// does not fit is dropped and counted (dropped_send, with EAGAIN). Frames
+// does not fit is dropped and counted (dropped_send, with EAGAIN). It is
+// counted in frames_out once the socket has taken all of it, so frames_out
+// is what was written, not what was queued. Frames
 // are not written one by one: flush() writes the whole queue with one send
 // (GuestStack calls it at the end of every loop turn), and a batch of
 // kBatchFrames frames or kBatchBytes bytes is flushed at once. The copy is
@@ -42,12 +44,15 @@
 // When the peer goes away (the VMM exits): receive() returns ECONNRESET once
 // every whole frame it sent has been delivered; flush() (or a send() that
 // flushes a full batch) returns the socket's errno (EPIPE, ECONNRESET). The
-// link is dead from then on: every call returns that errno.
+// link is dead from then on: every call returns that errno, and the frames
+// still queued are counted in lost_unsent() (abox-net stats:
+// link_frames_lost_unsent), never in frames_out.
 // Writes use MSG_NOSIGNAL: a gone peer never raises SIGPIPE.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -96,9 +101,11 @@ class StreamLink final : public Link {
   base::Result<std::size_t, int> receive_buffered(std::span<std::uint8_t> buf) override;
   // Queues the frame (see the top of this file). A frame longer than
   // max_frame_size() is dropped (dropped_oversize), one shorter than an
-  // Ethernet header too (dropped_send): both return success. A frame the
-  // full queue cannot take is counted in dropped_send and returns EAGAIN.
-  // Other errors: the link is dead (a batch flush found the peer gone).
+  // Ethernet header too (dropped_send): both return EMSGSIZE (the link is
+  // fine). A frame the full queue cannot take is counted in dropped_send
+  // and returns EAGAIN. Other errors: the link is dead (a batch flush found
+  // the peer gone). frames_out counts a frame once the socket took its last
+  // byte.
   base::Result<void, int> send_frame(const OutFrame& frame) override;
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override;
   bool output_pending() const override { return queued() > 0; }
@@ -112,13 +119,26 @@ class StreamLink final : public Link {
   std::uint64_t dropped_zero_length() const { return dropped_zero_length_; }
   // Bytes waiting in the output queue.
   std::size_t queued() const { return out_.size(); }
+  // Frames waiting in the output queue (taken by send(), not yet counted in
+  // frames_out), the one the socket took part of included.
+  std::size_t queued_frames() const { return out_frames_.size(); }
+  // Frames send() took (queued) that were never written: the link died
+  // (the VMM went away) with them still queued.
+  std::uint64_t lost_unsent() const { return lost_unsent_; }
   // System calls that wrote output (sendmsg, send), whatever they took.
   std::uint64_t send_calls() const { return send_calls_; }
+  // read() system calls receive() made (ring reads are the stack's: not here),
+  // those that found nothing (EAGAIN) included.
+  std::uint64_t read_calls() const { return read_calls_; }
 
  private:
   StreamLink(base::UniqueFd fd, std::size_t mtu);
   // Reads once into the input buffer. 0: nothing to read (EAGAIN).
   base::Result<std::size_t, int> fill();
+  // Ends the link with err (once): what is queued is counted as lost.
+  void die(int err);
+  // Counts the frames completed by `bytes` more written from the queue.
+  void count_written(std::size_t bytes);
   // Moves what is left to the front when a whole frame would not fit
   // behind it. Never while a ring read is in flight.
   void make_room();
@@ -141,12 +161,18 @@ class StreamLink final : public Link {
   // not take, then [batch_start_, end) queued since the last flush().
   std::vector<std::uint8_t> out_;
   std::size_t batch_start_ = 0;
+  // The frame sizes of the records in out_, oldest first, and the bytes of
+  // the oldest the socket already took.
+  std::deque<std::uint32_t> out_frames_;
+  std::size_t front_written_ = 0;
   std::size_t batched_frames_ = 0;
   int dead_ = 0;  // the errno that ended the link, once it has
   LinkCounters counters_;
   std::uint64_t dropped_runt_ = 0;
   std::uint64_t dropped_zero_length_ = 0;
   std::uint64_t send_calls_ = 0;
+  std::uint64_t read_calls_ = 0;
+  std::uint64_t lost_unsent_ = 0;
 };
 
 // The unix socket a VMM connects to. Owns the socket file: it is removed

@@ -8,7 +8,8 @@
 // What every link must do: frames arrive whole and counted both ways, in
 // order; many waiting frames are handed out without waiting; a frame cut
 // across reads arrives whole; oversize and undersize frames are dropped and
-// counted while the next good frame still arrives; a gone peer wakes the
+// counted while the next good frame still arrives (a send of one returns
+// EMSGSIZE, which does not end the link); a gone peer wakes the
 // loop and is an error, not EAGAIN. The tap joins twice more and the stream
 // link once more, read through an event loop's ring (RingRead: GuestStack's
 // way, link.h). Sent frames are checked after flush() (the end of the
@@ -392,7 +393,9 @@ TYPED_TEST(LinkContract, FramesSentInPiecesArriveWhole) {
   EXPECT_EQ(this->link().counters().frames_out, expect.size());
   const Frame too_big = test_frame(this->max_frame() + 1, 4);
   const auto pieces = cut(too_big, {100});
-  EXPECT_TRUE(this->link().send_frame(OutFrame{pieces}).ok());
+  auto r = this->link().send_frame(OutFrame{pieces});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), EMSGSIZE);
   EXPECT_EQ(this->link().counters().dropped_oversize, 1u);
   EXPECT_EQ(this->link().counters().frames_out, expect.size());
 }
@@ -452,13 +455,29 @@ TYPED_TEST(LinkContract, OversizeFromPeerIsDroppedAndCounted) {
 
 TYPED_TEST(LinkContract, OversizeSendIsDroppedAndCounted) {
   auto r = this->link().send(test_frame(this->max_frame() + 1, 1));
-  EXPECT_TRUE(r.ok()) << "an oversize frame is dropped, not a dead link";
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), EMSGSIZE) << "an oversize frame is dropped and counted";
+  EXPECT_FALSE(send_error_ends_link(r.error())) << "an oversize frame is dropped, not a dead link";
   ASSERT_TRUE(this->link().send(test_frame(300, 2)).ok());
   ASSERT_TRUE(this->link().flush().ok());
   auto got = this->peer().next_sent(2s);
   ASSERT_TRUE(got);
   EXPECT_EQ(get16(*got, 14), 2);
   EXPECT_EQ(this->link().counters().dropped_oversize, 1u);
+  EXPECT_EQ(this->link().counters().frames_out, 1u);
+}
+
+TYPED_TEST(LinkContract, UndersizeSendIsDroppedWithEmsgsizeAndTheLinkGoesOn) {
+  const Frame runt(10, 0xff);
+  auto r = this->link().send(runt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), EMSGSIZE);
+  EXPECT_EQ(this->link().counters().dropped_send, 1u);
+  ASSERT_TRUE(this->link().send(test_frame(300, 2)).ok());
+  ASSERT_TRUE(this->link().flush().ok());
+  auto got = this->peer().next_sent(2s);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(get16(*got, 14), 2);
   EXPECT_EQ(this->link().counters().frames_out, 1u);
 }
 

@@ -86,6 +86,8 @@ TEST(RunStatsTest, FlowGaugesAndTheStreamLinksSection) {
   EXPECT_EQ(s["link_frames_dropped_runt"], 2u);
   EXPECT_EQ(s["link_frames_dropped_zero_length"], 2u);
   EXPECT_EQ(s["link_send_calls"], link.send_calls());
+  ASSERT_EQ(s.count("link_frames_lost_unsent"), 1u);
+  EXPECT_EQ(s["link_frames_lost_unsent"], 0u);
   EXPECT_EQ(s.count("memory_trims"), 1u);
   // What the stack sent at start (lwIP's first ARP) waits for the end of
   // the turn: the gauge shows it, and 0 once written.
@@ -99,7 +101,7 @@ TEST(RunStatsTest, FlowGaugesAndTheStreamLinksSection) {
   // changes): a reader keys on names, never on positions.
   auto plain = parsed(run_stats_json({stack, link, memory}));
   EXPECT_EQ(plain.count("link_frames_dropped_runt"), 0u);
-  EXPECT_EQ(plain.size() + 4, s.size());
+  EXPECT_EQ(plain.size() + 5, s.size());
 }
 
 }  // namespace
