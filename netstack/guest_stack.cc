@@ -219,7 +219,8 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
     }
     watch_link_output();
     // A ring read that could not be posted (no memory for its pbuf) is tried
-    // again every turn.
+    // again every turn, after the frames a stream's last read brought that
+    // found no pbuf either.
     if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) {
       take_buffered_frames();
       post_link_read();
@@ -230,7 +231,8 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
 
 GuestStack::~GuestStack() {
   loop_.unwatch(link_handle_);
-  // The kernel may still write into rx_pbuf_ until its read is cancelled.
+  // The kernel may still write into rx_pbuf_ (or a stream link's own
+  // buffer) until its read is cancelled.
   if (ring_reader_ != nullptr) loop_.cancel_all(ring_reader_.get(), ring_reads_in_flight_);
   ring_writer_.reset();
   tcp_flows_.clear();
