@@ -21,6 +21,7 @@
 #include "netstack/admission.h"
 #include "netstack/guest_dns.h"
 #include "netstack/lwip/abox_lwip.h"
+#include "netstack/receive_buffer_pool.h"
 #include "netstack/tcp_flow.h"
 #include "netstack/udp_flow.h"
 
@@ -177,6 +178,11 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
       (void)link_.finish_ring_send(res, frame_size);
     });
   }
+  if (config_.host_datagrams_on_ring) {
+    host_datagram_writer_ = std::make_unique<RingWriter>(loop_, -1, [](int, std::size_t) {});
+    host_receive_pool_ =
+        std::make_unique<ReceiveBufferPool>(loop_, kHostReceiveBuffers, kHostReceiveBufferBytes);
+  }
   if (config_.link_on_ring && !link_.ring_receive_iovecs({}).empty()) {
     // Read on the ring; the fd is watched only while output is held back.
     ring_reader_ = std::make_unique<LinkReader>(*this);
@@ -239,6 +245,12 @@ GuestStack::~GuestStack() {
   udp_flows_.clear();
   tcp_graveyard_.clear();
   udp_graveyard_.clear();
+  // After the flows, which hand what they queued to the kernel as they go
+  // and leave their receives here, cancelled; the pool goes once none is left.
+  host_datagram_writer_.reset();
+  for (auto& r : ending_receives_) loop_.cancel_all(r.get(), r->in_flight);
+  ending_receives_.clear();
+  host_receive_pool_.reset();
   for (auto& [_, r] : reply_pcbs_) udp_remove(r.pcb);
   reply_pcbs_.clear();
   dns_.reset();
@@ -819,9 +831,14 @@ void GuestStack::retire(UdpFlow* flow) {
   udp_flows_.erase(it);
 }
 
+void GuestStack::keep_until_complete(std::unique_ptr<HostReceive> receive) {
+  ending_receives_.push_back(std::move(receive));
+}
+
 void GuestStack::reap() {
   tcp_graveyard_.clear();
   udp_graveyard_.clear();
+  std::erase_if(ending_receives_, [](const auto& r) { return r->in_flight == 0; });
 }
 
 }  // namespace abox::netstack
