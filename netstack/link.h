@@ -128,8 +128,9 @@ class Link {
   // finish_ring_receive()); empty: this link is read with receive() only.
   virtual std::span<const iovec> ring_receive_iovecs(std::span<std::uint8_t> /*buf*/) { return {}; }
   // The result of that read (bytes, or -errno): the frame's length in buf;
-  // 0 when the frame was dropped and counted (read again); or the errno
-  // that ends the link. Sets last_frame_checksum_trusted() as receive() does.
+  // 0 when the frame was dropped and counted, or (a stream) nothing whole
+  // has arrived yet: read again; or the errno that ends the link. Sets
+  // last_frame_checksum_trusted() as receive() does.
   virtual base::Result<std::size_t, int> finish_ring_receive(int res) {
     return base::Err{res < 0 ? -res : EIO};
   }
@@ -147,9 +148,8 @@ class Link {
   // its length; the stack then writes header and frame as one write of its
   // own and hands the result to finish_ring_send(). A frame the checks drop
   // is counted as send_frame() counts it (and would have got EMSGSIZE) and
-  // gets nullopt. A link that
-  // cannot be written so returns nullopt always (the default) and says so in
-  // ring_send_supported().
+  // gets nullopt. A link that cannot be written so returns nullopt always
+  // (the default) and says so in ring_send_supported().
   static constexpr std::size_t kRingSendHeaderMax = 16;
   virtual bool ring_send_supported() const { return false; }
   virtual std::optional<std::size_t> ring_send_header(
