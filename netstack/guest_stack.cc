@@ -225,15 +225,20 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
     }
     watch_link_output();
     // A ring read that could not be posted (no memory for its pbuf) is tried
-    // again every turn.
-    if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) post_link_read();
+    // again every turn, after the frames a stream's last read brought that
+    // found no pbuf either.
+    if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) {
+      take_buffered_frames();
+      post_link_read();
+    }
   });
   next_sweep_ = loop_.now() + base::Seconds(1);
 }
 
 GuestStack::~GuestStack() {
   loop_.unwatch(link_handle_);
-  // The kernel may still write into rx_pbuf_ until its read is cancelled.
+  // The kernel may still write into rx_pbuf_ (or a stream link's own
+  // buffer) until its read is cancelled.
   if (ring_reader_ != nullptr) loop_.cancel_all(ring_reader_.get(), ring_reads_in_flight_);
   ring_writer_.reset();
   tcp_flows_.clear();
@@ -302,7 +307,24 @@ void GuestStack::on_link_read(int res) {
     return;
   }
   if (*r != 0) take_frame(*r);
+  take_buffered_frames();
   post_link_read();
+}
+
+// A stream link's one read may have brought many frames (link.h): every
+// whole one is taken now, without another read. Frames left when no pbuf
+// could be had wait for the turn hook's retry.
+void GuestStack::take_buffered_frames() {
+  while (link_alive_ && ready_rx_pbuf()) {
+    auto r = link_.receive_buffered(
+        std::span<std::uint8_t>(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_));
+    if (!r.ok()) {
+      link_failed(r.error());
+      return;
+    }
+    if (*r == 0) return;
+    take_frame(*r);
+  }
 }
 
 void GuestStack::take_frame(std::size_t n) {
@@ -497,7 +519,9 @@ void GuestStack::output_frame(pbuf* p) {
     loop_.submit_now();
   }
   auto r = link_.send_frame(frame);
-  (void)r;  // a full link drops the frame; TCP retransmits, UDP loses one datagram
+  // EAGAIN (full) and EMSGSIZE: the link dropped and counted the frame; TCP
+  // retransmits, UDP loses one datagram. A dead link shows on the read side.
+  (void)r;
 }
 
 // Where the TCP/UDP checksum of an outgoing IPv4 frame is, and the

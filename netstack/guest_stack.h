@@ -193,6 +193,8 @@ class GuestStack {
   // Ring reads: one read in flight at a time, posted again as each completes.
   void post_link_read();
   void on_link_read(int res);
+  // The other whole frames a ring read brought (a stream link's, link.h).
+  void take_buffered_frames();
   void flush_link();
   void link_failed(int err);
   void watch_link_output();
