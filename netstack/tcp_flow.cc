@@ -368,6 +368,12 @@ void TcpFlow::on_host_sent(int res) {
 // its segment queue can take (a no-copy segment uses two queue entries, and
 // one more when lwIP extends the last segment), so that tcp_write never
 // fails for room after the bytes have left the host socket.
+namespace {
+// Reads below this are request/response traffic, not a bulk transfer (see
+// read_from_host()).
+constexpr std::size_t kSmallRead = 16 * 1024;
+}  // namespace
+
 void TcpFlow::read_from_host() {
   if (pcb_ == nullptr || host_eof_) return;
   bool drained = false;  // stopped for a reason that brings its own wake-up
@@ -411,13 +417,15 @@ void TcpFlow::read_from_host() {
       return;
     }
     to_guest_.commit(static_cast<std::size_t>(n));
-    // Less than asked: the socket held no more when it was read, and what
-    // comes later wakes the poll again, so no read to find EAGAIN (one
-    // system call per request/response round trip). Not once the poll said
+    // A small read of less than asked: the socket held no more when it was
+    // read, and what comes later wakes the poll again, so no read to find
+    // EAGAIN (one system call per request/response round trip). A large one
+    // reads on: in a bulk transfer more has usually arrived meanwhile, and a
+    // read now costs less than a turn of the loop. Not once the poll said
     // the host is closing: a FIN that came with the last bytes brings no
     // wake-up of its own, and only reading on finds it (without this, the
     // e2e case replies_the_host_closes_right_behind_end_whole_with_eof stalls).
-    if (static_cast<std::size_t>(n) < asked && !host_closing_) {
+    if (static_cast<std::size_t>(n) < asked && static_cast<std::size_t>(n) < kSmallRead && !host_closing_) {
       drained = true;
       break;
     }
