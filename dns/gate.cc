@@ -103,11 +103,10 @@ DnsGate::DnsGate(const policy::Policy& policy, std::vector<policy::Endpoint> ups
       random_(random),
       sink_(sink),
       cache_(policy.limits().answer_entries, kCacheBytes),
-      slots_(policy.limits().dns_in_flight) {
-  free_slots_.reserve(slots_.size());
-  for (std::size_t i = slots_.size(); i-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(i));
-  // A slot's waiters grow on first use (to kMaxWaiters at most, then stay):
-  // reserving every slot up front cost about 1 MiB of an idle abox-net's RSS.
+      slot_limit_(policy.limits().dns_in_flight) {
+  // Slots, and each slot's waiters, are made on first use (up to
+  // slot_limit_ and kMaxWaiters, then kept): making them all up front cost
+  // about 28 KiB of an idle abox-net's RSS (and its waiters once 1 MiB).
   out_.reserve(kMaxMessageSize);
 }
 
@@ -224,16 +223,24 @@ void DnsGate::forward(const Query& q, const GuestRef& from, base::MonoTime now) 
       return;
     }
   }
-  if (free_slots_.empty()) {
+  if (free_slots_.empty() && slots_.size() >= slot_limit_) {
     ++counters_.in_flight_full;
     events_.emit("limit", {{"reason", "dns_in_flight"},
-                           {"limit", static_cast<std::uint64_t>(slots_.size())},
+                           {"limit", static_cast<std::uint64_t>(slot_limit_)},
                            {"name", q.name.view()}});
     reply_empty(from, q, rcode::SERVFAIL);
     return;
   }
-  std::uint32_t idx = free_slots_.back();
-  free_slots_.pop_back();
+  // A freed slot first (the most recently freed), else a new one: the same
+  // order the slots were handed out in when all were made up front.
+  std::uint32_t idx = 0;
+  if (!free_slots_.empty()) {
+    idx = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    idx = static_cast<std::uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
   ++in_flight_;
   Slot& s = slots_[idx];
   s.busy = true;

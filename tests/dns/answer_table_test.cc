@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "policy/policy_file.h"
+#include "tests/support/alloc_counter.h"
 
 namespace abox::dns {
 namespace {
@@ -222,6 +223,26 @@ TEST_F(AnswerTableTest, OneScanPurgesEveryPurgeableEntry) {
   EXPECT_EQ(table.size(), 4u);
   EXPECT_EQ(table.counters().evicted_expired, 3u);
   EXPECT_EQ(table.counters().evicted_oldest, 0u);
+}
+
+// An idle table holds nothing in proportion to its bound: its storage grows
+// with the addresses recorded, so a large answer_entries costs nothing until
+// a guest asks for names.
+TEST_F(AnswerTableTest, EmptyTableCostsTheSameWhateverItsCapacity) {
+  std::size_t small_bytes = 0;
+  std::size_t large_bytes = 0;
+  {
+    abox::testing::AllocationCounter allocs;
+    AnswerTable table(policy_, 16);
+    small_bytes = allocs.bytes();
+  }
+  {
+    abox::testing::AllocationCounter allocs;
+    AnswerTable table(policy_, policy_.limits().answer_entries);
+    large_bytes = allocs.bytes();
+    EXPECT_EQ(table.capacity(), policy_.limits().answer_entries);
+  }
+  EXPECT_EQ(large_bytes, small_bytes);
 }
 
 TEST_F(AnswerTableTest, FloodStaysBoundedAndFast) {
