@@ -5,8 +5,8 @@
 #include <new>
 
 namespace {
-std::atomic<int> g_open{0};         // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
-std::atomic<int> g_allocations{0};  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+std::atomic<int> g_open{0};           // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+std::atomic<int> g_allocations{0};    // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 std::atomic<std::size_t> g_bytes{0};  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 }  // namespace
 
