@@ -540,6 +540,8 @@ def case_dns_mode_sandboxed_with_stats(o):
     s = o.stats_json(sock)
     assert list(s)[0] == "queries" and s["queries"] >= 2 and s["answered"] >= 2 and s["tcp_accepted"] >= 1, s
     assert s["memory_rss_bytes"] > 0
+    # The trimmer is armed in dns mode too: its counters are reported.
+    assert "memory_trims" in s and "memory_trimmed_bytes" in s, s
     o.stop(p, "abox-net-dns")
 
 
