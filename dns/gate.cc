@@ -338,22 +338,27 @@ std::optional<base::MonoTime> DnsGate::next_deadline() const {
 }
 
 void DnsGate::record_answer(const Query& q, const FilteredAnswer& a, base::MonoTime now) {
+  // The rate cap first: an upstream can put many addresses in one answer,
+  // and past the cap their text would be built only to be thrown away.
   for (const auto& r : a.rebinding) {
     ++counters_.rebinding;
-    events_.emit("rebinding", {{"reason", "reserved address removed from answer"},
-                               {"name", q.name.view()},
-                               {"owner", r.owner},
-                               {"address", r.address.to_string()},
-                               {"range", r.range ? r.range->range.to_string() : std::string("?")},
-                               {"range_name", r.range ? r.range->name : std::string_view("?")}});
+    if (!events_.reserve_line()) continue;
+    events_.write_reserved("rebinding", {{"reason", "reserved address removed from answer"},
+                                         {"name", q.name.view()},
+                                         {"owner", r.owner},
+                                         {"address", r.address.to_string()},
+                                         {"range", r.range ? r.range->range.to_string() : std::string("?")},
+                                         {"range_name", r.range ? r.range->name : std::string_view("?")}});
   }
   for (const auto& addr : a.addresses) {
     if (addr.lifted) {
       ++counters_.unsafe_lifted;
-      events_.emit("unsafe",
-                   {{"reason", "reserved address answered because [unsafe] allow_reserved lifts it"},
-                    {"name", q.name.view()},
-                    {"address", addr.address.to_string()}});
+      if (events_.reserve_line()) {
+        events_.write_reserved(
+            "unsafe", {{"reason", "reserved address answered because [unsafe] allow_reserved lifts it"},
+                       {"name", q.name.view()},
+                       {"address", addr.address.to_string()}});
+      }
     }
     table_.record(addr.address, q.name.view(), now + base::Seconds(addr.ttl), now);
   }

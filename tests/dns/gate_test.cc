@@ -234,6 +234,27 @@ TEST_F(GateTest, RebindingAddressesAreRemovedAndLogged) {
   EXPECT_EQ(rebinding_events, 2);
 }
 
+// Past the event rate cap the rebinding lines are not written, but every
+// removal is still counted: by the gate, and as suppressed lines by the log.
+TEST_F(GateTest, RebindingEventsPastTheRateCapAreCountedNotWritten) {
+  events_.set_max_per_second(1);
+  const std::uint64_t suppressed_before = events_.suppressed();
+  query(1, make_query(7, "rebind.example.com", rr_type::A));
+  const auto& up = sink_.upstream.at(0);
+  std::vector<std::string> records;
+  for (int i = 1; i <= 5; ++i) records.push_back("rebind.example.com. 60 IN A 10.0.0." + std::to_string(i));
+  records.emplace_back("rebind.example.com. 60 IN A 93.184.215.14");
+  gate_->on_upstream_reply(up.slot, make_answer(up.msg, records), now_);
+  EXPECT_EQ(gate_->counters().rebinding, 5u);
+  int rebinding_events = 0;
+  for (const auto& e : event_lines_)
+    rebinding_events += e.find("\"kind\":\"rebinding\"") != std::string::npos;
+  // The wall clock may turn a second during the test: one more line then.
+  EXPECT_GE(rebinding_events, 1);
+  EXPECT_LE(rebinding_events, 2);
+  EXPECT_EQ(static_cast<std::uint64_t>(rebinding_events) + events_.suppressed() - suppressed_before, 5u);
+}
+
 TEST_F(GateTest, SpoofedRepliesAreIgnored) {
   query(1, make_query(7, "example.com", rr_type::A));
   auto up = sink_.upstream.at(0);
