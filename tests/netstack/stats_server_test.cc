@@ -145,7 +145,13 @@ TEST_F(StatsServerTest, ALiveServerIsNotTakenOver) {
   ASSERT_TRUE(first.ok());
   auto second = StatsServer::create(loop, path_, [] { return std::string("{\"second\":1}"); });
   ASSERT_FALSE(second.ok());
-  EXPECT_NE(second.error().find("in use"), std::string::npos) << second.error();
+  EXPECT_NE(second.error().find("already listening on " + path_), std::string::npos) << second.error();
+  // The check did not connect: the first server has served nobody.
+  for (int turn = 0; turn < 3; ++turn) loop.run_once(base::Millis(10));
+  EXPECT_EQ((*first)->counters().served, 0u);
+  auto c = connect_to(path_);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(read_reply(loop, c.get()), std::optional<std::string>("{\"first\":1}\n"));
 }
 
 TEST_F(StatsServerTest, AnotherKindOfFileIsLeftAlone) {
