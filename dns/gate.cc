@@ -127,6 +127,38 @@ void DnsGate::reply_empty(const GuestRef& to, const Query& q, std::uint8_t rc) {
   sink_.send_to_guest(to, out_);
 }
 
+void DnsGate::emit_deny(const Query& q) {
+  std::string shown;
+  if (q.canonical_ok) {
+    shown = q.name.str();
+  } else {
+    // Presentation form with unusual bytes escaped, so the event shows
+    // exactly what the guest asked without passing control bytes on.
+    for (std::size_t i = 0; i < q.qname_wire_len;) {
+      std::uint8_t len = q.qname_wire[i++];
+      if (len == 0) break;
+      if (!shown.empty()) shown += '.';
+      for (std::uint8_t k = 0; k < len && i < q.qname_wire_len; ++k, ++i) {
+        auto c = static_cast<char>(q.qname_wire[i]);
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                     c == '_';
+        if (plain) {
+          shown += c;
+        } else {
+          char buf[5];
+          std::snprintf(buf, sizeof buf, "\\%03u", static_cast<unsigned>(q.qname_wire[i]));
+          shown += buf;
+        }
+      }
+    }
+    if (shown.empty()) shown.push_back('.');  // not = ".": GCC 12 -O3 false -Wrestrict (bug 105329)
+  }
+  events_.write_reserved("deny",
+                         {{"reason", q.canonical_ok ? "name not allowed" : "name has no canonical form"},
+                          {"name", shown},
+                          {"type", type_name(q.qtype)}});
+}
+
 bool DnsGate::on_guest_query(std::span<const std::uint8_t> msg, const GuestRef& from, base::MonoTime now) {
   ++counters_.queries;
   auto parsed = parse_query(msg);
@@ -157,34 +189,9 @@ bool DnsGate::on_guest_query(std::span<const std::uint8_t> msg, const GuestRef& 
   }
   if (!q.canonical_ok || !policy_.allows_name(q.name.view())) {
     ++counters_.denied;
-    std::string shown;
-    if (q.canonical_ok) {
-      shown = q.name.str();
-    } else {
-      // Presentation form with unusual bytes escaped, so the event shows
-      // exactly what the guest asked without passing control bytes on.
-      for (std::size_t i = 0; i < q.qname_wire_len;) {
-        std::uint8_t len = q.qname_wire[i++];
-        if (len == 0) break;
-        if (!shown.empty()) shown += '.';
-        for (std::uint8_t k = 0; k < len && i < q.qname_wire_len; ++k, ++i) {
-          auto c = static_cast<char>(q.qname_wire[i]);
-          bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                       c == '-' || c == '_';
-          if (plain) {
-            shown += c;
-          } else {
-            char buf[5];
-            std::snprintf(buf, sizeof buf, "\\%03u", static_cast<unsigned>(q.qname_wire[i]));
-            shown += buf;
-          }
-        }
-      }
-      if (shown.empty()) shown = ".";
-    }
-    events_.emit("deny", {{"reason", q.canonical_ok ? "name not allowed" : "name has no canonical form"},
-                          {"name", shown},
-                          {"type", type_name(q.qtype)}});
+    // A guest decides how many denials there are: the rate cap first, the
+    // name's text only for a line that will be written.
+    if (events_.reserve_line()) emit_deny(q);
     reply_empty(from, q,
                 policy_.dns().denied == policy::DeniedAnswer::nxdomain ? rcode::NXDOMAIN : rcode::REFUSED);
     return true;

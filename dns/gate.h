@@ -137,6 +137,8 @@ class DnsGate {
 
   void reply(const GuestRef& to, const Query& q, std::span<const std::uint8_t> answer);
   void reply_empty(const GuestRef& to, const Query& q, std::uint8_t rcode);
+  // The "deny" event for q; its line was reserved (EventLog::reserve_line).
+  void emit_deny(const Query& q);
   void forward(const Query& q, const GuestRef& from, base::MonoTime now);
   void send_attempt(std::uint32_t slot, base::MonoTime now);
   void next_attempt_or_fail(std::uint32_t slot, base::MonoTime now);

@@ -160,6 +160,24 @@ TEST_F(GateTest, DeniedNameIsRefusedWithoutUpstream) {
   EXPECT_NE(event_lines_[0].find("\"name\":\"evil.org\""), std::string::npos);
 }
 
+// A flood of denied names: every one is answered and counted, and past the
+// event cap the lines are counted as suppressed, not written.
+TEST_F(GateTest, DeniedNamesPastTheRateCapAreAnsweredAndCounted) {
+  events_.set_max_per_second(2);
+  const std::uint64_t suppressed_before = events_.suppressed();
+  for (std::uint16_t i = 0; i < 50; ++i)
+    query(i, make_query(i, "evil" + std::to_string(i) + ".org", rr_type::A));
+  EXPECT_EQ(sink_.guest.size(), 50u);
+  EXPECT_EQ(gate_->counters().denied, 50u);
+  int deny_lines = 0;
+  for (const auto& e : event_lines_) deny_lines += e.find("\"kind\":\"deny\"") != std::string::npos;
+  // The wall clock may turn a second during the loop: a few more lines then.
+  EXPECT_GE(deny_lines, 2);
+  EXPECT_LE(deny_lines, 6);
+  EXPECT_EQ(static_cast<std::uint64_t>(deny_lines) + events_.suppressed() - suppressed_before, 50u);
+  EXPECT_NE(event_lines_[0].find("\"name\":\"evil0.org\""), std::string::npos) << event_lines_[0];
+}
+
 TEST_F(GateTest, DeniedNameCanBeNxdomain) {
   make("[dns]\nupstreams = [\"192.0.2.1\"]\ndenied = \"nxdomain\"\n");
   query(1, make_query(1, "evil.org", rr_type::A));
