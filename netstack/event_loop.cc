@@ -169,6 +169,12 @@ void EventLoop::cancel_all(Completion* c, std::size_t& in_flight) {
   in_flight = 0;
 }
 
+void EventLoop::cancel(Completion* c) {
+  io_uring_sqe* s = sqe();
+  io_uring_prep_cancel64(s, kRequestBit | reinterpret_cast<std::uintptr_t>(c), IORING_ASYNC_CANCEL_ALL);
+  io_uring_sqe_set_data64(s, kIgnoreTag);
+}
+
 void EventLoop::wake_next_turn(Handle h) {
   if (h < regs_.size() && regs_[h].active) wake_.push_back(h);
 }

@@ -85,6 +85,11 @@ class EventLoop {
   // meanwhile are kept for the next turn). `in_flight` is how many requests
   // c has outstanding; it is 0 on return.
   void cancel_all(Completion* c, std::size_t& in_flight);
+  // Asks the kernel to cancel every request of c, without waiting: each
+  // still completes through c->on_complete() (-ECANCELED, or its result if
+  // it had just finished), so c must live until its last completion (for a
+  // multishot request: the one without IORING_CQE_F_MORE).
+  void cancel(Completion* c);
 
   // Deadline sources: asked each turn for their next deadline; the loop
   // wakes by the earliest, and in a turn where one is due it calls every

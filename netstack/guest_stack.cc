@@ -21,6 +21,7 @@
 #include "netstack/admission.h"
 #include "netstack/guest_dns.h"
 #include "netstack/lwip/abox_lwip.h"
+#include "netstack/receive_buffer_pool.h"
 #include "netstack/tcp_flow.h"
 #include "netstack/udp_flow.h"
 
@@ -177,6 +178,11 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
       (void)link_.finish_ring_send(res, frame_size);
     });
   }
+  if (config_.host_io_on_ring) {
+    host_datagram_writer_ = std::make_unique<RingWriter>(loop_, -1, [](int, std::size_t) {});
+    host_receive_pool_ =
+        std::make_unique<ReceiveBufferPool>(loop_, kHostReceiveBuffers, kHostReceiveBufferBytes);
+  }
   if (config_.link_on_ring && !link_.ring_receive_iovecs({}).empty()) {
     // Read on the ring; the fd is watched only while output is held back.
     ring_reader_ = std::make_unique<LinkReader>(*this);
@@ -219,21 +225,32 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
     }
     watch_link_output();
     // A ring read that could not be posted (no memory for its pbuf) is tried
-    // again every turn.
-    if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) post_link_read();
+    // again every turn, after the frames a stream's last read brought that
+    // found no pbuf either.
+    if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) {
+      take_buffered_frames();
+      post_link_read();
+    }
   });
   next_sweep_ = loop_.now() + base::Seconds(1);
 }
 
 GuestStack::~GuestStack() {
   loop_.unwatch(link_handle_);
-  // The kernel may still write into rx_pbuf_ until its read is cancelled.
+  // The kernel may still write into rx_pbuf_ (or a stream link's own
+  // buffer) until its read is cancelled.
   if (ring_reader_ != nullptr) loop_.cancel_all(ring_reader_.get(), ring_reads_in_flight_);
   ring_writer_.reset();
   tcp_flows_.clear();
   udp_flows_.clear();
   tcp_graveyard_.clear();
   udp_graveyard_.clear();
+  // After the flows, which hand what they queued to the kernel as they go
+  // and leave their receives here, cancelled; the pool goes once none is left.
+  host_datagram_writer_.reset();
+  for (auto& r : ending_receives_) loop_.cancel_all(r.get(), r->in_flight);
+  ending_receives_.clear();
+  host_receive_pool_.reset();
   for (auto& [_, r] : reply_pcbs_) udp_remove(r.pcb);
   reply_pcbs_.clear();
   dns_.reset();
@@ -290,7 +307,24 @@ void GuestStack::on_link_read(int res) {
     return;
   }
   if (*r != 0) take_frame(*r);
+  take_buffered_frames();
   post_link_read();
+}
+
+// A stream link's one read may have brought many frames (link.h): every
+// whole one is taken now, without another read. Frames left when no pbuf
+// could be had wait for the turn hook's retry.
+void GuestStack::take_buffered_frames() {
+  while (link_alive_ && ready_rx_pbuf()) {
+    auto r = link_.receive_buffered(
+        std::span<std::uint8_t>(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_));
+    if (!r.ok()) {
+      link_failed(r.error());
+      return;
+    }
+    if (*r == 0) return;
+    take_frame(*r);
+  }
 }
 
 void GuestStack::take_frame(std::size_t n) {
@@ -485,7 +519,9 @@ void GuestStack::output_frame(pbuf* p) {
     loop_.submit_now();
   }
   auto r = link_.send_frame(frame);
-  (void)r;  // a full link drops the frame; TCP retransmits, UDP loses one datagram
+  // EAGAIN (full) and EMSGSIZE: the link dropped and counted the frame; TCP
+  // retransmits, UDP loses one datagram. A dead link shows on the read side.
+  (void)r;
 }
 
 // Where the TCP/UDP checksum of an outgoing IPv4 frame is, and the
@@ -795,9 +831,14 @@ void GuestStack::retire(UdpFlow* flow) {
   udp_flows_.erase(it);
 }
 
+void GuestStack::keep_until_complete(std::unique_ptr<HostReceive> receive) {
+  ending_receives_.push_back(std::move(receive));
+}
+
 void GuestStack::reap() {
   tcp_graveyard_.clear();
   udp_graveyard_.clear();
+  std::erase_if(ending_receives_, [](const auto& r) { return r->in_flight == 0; });
 }
 
 }  // namespace abox::netstack

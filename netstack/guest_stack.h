@@ -44,6 +44,8 @@ namespace abox::netstack {
 
 class TcpFlow;
 class UdpFlow;
+class HostReceive;
+class ReceiveBufferPool;
 class GuestDns;
 
 struct GuestConfig {
@@ -62,6 +64,12 @@ struct GuestConfig {
   // wait instead of a writev each (RingWriter). Off: receive() on
   // readiness and send_frame().
   bool link_on_ring = true;
+  // Host sockets on the ring: guest bytes go to a TCP flow's socket by a
+  // sendmsg request handed over with the turn's wait, guest datagrams of up
+  // to RingWriter::kSlotBytes to their UDP sockets likewise, and host
+  // datagrams come by a multishot receive into a shared ReceiveBufferPool
+  // instead of readiness and recvmmsg. Off: the system calls.
+  bool host_io_on_ring = true;
 };
 
 struct StackCounters {
@@ -146,6 +154,16 @@ class GuestStack {
   // the same dispatch as the accept-all pcb. Counted; released by each flow.
   udp_pcb* acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port);
   void release_reply_pcb(std::uint32_t dst_net, std::uint16_t port);
+  // Writes small datagrams to host UDP sockets through the ring (null when
+  // GuestConfig says not to). Results are not reported: UDP loses a
+  // datagram a full socket refuses, as sendmsg would.
+  RingWriter* host_datagram_writer() { return host_datagram_writer_.get(); }
+  bool host_sends_on_ring() const { return config_.host_io_on_ring; }
+  // Buffers for UDP flows' ring receives (null when GuestConfig says not to).
+  ReceiveBufferPool* host_receive_pool() { return host_receive_pool_.get(); }
+  // A flow that ends with its ring receive still in the kernel (cancelled)
+  // leaves it here until its last completion.
+  void keep_until_complete(std::unique_ptr<HostReceive> receive);
 
   // A flow is finished: destroy it at the end of this loop turn (it may be
   // inside its own callback now).
@@ -175,6 +193,8 @@ class GuestStack {
   // Ring reads: one read in flight at a time, posted again as each completes.
   void post_link_read();
   void on_link_read(int res);
+  // The other whole frames a ring read brought (a stream link's, link.h).
+  void take_buffered_frames();
   void flush_link();
   void link_failed(int err);
   void watch_link_output();
@@ -205,6 +225,12 @@ class GuestStack {
   std::unique_ptr<LinkReader> ring_reader_;  // set when the link is read on the ring
   std::size_t ring_reads_in_flight_ = 0;
   std::unique_ptr<RingWriter> ring_writer_;  // set when the link is written on the ring
+  std::unique_ptr<RingWriter> host_datagram_writer_;
+  // 32 buffers of the largest datagram: 2 MiB reserved, resident as used.
+  static constexpr std::uint16_t kHostReceiveBuffers = 32;
+  static constexpr std::size_t kHostReceiveBufferBytes = 65536;
+  std::unique_ptr<ReceiveBufferPool> host_receive_pool_;
+  std::vector<std::unique_ptr<HostReceive>> ending_receives_;
   EventLoop::Handle link_handle_ = EventLoop::kNoHandle;
   std::uint32_t link_events_ = 0;  // what the link's watch asks for (POLLIN, + POLLOUT)
   tcp_pcb* listener_ = nullptr;

@@ -25,6 +25,17 @@
 // and hands its result to finish_ring_receive(), instead of calling
 // receive() on readiness. No readiness wake-up and no read that finds
 // nothing: one completion per frame, taken with the turn's wait.
+//
+// A link whose medium is bytes, not frames (a stream socket: one read may
+// end inside a frame or hold a hundred), points its iovecs at a receive
+// buffer of its own instead of buf. finish_ring_receive() then takes the
+// bytes the read brought, keeps the link's own checks (length prefix,
+// runts, oversize, a frame torn across reads) and copies the first whole
+// frame into buf; receive_buffered() hands out the others, one per call,
+// from what was already read: no system call, so no read that finds
+// EAGAIN. After every finish_ring_receive() the stack calls
+// receive_buffered() until it returns 0, then posts the next read. A link
+// read one frame per read keeps receive_buffered()'s default (0).
 #pragma once
 
 #include <sys/uio.h>
@@ -63,9 +74,15 @@ struct OutFrame {
   }
 };
 
+// True when a send()'s errno means the link is dead, not one frame dropped
+// (see Link::send()).
+inline bool send_error_ends_link(int err) {
+  return err != EAGAIN && err != EMSGSIZE;
+}
+
 struct LinkCounters {
   std::uint64_t frames_in = 0;
-  std::uint64_t frames_out = 0;
+  std::uint64_t frames_out = 0;  // frames written (a frame queued is counted once written)
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
   std::uint64_t dropped_oversize = 0;  // frames larger than the MTU allows
@@ -89,8 +106,13 @@ class Link {
   // (EAGAIN), or an errno (the link is dead: the peer went away).
   virtual base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) = 0;
   // Writes one frame, or queues it until flush() (a link whose
-  // output_pending() says so). Returns an errno on failure; EAGAIN means "full, drop
-  // or retry later", anything else means the link is dead.
+  // output_pending() says so). Success means the link took the frame (a tap
+  // wrote it, a stream link queued it). Otherwise an errno: EAGAIN, "full:
+  // this frame is dropped and counted, retry later"; EMSGSIZE, "this frame
+  // cannot go (larger than the link allows, shorter than an Ethernet
+  // header, offload fields the far kernel refused): dropped and counted, the
+  // link is fine"; anything else, the link is dead (send_error_ends_link()).
+  // A sender counts the first two and goes on.
   virtual base::Result<void, int> send(std::span<const std::uint8_t> frame) = 0;
   // The same for a frame in pieces. The default gathers them into one buffer
   // and calls send(); links that can, write the pieces as they are.
@@ -106,10 +128,18 @@ class Link {
   // finish_ring_receive()); empty: this link is read with receive() only.
   virtual std::span<const iovec> ring_receive_iovecs(std::span<std::uint8_t> /*buf*/) { return {}; }
   // The result of that read (bytes, or -errno): the frame's length in buf;
-  // 0 when the frame was dropped and counted (read again); or the errno
-  // that ends the link. Sets last_frame_checksum_trusted() as receive() does.
+  // 0 when the frame was dropped and counted, or (a stream) nothing whole
+  // has arrived yet: read again; or the errno that ends the link. Sets
+  // last_frame_checksum_trusted() as receive() does.
   virtual base::Result<std::size_t, int> finish_ring_receive(int res) {
     return base::Err{res < 0 ? -res : EIO};
+  }
+  // The next whole frame a ring read already brought (a stream link, see
+  // the top of this file), copied into buf: its length; 0 when none is left
+  // (post the next read); or the errno that ends the link, once every whole
+  // frame has been handed out. Never a system call.
+  virtual base::Result<std::size_t, int> receive_buffered(std::span<std::uint8_t> /*buf*/) {
+    return std::size_t{0};
   }
 
   // Writing through the event loop's ring (optional): for a frame that
@@ -117,9 +147,9 @@ class Link {
   // vnet header, at most kRingSendHeaderMax bytes) into `header` and returns
   // its length; the stack then writes header and frame as one write of its
   // own and hands the result to finish_ring_send(). A frame the checks drop
-  // is counted as send_frame() counts it and gets nullopt. A link that
-  // cannot be written so returns nullopt always (the default) and says so in
-  // ring_send_supported().
+  // is counted as send_frame() counts it (and would have got EMSGSIZE) and
+  // gets nullopt. A link that cannot be written so returns nullopt always
+  // (the default) and says so in ring_send_supported().
   static constexpr std::size_t kRingSendHeaderMax = 16;
   virtual bool ring_send_supported() const { return false; }
   virtual std::optional<std::size_t> ring_send_header(

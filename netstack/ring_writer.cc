@@ -18,7 +18,7 @@ RingWriter::~RingWriter() {
   for (Slot& slot : slots_) loop_.cancel_all(&slot, slot.in_flight);
 }
 
-bool RingWriter::write(std::span<const std::span<const std::uint8_t>> parts, std::size_t note) {
+bool RingWriter::write_to(int fd, std::span<const std::span<const std::uint8_t>> parts, std::size_t note) {
   std::size_t size = 0;
   for (const auto& part : parts) size += part.size();
   if (size > kSlotBytes || free_.empty()) return false;
@@ -40,7 +40,7 @@ bool RingWriter::write(std::span<const std::span<const std::uint8_t>> parts, std
   slot.in_flight = 1;
   io_uring_sqe* s = loop_.request(&slot, /*done_at_submit=*/true);
   // Offset -1: the fd's own position, which a tap or socket does not have.
-  io_uring_prep_write(s, fd_, slot.bytes, static_cast<unsigned>(size), ~std::uint64_t{0});
+  io_uring_prep_write(s, fd, slot.bytes, static_cast<unsigned>(size), ~std::uint64_t{0});
   return true;
 }
 

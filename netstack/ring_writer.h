@@ -1,5 +1,5 @@
-// RingWriter: small writes to one fd (frames to a tap) go through the event
-// loop's ring instead of one system call each. The bytes are copied into one
+// RingWriter: small writes (frames to a tap, datagrams to connected host UDP
+// sockets) go through the event loop's ring instead of one system call each. The bytes are copied into one
 // of a fixed set of slots, the write is handed to the kernel with the turn's
 // wait (EventLoop::request, done_at_submit), and the slot is free again when
 // the write completes. A write the writer cannot take (larger than a slot,
@@ -34,6 +34,7 @@ class RingWriter {
   // given with it (the caller's own, e.g. the frame's size).
   using Done = std::function<void(int res, std::size_t note)>;
 
+  // fd: where write() goes; -1 for a writer used only with write_to().
   RingWriter(EventLoop& loop, int fd, Done on_done);
   ~RingWriter();
   RingWriter(const RingWriter&) = delete;
@@ -42,7 +43,14 @@ class RingWriter {
   // Copies the parts, one after the other, into a free slot and posts one
   // write of them. False (nothing done) when they do not fit in a slot or no
   // slot is free.
-  bool write(std::span<const std::span<const std::uint8_t>> parts, std::size_t note);
+  bool write(std::span<const std::span<const std::uint8_t>> parts, std::size_t note) {
+    return write_to(fd_, parts, note);
+  }
+  // The same to another fd, which must be non-blocking (the write never
+  // waits: a full socket fails it with EAGAIN) and must stay open until the
+  // write is submitted: its owner calls EventLoop::submit_now() before it
+  // closes the fd (the kernel holds the file from then on).
+  bool write_to(int fd, std::span<const std::span<const std::uint8_t>> parts, std::size_t note);
   std::size_t in_flight() const { return kSlots - free_.size(); }
 
  private:

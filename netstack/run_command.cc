@@ -57,6 +57,9 @@ constexpr std::string_view kUsage =
     "  --pcap-max-bytes N     stop recording before FILE passes N bytes (K/M/G suffix; default 1G)\n"
     "  --stats-socket PATH    serve the live counters as JSON on a unix socket (0600); read them\n"
     "                         with 'abox-net stats PATH'\n"
+    "  --io ring|syscalls     how frames and host sockets are read and written: through the\n"
+    "                         io_uring (default), or by a system call each on readiness (as\n"
+    "                         before; for comparison, or to rule the ring out)\n"
     "  --no-sandbox           FOR DEBUGGING ONLY: keep capabilities, skip the seccomp filter and\n"
     "                         the io_uring restrictions (docs/security.md)\n"
     "\n"
@@ -131,6 +134,7 @@ int run_run_command(std::span<const std::string_view> args) {
   std::uint64_t pcap_max_bytes = 1ull << 30;
   std::optional<std::string> stats_socket;
   bool sandbox = true;
+  bool io_on_ring = true;
   for (std::size_t i = 0; i < args.size(); ++i) {
     auto a = args[i];
     if (a == "-h" || a == "--help") {
@@ -194,6 +198,9 @@ int run_run_command(std::span<const std::string_view> args) {
     } else if (a == "--broker") {
       if (v.empty() || v.size() > 107) return bad("a unix socket path of 1 to 107 bytes");
       broker_path = std::string(v);
+    } else if (a == "--io") {
+      if (v != "ring" && v != "syscalls") return bad("'ring' or 'syscalls'");
+      io_on_ring = v == "ring";
     } else if (a == "--ifname") {
       if (v.empty() || v.size() > 15) return bad("an interface name of 1 to 15 bytes");
       net.ifname = std::string(v);
@@ -269,6 +276,8 @@ int run_run_command(std::span<const std::string_view> args) {
     gc.gateway_mac = net.gateway_mac;
     gc.broker_path = broker_path;
     gc.instance = instance;
+    gc.link_on_ring = io_on_ring;
+    gc.host_io_on_ring = io_on_ring;
     // Gives back what glibc keeps after a burst of flows, every few seconds.
     MemoryTrimmer trimmer(loop, memory);
     std::unique_ptr<GuestStack> stack;

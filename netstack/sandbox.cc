@@ -229,7 +229,10 @@ std::vector<io_uring_restriction> ring_restrictions() {
   // Used today by EventLoop: multishot polls on fds, their removal, and the
   // timeout that older kernels need for io_uring_submit_and_wait_timeout;
   // GuestStack's ring reads of the tap (READV) and RingWriter's writes to it
-  // (WRITE), and their cancellation when the stack goes (ASYNC_CANCEL).
+  // and to host UDP sockets (WRITE); UDP flows' multishot receives (RECV
+  // with BUFFER_SELECT) into ReceiveBufferPool's buffers (PROVIDE_BUFFERS,
+  // REMOVE_BUFFERS, with CQE_SKIP_SUCCESS); and their cancellation when a
+  // flow or the stack goes (ASYNC_CANCEL).
   for (auto op : {IORING_OP_POLL_ADD, IORING_OP_POLL_REMOVE, IORING_OP_TIMEOUT}) out.push_back(sqe_op(op));
   // The same kind of work the seccomp list allows as syscalls, on fds the
   // process already has, so I/O can move onto the ring without reopening

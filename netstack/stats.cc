@@ -175,7 +175,8 @@ std::string run_stats_json(const RunStatsSources& from) {
     w.field("link_frames_dropped_runt", st.dropped_runt())
         .field("link_frames_dropped_zero_length", st.dropped_zero_length())
         .field("link_output_queued_bytes", u64(st.queued()))
-        .field("link_send_calls", st.send_calls());
+        .field("link_send_calls", st.send_calls())
+        .field("link_frames_lost_unsent", st.lost_unsent());
   }
   w.end_object();
   return out;

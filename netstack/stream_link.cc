@@ -53,8 +53,7 @@ base::Result<std::unique_ptr<StreamLink>, std::string> StreamLink::from_connecte
   return std::unique_ptr<StreamLink>(new StreamLink(std::move(fd), mtu));
 }
 
-base::Result<std::size_t, int> StreamLink::fill() {
-  if (dead_ != 0) return Err{dead_};
+void StreamLink::make_room() {
   if (in_head_ == in_tail_) {
     in_head_ = in_tail_ = 0;
   } else if (in_.size() - in_tail_ < max_frame_size() + kLengthPrefix) {
@@ -64,63 +63,112 @@ base::Result<std::size_t, int> StreamLink::fill() {
     in_tail_ -= in_head_;
     in_head_ = 0;
   }
+}
+
+base::Result<std::size_t, int> StreamLink::fill() {
+  if (dead_ != 0) return Err{dead_};
+  make_room();
   for (;;) {
+    ++read_calls_;
     const ssize_t n = ::read(fd_.get(), in_.data() + in_tail_, in_.size() - in_tail_);
     if (n > 0) {
       in_tail_ += static_cast<std::size_t>(n);
       return static_cast<std::size_t>(n);
     }
     if (n == 0) {  // the peer closed its end: what was whole has been handed out
-      dead_ = ECONNRESET;
+      die(ECONNRESET);
       return Err{dead_};
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN) return std::size_t{0};
-    dead_ = errno;
+    die(errno);
     return Err{dead_};
   }
 }
 
 // Parses only the length prefixes, through a ByteReader over the buffered
 // bytes; the frame's own bytes are the netstack's to parse.
-base::Result<std::size_t, int> StreamLink::receive(std::span<std::uint8_t> buf) {
+std::size_t StreamLink::next_frame(std::span<std::uint8_t> buf) {
   for (;;) {
     if (skipping_ > 0) {
       const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(skipping_, in_tail_ - in_head_));
       in_head_ += n;
       skipping_ -= n;
+      if (skipping_ > 0) return 0;
     }
-    if (skipping_ == 0) {
-      base::ByteReader reader(std::span<const std::uint8_t>(in_).subspan(in_head_, in_tail_ - in_head_));
-      if (const auto length = reader.u32be()) {
-        if (*length == 0) {
-          ++dropped_zero_length_;
-          in_head_ += kLengthPrefix;
-          continue;
-        }
-        if (*length > max_frame_size() || *length > buf.size() || *length < kEthernetHeader) {
-          if (*length < kEthernetHeader) {
-            ++dropped_runt_;
-          } else {
-            ++counters_.dropped_oversize;
-          }
-          in_head_ += kLengthPrefix;
-          skipping_ = *length;
-          continue;
-        }
-        if (const auto frame = reader.bytes(*length)) {
-          std::copy(frame->begin(), frame->end(), buf.begin());
-          in_head_ += kLengthPrefix + frame->size();
-          ++counters_.frames_in;
-          counters_.bytes_in += frame->size();
-          return frame->size();
-        }
+    base::ByteReader reader(std::span<const std::uint8_t>(in_).subspan(in_head_, in_tail_ - in_head_));
+    const auto length = reader.u32be();
+    if (!length) return 0;
+    if (*length == 0) {
+      ++dropped_zero_length_;
+      in_head_ += kLengthPrefix;
+      continue;
+    }
+    if (*length > max_frame_size() || *length > buf.size() || *length < kEthernetHeader) {
+      if (*length < kEthernetHeader) {
+        ++dropped_runt_;
+      } else {
+        ++counters_.dropped_oversize;
       }
+      in_head_ += kLengthPrefix;
+      skipping_ = *length;
+      continue;
     }
+    const auto frame = reader.bytes(*length);
+    if (!frame) return 0;  // the rest of it has not arrived
+    std::copy(frame->begin(), frame->end(), buf.begin());
+    in_head_ += kLengthPrefix + frame->size();
+    ++counters_.frames_in;
+    counters_.bytes_in += frame->size();
+    return frame->size();
+  }
+}
+
+base::Result<std::size_t, int> StreamLink::receive(std::span<std::uint8_t> buf) {
+  for (;;) {
+    if (const std::size_t n = next_frame(buf); n != 0) return n;
     auto r = fill();
     if (!r.ok()) return Err{r.error()};
     if (*r == 0) return std::size_t{0};
   }
+}
+
+// The read goes into the input buffer, behind what is left of a frame torn
+// across reads; make_room() leaves room for at least one whole frame.
+std::span<const iovec> StreamLink::ring_receive_iovecs(std::span<std::uint8_t> buf) {
+  ring_buf_ = buf;
+  make_room();
+  ring_iov_ = {in_.data() + in_tail_, in_.size() - in_tail_};
+  return {&ring_iov_, 1};
+}
+
+base::Result<std::size_t, int> StreamLink::finish_ring_receive(int res) {
+  if (res > 0 && dead_ == 0) {
+    in_tail_ += std::min(static_cast<std::size_t>(res), in_.size() - in_tail_);
+  } else if (res == 0) {
+    die(ECONNRESET);  // the peer closed its end; a frame it tore is lost
+  } else if (res < 0 && res != -EAGAIN && res != -EINTR) {
+    die(-res);
+  }
+  return receive_buffered(ring_buf_);
+}
+
+base::Result<std::size_t, int> StreamLink::receive_buffered(std::span<std::uint8_t> buf) {
+  if (const std::size_t n = next_frame(buf); n != 0) return n;
+  if (dead_ != 0) return Err{dead_};
+  return std::size_t{0};
+}
+
+void StreamLink::die(int err) {
+  if (dead_ != 0) return;
+  dead_ = err;
+  // What is queued will never be written: counted as lost, not sent.
+  lost_unsent_ += out_frames_.size();
+  out_.clear();
+  out_frames_.clear();
+  front_written_ = 0;
+  batch_start_ = 0;
+  batched_frames_ = 0;
 }
 
 // One record: the length prefix, then the frame's pieces, copied into the
@@ -130,11 +178,11 @@ base::Result<void, int> StreamLink::send_frame(const OutFrame& frame) {
   const std::size_t size = frame.size();
   if (size > max_frame_size()) {
     ++counters_.dropped_oversize;
-    return {};
+    return Err{EMSGSIZE};
   }
   if (size < kEthernetHeader) {
     ++counters_.dropped_send;
-    return {};
+    return Err{EMSGSIZE};
   }
   if (dead_ != 0) return Err{dead_};
   const std::size_t total = kLengthPrefix + size;
@@ -148,8 +196,7 @@ base::Result<void, int> StreamLink::send_frame(const OutFrame& frame) {
       static_cast<std::uint8_t>(length >> 8), static_cast<std::uint8_t>(length)};
   out_.insert(out_.end(), prefix.begin(), prefix.end());
   for (const auto& piece : frame.pieces) out_.insert(out_.end(), piece.begin(), piece.end());
-  ++counters_.frames_out;
-  counters_.bytes_out += size;
+  out_frames_.push_back(length);
   // A full batch goes now: the turn may go on emitting, and the socket is
   // better fed early than handed 1 MiB at once.
   if (++batched_frames_ >= kBatchFrames || out_.size() - batch_start_ >= kBatchBytes) return flush();
@@ -159,6 +206,23 @@ base::Result<void, int> StreamLink::send_frame(const OutFrame& frame) {
 base::Result<void, int> StreamLink::send(std::span<const std::uint8_t> frame) {
   const std::array<std::span<const std::uint8_t>, 1> pieces = {frame};
   return send_frame(OutFrame{pieces});
+}
+
+// Counts the frames whose last byte the socket took: frames_out says what
+// was written, not what was queued.
+void StreamLink::count_written(std::size_t bytes) {
+  while (bytes > 0 && !out_frames_.empty()) {
+    const std::size_t record = kLengthPrefix + out_frames_.front() - front_written_;
+    if (bytes < record) {
+      front_written_ += bytes;
+      return;
+    }
+    bytes -= record;
+    ++counters_.frames_out;
+    counters_.bytes_out += out_frames_.front();
+    out_frames_.pop_front();
+    front_written_ = 0;
+  }
 }
 
 // Writes the queue out with as few system calls as the socket allows: one,
@@ -177,9 +241,12 @@ base::Result<void, int> StreamLink::flush() {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN) break;
-    dead_ = errno;
+    const int err = errno;
+    count_written(written);
+    die(err);
     return Err{dead_};
   }
+  count_written(written);
   out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(written));
   batch_start_ = out_.size();  // what is left waits for POLLOUT; new frames batch behind it
   return {};

@@ -15,7 +15,11 @@
 // Life of a frame from the guest: receive() reads the socket in large
 // chunks (kReadChunk) into one input buffer and hands out the frames in it,
 // one per call, copied to the caller's buffer; a frame cut across reads
-// stays in the buffer until its rest arrives. A length above mtu() + 14 or
+// stays in the buffer until its rest arrives. Read through the event loop's
+// ring (GuestStack's way, link.h), the one read in flight goes into the
+// same buffer (ring_receive_iovecs()), and finish_ring_receive() and then
+// receive_buffered() hand out every whole frame it completed, with the same
+// checks, without another system call. A length above mtu() + 14 or
 // below 14 is never buffered: the link enters a skip state that discards
 // that many bytes as they arrive (a 4 GiB length costs no memory) and counts
 // the frame (dropped_oversize, dropped_runt()); a zero length is counted
@@ -23,7 +27,9 @@
 //
 // Life of a frame to the guest: send_frame() (and send()) copies length +
 // frame into one output queue, bounded to kMaxQueued bytes; a frame that
-// does not fit is dropped and counted (dropped_send, with EAGAIN). Frames
+// does not fit is dropped and counted (dropped_send, with EAGAIN). It is
+// counted in frames_out once the socket has taken all of it, so frames_out
+// is what was written, not what was queued. Frames
 // are not written one by one: flush() writes the whole queue with one send
 // (GuestStack calls it at the end of every loop turn), and a batch of
 // kBatchFrames frames or kBatchBytes bytes is flushed at once. The copy is
@@ -38,12 +44,15 @@
 // When the peer goes away (the VMM exits): receive() returns ECONNRESET once
 // every whole frame it sent has been delivered; flush() (or a send() that
 // flushes a full batch) returns the socket's errno (EPIPE, ECONNRESET). The
-// link is dead from then on: every call returns that errno.
+// link is dead from then on: every call returns that errno, and the frames
+// still queued are counted in lost_unsent() (abox-net stats:
+// link_frames_lost_unsent), never in frames_out.
 // Writes use MSG_NOSIGNAL: a gone peer never raises SIGPIPE.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -85,11 +94,18 @@ class StreamLink final : public Link {
   // is dropped and counted in dropped_oversize (pass max_frame_size()
   // bytes). 0 means nothing whole is waiting.
   base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) override;
+  // Reading through the ring (link.h): one read into the input buffer,
+  // then every whole frame it completed, with receive()'s checks.
+  std::span<const iovec> ring_receive_iovecs(std::span<std::uint8_t> buf) override;
+  base::Result<std::size_t, int> finish_ring_receive(int res) override;
+  base::Result<std::size_t, int> receive_buffered(std::span<std::uint8_t> buf) override;
   // Queues the frame (see the top of this file). A frame longer than
   // max_frame_size() is dropped (dropped_oversize), one shorter than an
-  // Ethernet header too (dropped_send): both return success. A frame the
-  // full queue cannot take is counted in dropped_send and returns EAGAIN.
-  // Other errors: the link is dead (a batch flush found the peer gone).
+  // Ethernet header too (dropped_send): both return EMSGSIZE (the link is
+  // fine). A frame the full queue cannot take is counted in dropped_send
+  // and returns EAGAIN. Other errors: the link is dead (a batch flush found
+  // the peer gone). frames_out counts a frame once the socket took its last
+  // byte.
   base::Result<void, int> send_frame(const OutFrame& frame) override;
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override;
   bool output_pending() const override { return queued() > 0; }
@@ -103,13 +119,32 @@ class StreamLink final : public Link {
   std::uint64_t dropped_zero_length() const { return dropped_zero_length_; }
   // Bytes waiting in the output queue.
   std::size_t queued() const { return out_.size(); }
+  // Frames waiting in the output queue (taken by send(), not yet counted in
+  // frames_out), the one the socket took part of included.
+  std::size_t queued_frames() const { return out_frames_.size(); }
+  // Frames send() took (queued) that were never written: the link died
+  // (the VMM went away) with them still queued.
+  std::uint64_t lost_unsent() const { return lost_unsent_; }
   // System calls that wrote output (sendmsg, send), whatever they took.
   std::uint64_t send_calls() const { return send_calls_; }
+  // read() system calls receive() made (ring reads are the stack's: not here),
+  // those that found nothing (EAGAIN) included.
+  std::uint64_t read_calls() const { return read_calls_; }
 
  private:
   StreamLink(base::UniqueFd fd, std::size_t mtu);
   // Reads once into the input buffer. 0: nothing to read (EAGAIN).
   base::Result<std::size_t, int> fill();
+  // Ends the link with err (once): what is queued is counted as lost.
+  void die(int err);
+  // Counts the frames completed by `bytes` more written from the queue.
+  void count_written(std::size_t bytes);
+  // Moves what is left to the front when a whole frame would not fit
+  // behind it. Never while a ring read is in flight.
+  void make_room();
+  // The next whole frame already in the input buffer, copied into buf
+  // (with every check of the top of this file); 0: none is whole.
+  std::size_t next_frame(std::span<std::uint8_t> buf);
 
   base::UniqueFd fd_;
   std::size_t mtu_;
@@ -117,18 +152,27 @@ class StreamLink final : public Link {
   std::vector<std::uint8_t> in_;
   std::size_t in_head_ = 0;
   std::size_t in_tail_ = 0;
+  // The ring read in flight: where it reads, and where its first frame goes.
+  iovec ring_iov_{};
+  std::span<std::uint8_t> ring_buf_;
   // Bytes of a refused frame still to discard as they arrive.
   std::uint64_t skipping_ = 0;
   // Output not written yet, at most kMaxQueued bytes: what the socket did
   // not take, then [batch_start_, end) queued since the last flush().
   std::vector<std::uint8_t> out_;
   std::size_t batch_start_ = 0;
+  // The frame sizes of the records in out_, oldest first, and the bytes of
+  // the oldest the socket already took.
+  std::deque<std::uint32_t> out_frames_;
+  std::size_t front_written_ = 0;
   std::size_t batched_frames_ = 0;
   int dead_ = 0;  // the errno that ended the link, once it has
   LinkCounters counters_;
   std::uint64_t dropped_runt_ = 0;
   std::uint64_t dropped_zero_length_ = 0;
   std::uint64_t send_calls_ = 0;
+  std::uint64_t read_calls_ = 0;
+  std::uint64_t lost_unsent_ = 0;
 };
 
 // The unix socket a VMM connects to. Owns the socket file: it is removed

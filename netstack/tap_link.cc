@@ -505,7 +505,7 @@ base::Result<void, int> TapLink::count_send(long res, std::size_t size) {
   }
   ++counters_.dropped_send;
   if (res == -EAGAIN) return Err{EAGAIN};
-  if (res == -EINVAL) return {};  // the kernel refused this frame; the link is fine
+  if (res == -EINVAL) return Err{EMSGSIZE};  // the kernel refused this frame; the link is fine
   return Err{static_cast<int>(-res)};
 }
 
@@ -515,7 +515,7 @@ base::Result<void, int> TapLink::count_send(long res, std::size_t size) {
 // frame (and refuses the frame with EINVAL otherwise).
 base::Result<void, int> TapLink::send_frame(const OutFrame& frame) {
   VnetHeader header{};
-  if (!prepare_send(frame, reinterpret_cast<std::uint8_t*>(&header))) return {};
+  if (!prepare_send(frame, reinterpret_cast<std::uint8_t*>(&header))) return Err{EMSGSIZE};
   const std::size_t size = frame.size();
   std::array<iovec, kMaxSendPieces + 1> iov{};
   std::size_t count = 0;

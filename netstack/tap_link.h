@@ -131,7 +131,7 @@ class TapLink final : public Link {
   base::Result<std::size_t, int> finish_ring_receive(int res) override;
   // A frame longer than max_frame_size() is dropped (dropped_oversize); one
   // shorter than an Ethernet header or refused by the kernel (EINVAL) is
-  // dropped (dropped_send). Both return success: the link is still fine.
+  // dropped (dropped_send). Both return EMSGSIZE: the link is still fine.
   // EAGAIN is counted in dropped_send and returned.
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override;
   // The same checks and results as send(), for a frame in pieces.

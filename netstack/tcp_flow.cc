@@ -57,6 +57,10 @@ TcpFlow::TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string n
 
 TcpFlow::~TcpFlow() {
   if (handle_ != EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
+  // A send still queued points into to_host_ and names host_'s fd: it is
+  // handed to the kernel (which copies the bytes at once) and its
+  // completion taken here, before either goes.
+  stack_.loop().cancel_all(&host_send_, sends_in_flight_);
   if (to_host_ != nullptr) pbuf_free(to_host_);
   if (pcb_ != nullptr) {
     detach_pcb();
@@ -204,9 +208,10 @@ void TcpFlow::on_ready(std::uint32_t events) {
     if (events & (POLLOUT | POLLERR | POLLHUP)) on_connected();
     return;
   }
+  if (events & (POLLRDHUP | POLLHUP | POLLERR)) host_closing_ = true;
   if (events & POLLOUT) flush_to_host();
   if (state_ == State::done) return;
-  if (events & (POLLIN | POLLERR | POLLHUP)) read_from_host();
+  if (events & (POLLIN | POLLRDHUP | POLLERR | POLLHUP)) read_from_host();
   if (state_ == State::done) return;
   update_watch();
   finish_if_done();
@@ -215,8 +220,10 @@ void TcpFlow::on_ready(std::uint32_t events) {
 void TcpFlow::update_watch() {
   if (!host_ || handle_ == EventLoop::kNoHandle) return;
   std::uint32_t want = 0;
-  if (to_host_bytes_ > 0 || !handoff_.empty()) want |= POLLOUT;
-  if (!host_eof_ && !host_paused_) want |= POLLIN;
+  // POLLOUT only while bytes wait with no send in flight (the socket was
+  // full): a writable socket would otherwise wake every turn.
+  if ((to_host_bytes_ > 0 || !handoff_.empty()) && sends_in_flight_ == 0) want |= POLLOUT;
+  if (!host_eof_ && !host_paused_) want |= POLLIN | POLLRDHUP;
   if (want != watching_) {
     stack_.loop().modify(handle_, want == 0 ? POLLERR : want);
     watching_ = want;
@@ -283,44 +290,77 @@ void TcpFlow::peek() {
 }
 
 void TcpFlow::flush_to_host() {
-  if (state_ != State::open) return;
+  if (state_ != State::open || sends_in_flight_ != 0) return;
   while (!handoff_.empty() || (to_host_ != nullptr && to_host_bytes_ > 0)) {
-    iovec iov[64];
-    int n = 0;
-    if (!handoff_.empty()) iov[n++] = {handoff_.data(), handoff_.size()};
-    for (pbuf* q = to_host_; q != nullptr && n < 64; q = q->next) {
+    std::size_t n = 0;
+    if (!handoff_.empty()) send_iov_[n++] = {handoff_.data(), handoff_.size()};
+    for (pbuf* q = to_host_; q != nullptr && n < send_iov_.size(); q = q->next) {
       if (q->len == 0) continue;
-      iov[n++] = {q->payload, q->len};
+      send_iov_[n++] = {q->payload, q->len};
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<std::size_t>(n);
-    ssize_t sent = ::sendmsg(host_.get(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    send_msg_ = {};
+    send_msg_.msg_iov = send_iov_.data();
+    send_msg_.msg_iovlen = n;
+    if (stack_.host_sends_on_ring()) {
+      // MSG_DONTWAIT: the request never waits for room (so it is done when
+      // submitted); a full socket answers EAGAIN or takes part.
+      io_uring_sqe* s = stack_.loop().request(&host_send_, /*done_at_submit=*/true);
+      io_uring_prep_sendmsg(s, host_.get(), &send_msg_, MSG_DONTWAIT | MSG_NOSIGNAL);
+      ++sends_in_flight_;
+      return;
+    }
+    ssize_t sent = ::sendmsg(host_.get(), &send_msg_, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // POLLOUT wakes us
       if (errno == EINTR) continue;
       abort_both("host send failed");
       return;
     }
-    auto done = static_cast<std::size_t>(sent);
-    if (!handoff_.empty()) {
-      const std::size_t line = std::min(done, handoff_.size());
-      handoff_.erase(0, line);
-      done -= line;
-    }
-    to_host_bytes_ -= done;
-    // Free what the host took and open the guest's window by as much.
-    while (done > 0) {
-      auto step = static_cast<u16_t>(std::min<std::size_t>(done, 0xFFFF));
-      to_host_ = pbuf_free_header(to_host_, step);
-      if (pcb_ != nullptr) tcp_recved(pcb_, step);
-      done -= step;
-    }
+    took_from_guest(static_cast<std::size_t>(sent));
   }
   if (guest_fin_ && handoff_.empty() && to_host_bytes_ == 0 && !host_shut_wr_ && host_) {
     ::shutdown(host_.get(), SHUT_WR);
     host_shut_wr_ = true;
   }
+}
+
+void TcpFlow::took_from_guest(std::size_t done) {
+  if (!handoff_.empty()) {
+    const std::size_t line = std::min(done, handoff_.size());
+    handoff_.erase(0, line);
+    done -= line;
+  }
+  to_host_bytes_ -= done;
+  // Free what the host took and open the guest's window by as much.
+  while (done > 0) {
+    auto step = static_cast<u16_t>(std::min<std::size_t>(done, 0xFFFF));
+    to_host_ = pbuf_free_header(to_host_, step);
+    if (pcb_ != nullptr) tcp_recved(pcb_, step);
+    done -= step;
+  }
+}
+
+void TcpFlow::on_host_sent(int res) {
+  --sends_in_flight_;
+  if (state_ != State::open) return;  // aborted meanwhile: the bytes go with the flow
+  last_activity_ = stack_.loop().now();
+  if (res == -EAGAIN || res == -EINTR) {
+    update_watch();  // POLLOUT resumes
+    return;
+  }
+  if (res < 0) {
+    abort_both("host send failed");
+    return;
+  }
+  std::size_t offered = 0;
+  for (std::size_t i = 0; i < send_msg_.msg_iovlen; ++i) offered += send_iov_[i].iov_len;
+  took_from_guest(static_cast<std::size_t>(res));
+  // All of it: send what came meanwhile (or the FIN). Part: the socket is
+  // full, POLLOUT resumes.
+  if (static_cast<std::size_t>(res) == offered) flush_to_host();
+  if (state_ == State::done) return;
+  update_watch();
+  finish_if_done();
 }
 
 // Each read goes into to_guest_'s tail and is queued with a no-copy
@@ -347,7 +387,8 @@ void TcpFlow::read_from_host() {
       break;
     }
     std::span<std::uint8_t> tail = to_guest_.tail();
-    ssize_t n = ::recv(host_.get(), tail.data(), std::min(room, tail.size()), MSG_DONTWAIT);
+    const std::size_t asked = std::min(room, tail.size());
+    ssize_t n = ::recv(host_.get(), tail.data(), asked, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         drained = true;  // the next arrival wakes the poll
@@ -370,6 +411,16 @@ void TcpFlow::read_from_host() {
       return;
     }
     to_guest_.commit(static_cast<std::size_t>(n));
+    // Less than asked: the socket held no more when it was read, and what
+    // comes later wakes the poll again, so no read to find EAGAIN (one
+    // system call per request/response round trip). Not once the poll said
+    // the host is closing: a FIN that came with the last bytes brings no
+    // wake-up of its own, and only reading on finds it (without this, the
+    // e2e case replies_the_host_closes_right_behind_end_whole_with_eof stalls).
+    if (static_cast<std::size_t>(n) < asked && !host_closing_) {
+      drained = true;
+      break;
+    }
   }
   if (pcb_ != nullptr) tcp_output(pcb_);
   // Readiness is edge-like: a socket left with data and no new arrival would

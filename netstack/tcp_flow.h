@@ -14,7 +14,12 @@
 //               broker checks the SNI itself).
 //   open        bytes flow both ways with backpressure:
 //                 guest → host: lwIP pbufs are held until send() takes them;
-//                   only then tcp_recved() opens the guest's window.
+//                   only then tcp_recved() opens the guest's window. The
+//                   send is a sendmsg request on the loop's ring (one in
+//                   flight at a time; it runs when the turn's wait hands it
+//                   over and never waits: a full socket takes part or
+//                   nothing, and POLLOUT resumes), or a sendmsg call when
+//                   the stack keeps host I/O off the ring.
 //                 host → guest: the host socket is read only while lwIP has
 //                   send buffer (tcp_sndbuf); otherwise POLLIN is not watched
 //                   until lwIP's sent callback frees room. Bytes are read
@@ -28,6 +33,10 @@
 // inside one of its own callbacks).
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -85,6 +94,10 @@ class TcpFlow final : public EventLoop::Watcher {
   bool open_broker_socket();
   void on_connected();
   void flush_to_host();
+  // What the host socket took of an offer (a ring send's result, or a
+  // sendmsg's): frees it and opens the guest's window by as much.
+  void took_from_guest(std::size_t bytes);
+  void on_host_sent(int res);
   void read_from_host();
   void update_watch();
   void finish_if_done();
@@ -105,6 +118,20 @@ class TcpFlow final : public EventLoop::Watcher {
   EventLoop::Handle handle_ = EventLoop::kNoHandle;
   std::uint32_t watching_ = 0;
 
+  // The ring send in flight (at most one): its msghdr and iovecs point into
+  // handoff_ and to_host_, which keep those bytes until it completes.
+  class HostSend final : public EventLoop::Completion {
+   public:
+    explicit HostSend(TcpFlow& f) : flow_(f) {}
+    void on_complete(int res, std::uint32_t /*cqe_flags*/) override { flow_.on_host_sent(res); }
+
+   private:
+    TcpFlow& flow_;
+  };
+  HostSend host_send_{*this};
+  std::size_t sends_in_flight_ = 0;
+  std::array<iovec, 64> send_iov_{};
+  msghdr send_msg_{};
   pbuf* to_host_ = nullptr;  // guest bytes not yet taken by the host socket
   std::size_t to_host_bytes_ = 0;
   std::vector<std::uint8_t> peeked_;  // copy of the first bytes while peeking
@@ -115,6 +142,7 @@ class TcpFlow final : public EventLoop::Watcher {
   bool host_eof_ = false;       // the host closed its side
   bool guest_shut_wr_ = false;  // we sent FIN to the guest
   bool host_paused_ = false;    // not reading the host: lwIP's send buffer is full
+  bool host_closing_ = false;   // the poll saw POLLRDHUP/POLLHUP/POLLERR: read to the end
   bool aborted_ = false;
   base::MonoTime deadline_{};  // peek or connect deadline
   base::MonoTime last_activity_{};

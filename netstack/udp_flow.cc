@@ -8,11 +8,14 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "lwip/pbuf.h"
 #include "lwip/udp.h"
 #include "netstack/guest_stack.h"
+#include "netstack/receive_buffer_pool.h"
+#include "netstack/ring_writer.h"
 #include "netstack/sockaddr.h"
 
 namespace abox::netstack {
@@ -21,6 +24,10 @@ namespace {
 
 constexpr std::size_t kMaxDatagram = 65535;
 constexpr std::size_t kBatch = 8;  // datagrams per recvmmsg
+// Ends of the ring receive in a row that brought no datagram (the pool ran
+// dry, errors) before the flow reads on readiness instead: a receive that
+// keeps ending at once would otherwise be posted again every turn.
+constexpr unsigned kMaxReceivesWithoutData = 16;
 
 }  // namespace
 
@@ -33,8 +40,32 @@ UdpFlow::UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, s
       dst_(dst),
       name_(std::move(name)) {}
 
+void HostReceive::on_complete(int res, std::uint32_t cqe_flags) {
+  if (flow_ != nullptr) {
+    if (auto datagram = pool_.bytes(res, cqe_flags)) {
+      flow_->from_host(*datagram);
+    } else if (res == 0) {
+      // An empty datagram: the kernel takes no buffer for it and ends the
+      // multishot receive, as it would at a stream's end.
+      flow_->from_host({});
+    }
+  }
+  pool_.give_back(cqe_flags);
+  if ((cqe_flags & IORING_CQE_F_MORE) != 0) return;
+  in_flight = 0;
+  if (flow_ != nullptr) flow_->receive_ended(res);
+}
+
 UdpFlow::~UdpFlow() {
   if (handle_ != EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
+  if (receive_ != nullptr && receive_->in_flight != 0) {
+    receive_->orphan();
+    stack_.loop().cancel(receive_.get());
+    stack_.keep_until_complete(std::move(receive_));
+  }
+  // A write still queued names host_'s fd number, which closing it would
+  // free for reuse: hand it to the kernel first (which then holds the file).
+  if (queued_on_ring_) stack_.loop().submit_now();
   if (pcb_ != nullptr) stack_.release_reply_pcb(dst_net_, dst_.port);
 }
 
@@ -47,27 +78,66 @@ bool UdpFlow::start() {
   // Answers leave from the address and port the guest sent to.
   pcb_ = stack_.acquire_reply_pcb(dst_net_, dst_.port);
   if (pcb_ == nullptr) return false;
-  handle_ = stack_.loop().watch(host_.get(), POLLIN, this);
+  if (ReceiveBufferPool* pool = stack_.host_receive_pool(); pool != nullptr) {
+    receive_ = std::make_unique<HostReceive>(this, *pool);
+    pool->post_multishot_receive(receive_.get(), host_.get());
+    receive_->in_flight = 1;
+  } else {
+    handle_ = stack_.loop().watch(host_.get(), POLLIN, this);
+  }
   last_activity_ = stack_.loop().now();
   return true;
 }
 
-// The datagram goes out as the pbufs hold it (one iovec each, uncopied: a
-// datagram from the guest is normally one pbuf).
+void UdpFlow::receive_ended(int res) {
+  if (retired_) return;
+  (void)res;  // whatever ended it (ECONNREFUSED from an ICMP error, -ENOBUFS): post it again
+  if (++receives_without_data_ <= kMaxReceivesWithoutData) {
+    stack_.host_receive_pool()->post_multishot_receive(receive_.get(), host_.get());
+    receive_->in_flight = 1;
+    return;
+  }
+  stack_.events().emit("udp", {{"reason", "ring receives keep ending without data; reading on readiness"},
+                               {"name", name_},
+                               {"errno", -res}});
+  handle_ = stack_.loop().watch(host_.get(), POLLIN, this);
+}
+
+// A datagram of up to a ring slot is copied into one and written with the
+// turn's wait (no system call of its own); a longer one goes out by sendmsg
+// as the pbufs hold it (one iovec each, uncopied: a datagram from the guest
+// is normally one pbuf), after what this turn queued, so a flow's datagrams
+// keep their order.
 void UdpFlow::from_guest(pbuf* p) {
   last_activity_ = stack_.loop().now();
-  std::array<iovec, 8> iov{};
-  std::size_t count = 0;
-  for (pbuf* q = p; q != nullptr && count < iov.size(); q = q->next) iov[count++] = {q->payload, q->len};
-  msghdr msg{};
-  msg.msg_iov = iov.data();
-  msg.msg_iovlen = count;
-  std::size_t covered = 0;
-  for (std::size_t i = 0; i < count; ++i) covered += iov[i].iov_len;
-  if (host_ && covered == p->tot_len && ::sendmsg(host_.get(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
-    // UDP: a full buffer or an ICMP error just loses this datagram.
+  if (!host_) {
+    pbuf_free(p);
+    return;
   }
-  if (host_ && covered != p->tot_len) {  // a longer chain than iov holds: copy it whole
+  std::array<iovec, 8> iov{};
+  std::array<std::span<const std::uint8_t>, 8> parts{};
+  std::size_t count = 0;
+  std::size_t covered = 0;
+  for (pbuf* q = p; q != nullptr && count < iov.size(); q = q->next, ++count) {
+    iov[count] = {q->payload, q->len};
+    parts[count] = {static_cast<const std::uint8_t*>(q->payload), q->len};
+    covered += q->len;
+  }
+  RingWriter* ring = stack_.host_datagram_writer();
+  if (covered == p->tot_len && ring != nullptr &&
+      ring->write_to(host_.get(), std::span(parts.data(), count), 0)) {
+    queued_on_ring_ = true;
+    pbuf_free(p);
+    return;
+  }
+  if (queued_on_ring_) stack_.loop().submit_now();
+  // UDP: a full buffer or an ICMP error just loses this datagram.
+  if (covered == p->tot_len) {
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = count;
+    (void)::sendmsg(host_.get(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  } else {  // a longer chain than iov holds: copy it whole
     std::vector<std::uint8_t> whole(p->tot_len);
     pbuf_copy_partial(p, whole.data(), p->tot_len, 0);
     (void)::send(host_.get(), whole.data(), whole.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -98,22 +168,28 @@ void UdpFlow::on_ready(std::uint32_t) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
       continue;  // ECONNREFUSED and the like: the destination said no to one datagram
     }
-    last_activity_ = stack_.loop().now();
     for (int i = 0; i < got; ++i) {
-      const std::size_t n = msgs[static_cast<std::size_t>(i)].msg_len;
-      pbuf* p = pbuf_alloc(PBUF_TRANSPORT, static_cast<u16_t>(n), PBUF_RAM);
-      if (p == nullptr) return;
-      pbuf_take(p, iov[static_cast<std::size_t>(i)].iov_base, static_cast<u16_t>(n));
-      // From the destination's address, which is not the netif's own: lwIP's
-      // plain udp_send() would refuse that source.
-      ip_addr_t guest;
-      ip_addr_set_ip4_u32(&guest, guest_ip_);
-      udp_sendto_if_src(pcb_, p, &guest, guest_port_, stack_.guest_netif(), &pcb_->local_ip);
-      pbuf_free(p);
+      from_host(std::span<const std::uint8_t>(
+          static_cast<const std::uint8_t*>(iov[static_cast<std::size_t>(i)].iov_base),
+          msgs[static_cast<std::size_t>(i)].msg_len));
     }
     if (static_cast<std::size_t>(got) < kBatch) return;  // that was all that was waiting
   }
   stack_.loop().wake_next_turn(handle_);
+}
+
+void UdpFlow::from_host(std::span<const std::uint8_t> datagram) {
+  last_activity_ = stack_.loop().now();
+  receives_without_data_ = 0;
+  pbuf* p = pbuf_alloc(PBUF_TRANSPORT, static_cast<u16_t>(datagram.size()), PBUF_RAM);
+  if (p == nullptr) return;  // out of memory: UDP loses it
+  pbuf_take(p, datagram.data(), static_cast<u16_t>(datagram.size()));
+  // From the destination's address, which is not the netif's own: lwIP's
+  // plain udp_send() would refuse that source.
+  ip_addr_t guest;
+  ip_addr_set_ip4_u32(&guest, guest_ip_);
+  udp_sendto_if_src(pcb_, p, &guest, guest_port_, stack_.guest_netif(), &pcb_->local_ip);
+  pbuf_free(p);
 }
 
 void UdpFlow::check_idle(base::MonoTime now) {

@@ -7,9 +7,19 @@
 // among all flows to that destination.
 // The flow is forgotten after timeouts.udp_idle_s without traffic, or when
 // the answer that admitted it has expired for longer than [dns] grace.
+//
+// Host datagrams come by a multishot receive on the loop's ring into the
+// stack's ReceiveBufferPool (one completion per datagram, no readiness
+// wake-up and no recvmmsg), or, when the stack has no pool or the receive
+// keeps ending without data, by recvmmsg on readiness. A receive still in
+// the kernel when the flow goes is cancelled and handed to the stack
+// (HostReceive), which keeps it until its last completion.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 
 #include "base/clock.h"
@@ -23,6 +33,22 @@ struct udp_pcb;
 namespace abox::netstack {
 
 class GuestStack;
+class ReceiveBufferPool;
+class UdpFlow;
+
+// A flow's multishot receive on the ring. Owned by its flow, then by the
+// stack from the flow's end until its last completion (in_flight 0).
+class HostReceive final : public EventLoop::Completion {
+ public:
+  HostReceive(UdpFlow* flow, ReceiveBufferPool& pool) : flow_(flow), pool_(pool) {}
+  void on_complete(int res, std::uint32_t cqe_flags) override;
+  void orphan() { flow_ = nullptr; }
+  std::size_t in_flight = 0;  // 0 or 1: a receive is posted
+
+ private:
+  UdpFlow* flow_;
+  ReceiveBufferPool& pool_;
+};
 
 class UdpFlow final : public EventLoop::Watcher {
  public:
@@ -38,6 +64,10 @@ class UdpFlow final : public EventLoop::Watcher {
   // A datagram from the guest (consumes p).
   void from_guest(pbuf* p);
   void on_ready(std::uint32_t events) override;
+  // From HostReceive: a datagram from the destination; the receive ended
+  // (its last completion's result).
+  void from_host(std::span<const std::uint8_t> datagram);
+  void receive_ended(int res);
   void check_idle(base::MonoTime now);
   std::uint64_t key() const { return key_; }
 
@@ -54,6 +84,9 @@ class UdpFlow final : public EventLoop::Watcher {
   std::uint32_t dst_net_ = 0;
   base::MonoTime last_activity_{};
   bool retired_ = false;
+  bool queued_on_ring_ = false;           // a datagram went to the host writer (see ~UdpFlow)
+  std::unique_ptr<HostReceive> receive_;  // null: read on readiness
+  unsigned receives_without_data_ = 0;    // consecutive ends of the ring receive
 };
 
 }  // namespace abox::netstack

@@ -611,7 +611,9 @@ HALFCLOSE_REPLY = 4 << 20
 
 def _serve_stream(c):
     """'UP n [pause_ms]\\n' + n bytes -> 'sha256hex\\n' (with pause_ms, the
-    server reads slowly: see pause_points). 'DOWN n\\n' -> n bytes + 'sha256hex\\n'."""
+    server reads slowly: see pause_points). 'DOWN n\\n' -> n bytes + 'sha256hex\\n'.
+    'CLOSE n\\n' -> n bytes of b"z", then the server closes at once (its FIN
+    right behind, often in the same segment)."""
     words = recv_line(c).split()
     n = int(words[1])
     if not 0 <= n <= MAX_STREAM:
@@ -625,6 +627,8 @@ def _serve_stream(c):
         digest = stream_digest(n)
         send_stream(c, n)
         c.sendall(digest.encode() + b"\n")
+    elif words[0] == "CLOSE" and n <= 1 << 20:
+        c.sendall(b"z" * n)
 
 
 def _serve_reset(c):

@@ -8,10 +8,12 @@
 // What every link must do: frames arrive whole and counted both ways, in
 // order; many waiting frames are handed out without waiting; a frame cut
 // across reads arrives whole; oversize and undersize frames are dropped and
-// counted while the next good frame still arrives; a gone peer wakes the
-// loop and is an error, not EAGAIN. The tap joins twice more read through
-// an event loop's ring (RingReadTap: GuestStack's way, link.h). Sent frames are checked after flush()
-// (the end of the sender's turn): a link may batch its output until then.
+// counted while the next good frame still arrives (a send of one returns
+// EMSGSIZE, which does not end the link); a gone peer wakes the
+// loop and is an error, not EAGAIN. The tap joins twice more and the stream
+// link once more, read through an event loop's ring (RingRead: GuestStack's
+// way, link.h). Sent frames are checked after flush() (the end of the
+// sender's turn): a link may batch its output until then.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -87,32 +89,40 @@ struct TapFromFdFactory {
   }
 };
 
-// A tap read through an event loop's ring, as GuestStack reads it: each
-// receive() keeps one read posted (ring_receive_iovecs()) and turns the
-// loop once without waiting; a completed read goes through
-// finish_ring_receive() and its frame is copied out. So every case of the
-// contract also holds for ring reads.
-class RingReadTap final : public Link, EventLoop::Completion {
+// A link read through an event loop's ring, as GuestStack reads it: each
+// receive() first takes a whole frame a read already brought
+// (receive_buffered(), a stream's), else keeps one read posted
+// (ring_receive_iovecs()) and turns the loop once without waiting; a
+// completed read goes through finish_ring_receive() and its frame is copied
+// out. So every case of the contract also holds for ring reads.
+template <class L>
+class RingRead final : public Link, EventLoop::Completion {
  public:
-  explicit RingReadTap(std::unique_ptr<TapLink> tap) : tap_(std::move(tap)), buf_(tap_->max_receive_size()) {}
-  ~RingReadTap() override { loop_.cancel_all(this, in_flight_); }
-  RingReadTap(const RingReadTap&) = delete;
-  RingReadTap& operator=(const RingReadTap&) = delete;
+  explicit RingRead(std::unique_ptr<L> link) : link_(std::move(link)), buf_(link_->max_receive_size()) {}
+  ~RingRead() override { loop_.cancel_all(this, in_flight_); }
+  RingRead(const RingRead&) = delete;
+  RingRead& operator=(const RingRead&) = delete;
 
-  const TapLink& tap() const { return *tap_; }
-  int fd() const override { return tap_->fd(); }
-  std::size_t mtu() const override { return tap_->mtu(); }
-  std::size_t max_receive_size() const override { return tap_->max_receive_size(); }
+  const L& inner() const { return *link_; }
+  int fd() const override { return link_->fd(); }
+  std::size_t mtu() const override { return link_->mtu(); }
+  std::size_t max_receive_size() const override { return link_->max_receive_size(); }
   base::Result<std::size_t, int> receive(std::span<std::uint8_t> out) override {
+    // What the last read brought may hold more frames (never a system call).
+    if (auto b = link_->receive_buffered(out); !b.ok() || *b != 0) return b;
     for (int dropped = 0; dropped < 1000; ++dropped) {
       if (in_flight_ == 0) post();
       done_.reset();
       loop_.run_once(base::Millis(0));
       if (!done_) return std::size_t{0};
-      auto r = tap_->finish_ring_receive(*done_);
+      auto r = link_->finish_ring_receive(*done_);
       if (!r.ok() || *r == 0) {
         if (!r.ok()) return r;
-        continue;  // dropped and counted: the next frame
+        // Dropped and counted, or nothing whole yet: a stream's read may
+        // still hold a frame behind a dropped one.
+        auto b = link_->receive_buffered(out);
+        if (!b.ok() || *b != 0) return b;
+        continue;
       }
       if (*r > out.size()) return base::Err{EMSGSIZE};  // the contract's buffers always fit
       std::copy_n(buf_.begin(), *r, out.begin());
@@ -120,9 +130,11 @@ class RingReadTap final : public Link, EventLoop::Completion {
     }
     return std::size_t{0};
   }
-  base::Result<void, int> send(std::span<const std::uint8_t> frame) override { return tap_->send(frame); }
-  base::Result<void, int> send_frame(const OutFrame& frame) override { return tap_->send_frame(frame); }
-  const LinkCounters& counters() const override { return tap_->counters(); }
+  base::Result<void, int> send(std::span<const std::uint8_t> frame) override { return link_->send(frame); }
+  base::Result<void, int> send_frame(const OutFrame& frame) override { return link_->send_frame(frame); }
+  bool output_pending() const override { return link_->output_pending(); }
+  base::Result<void, int> flush() override { return link_->flush(); }
+  const LinkCounters& counters() const override { return link_->counters(); }
 
  private:
   void on_complete(int res, std::uint32_t /*cqe_flags*/) override {
@@ -130,39 +142,38 @@ class RingReadTap final : public Link, EventLoop::Completion {
     done_ = res;
   }
   void post() {
-    const auto iov = tap_->ring_receive_iovecs(buf_);
-    ASSERT_FALSE(iov.empty()) << "a tap is read on the ring";
+    const auto iov = link_->ring_receive_iovecs(buf_);
+    ASSERT_FALSE(iov.empty()) << "the link is read on the ring";
     io_uring_sqe* s = loop_.request(this);
-    io_uring_prep_readv(s, tap_->fd(), iov.data(), static_cast<unsigned>(iov.size()), ~std::uint64_t{0});
+    io_uring_prep_readv(s, link_->fd(), iov.data(), static_cast<unsigned>(iov.size()), ~std::uint64_t{0});
     ++in_flight_;
   }
 
-  std::unique_ptr<TapLink> tap_;
+  std::unique_ptr<L> link_;
   Frame buf_;
   EventLoop loop_;
   std::size_t in_flight_ = 0;
   std::optional<int> done_;
 };
 
-template <class TapFactory>
+template <class Factory, class L>
 struct RingReadFactory {
-  static const char* skip_reason() { return TapFactory::skip_reason(); }
+  static const char* skip_reason() { return Factory::skip_reason(); }
   static std::uint64_t runts(const Link& link) {
-    return static_cast<const RingReadTap&>(link).tap().dropped_runt();
+    return static_cast<const RingRead<L>&>(link).inner().dropped_runt();
   }
   static LinkUnderTest make() {
-    LinkUnderTest out = TapFactory::make();
+    LinkUnderTest out = Factory::make();
     if (out.link) {
-      out.link =
-          std::make_unique<RingReadTap>(std::unique_ptr<TapLink>(static_cast<TapLink*>(out.link.release())));
+      out.link = std::make_unique<RingRead<L>>(std::unique_ptr<L>(static_cast<L*>(out.link.release())));
     }
     return out;
   }
 };
-struct TapInNetnsRingFactory : RingReadFactory<TapInNetnsFactory> {
+struct TapInNetnsRingFactory : RingReadFactory<TapInNetnsFactory, TapLink> {
   static constexpr const char* kName = "TapInNetnsRing";
 };
-struct TapFromFdRingFactory : RingReadFactory<TapFromFdFactory> {
+struct TapFromFdRingFactory : RingReadFactory<TapFromFdFactory, TapLink> {
   static constexpr const char* kName = "TapFromFdRing";
 };
 
@@ -306,8 +317,12 @@ struct FactoryNames {
     return Factory::kName;
   }
 };
+struct StreamRingFactory : RingReadFactory<StreamFactory, StreamLink> {
+  static constexpr const char* kName = "StreamRing";
+};
+
 using LinkFactories = ::testing::Types<TapInNetnsFactory, TapFromFdFactory, TapInNetnsRingFactory,
-                                       TapFromFdRingFactory, StreamFactory>;
+                                       TapFromFdRingFactory, StreamFactory, StreamRingFactory>;
 TYPED_TEST_SUITE(LinkContract, LinkFactories, FactoryNames);
 
 TYPED_TEST(LinkContract, PeerFramesArriveWholeAndCounted) {
@@ -379,7 +394,9 @@ TYPED_TEST(LinkContract, FramesSentInPiecesArriveWhole) {
   EXPECT_EQ(this->link().counters().frames_out, expect.size());
   const Frame too_big = test_frame(this->max_frame() + 1, 4);
   const auto pieces = cut(too_big, {100});
-  EXPECT_TRUE(this->link().send_frame(OutFrame{pieces}).ok());
+  auto r = this->link().send_frame(OutFrame{pieces});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), EMSGSIZE);
   EXPECT_EQ(this->link().counters().dropped_oversize, 1u);
   EXPECT_EQ(this->link().counters().frames_out, expect.size());
 }
@@ -439,13 +456,29 @@ TYPED_TEST(LinkContract, OversizeFromPeerIsDroppedAndCounted) {
 
 TYPED_TEST(LinkContract, OversizeSendIsDroppedAndCounted) {
   auto r = this->link().send(test_frame(this->max_frame() + 1, 1));
-  EXPECT_TRUE(r.ok()) << "an oversize frame is dropped, not a dead link";
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), EMSGSIZE) << "an oversize frame is dropped and counted";
+  EXPECT_FALSE(send_error_ends_link(r.error())) << "an oversize frame is dropped, not a dead link";
   ASSERT_TRUE(this->link().send(test_frame(300, 2)).ok());
   ASSERT_TRUE(this->link().flush().ok());
   auto got = this->peer().next_sent(2s);
   ASSERT_TRUE(got);
   EXPECT_EQ(get16(*got, 14), 2);
   EXPECT_EQ(this->link().counters().dropped_oversize, 1u);
+  EXPECT_EQ(this->link().counters().frames_out, 1u);
+}
+
+TYPED_TEST(LinkContract, UndersizeSendIsDroppedWithEmsgsizeAndTheLinkGoesOn) {
+  const Frame runt(10, 0xff);
+  auto r = this->link().send(runt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), EMSGSIZE);
+  EXPECT_EQ(this->link().counters().dropped_send, 1u);
+  ASSERT_TRUE(this->link().send(test_frame(300, 2)).ok());
+  ASSERT_TRUE(this->link().flush().ok());
+  auto got = this->peer().next_sent(2s);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(get16(*got, 14), 2);
   EXPECT_EQ(this->link().counters().frames_out, 1u);
 }
 

@@ -201,7 +201,7 @@ class QueueLink final : public Link {
   }
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override {
     if (full) return base::Err{EAGAIN};
-    if (frame.size() > 1514) return {};  // dropped, yet "ok", as a tap does
+    if (frame.size() > 1514) return base::Err{EMSGSIZE};  // dropped and counted, as a tap does
     sent.emplace_back(frame.begin(), frame.end());
     ++counters_.frames_out;
     return {};
@@ -240,7 +240,7 @@ TEST_F(PcapWriterTest, RecordingLinkRecordsWhatCrossesTheLinkAndNothingElse) {
   EXPECT_FALSE(link.send(dropped).ok());  // EAGAIN: never reached the guest
   inner.full = false;
   Bytes oversize = frame(2000, 0x44);
-  EXPECT_TRUE(link.send(oversize).ok());  // dropped by the link: not in the file either
+  EXPECT_FALSE(link.send(oversize).ok());  // EMSGSIZE: dropped by the link, not in the file either
   ASSERT_EQ(inner.sent.size(), 1u);
 
   w->flush();

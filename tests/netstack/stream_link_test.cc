@@ -330,7 +330,9 @@ TEST(StreamLinkTest, OutputIsQueuedWhileThePeerDoesNotReadBoundedAndFlushedInOrd
   ASSERT_TRUE(refused) << "the queue never filled";
   EXPECT_TRUE(p.link->output_pending());
   EXPECT_EQ(p.link->counters().dropped_send, 1u);
-  EXPECT_EQ(p.link->counters().frames_out, accepted);
+  // frames_out counts what the socket took; the rest waits, counted apart.
+  EXPECT_LT(p.link->counters().frames_out, accepted);
+  EXPECT_EQ(p.link->counters().frames_out + p.link->queued_frames(), accepted);
   EXPECT_GT(p.link->queued(), StreamLink::kMaxQueued - 9004 - 1);
 
   // The peer reads; the link flushes when writable; every accepted frame
@@ -359,6 +361,37 @@ TEST(StreamLinkTest, OutputIsQueuedWhileThePeerDoesNotReadBoundedAndFlushedInOrd
   EXPECT_EQ(seen, accepted);
   EXPECT_FALSE(p.link->output_pending());
   EXPECT_TRUE(in.empty());
+  EXPECT_EQ(p.link->counters().frames_out, accepted);
+  EXPECT_EQ(p.link->counters().bytes_out, std::uint64_t{accepted} * 9000);
+  EXPECT_EQ(p.link->lost_unsent(), 0u);
+}
+
+// Frames queued when the VMM goes away are never written: they are counted
+// in lost_unsent(), not in frames_out, and frames_out + lost_unsent() is
+// every frame send() took.
+TEST(StreamLinkTest, FramesStillQueuedWhenTheVmmLeavesAreCountedLostNotSent) {
+  Pair p = connected_pair(65520);
+  ASSERT_TRUE(p.link);
+  int sndbuf = 64 * 1024;
+  ASSERT_EQ(::setsockopt(p.link->fd(), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
+  std::uint64_t accepted = 0;
+  for (int i = 0; i < 1000; ++i) {
+    auto r = p.link->send(frame(9000, static_cast<std::uint8_t>(i)));
+    if (!r.ok()) break;
+    ++accepted;
+  }
+  ASSERT_TRUE(p.link->flush().ok());
+  ASSERT_GT(p.link->queued_frames(), 0u) << "the VMM reads nothing: output must be held back";
+  const std::uint64_t written = p.link->counters().frames_out;
+  EXPECT_GT(written, 0u) << "the socket took some";
+  p.vmm.reset();
+  auto s = p.link->flush();
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(send_error_ends_link(s.error()));
+  EXPECT_EQ(p.link->counters().frames_out, written);
+  EXPECT_EQ(p.link->counters().frames_out + p.link->lost_unsent(), accepted);
+  EXPECT_GT(p.link->lost_unsent(), 0u);
+  EXPECT_FALSE(p.link->output_pending()) << "a dead link holds nothing back";
 }
 
 TEST(StreamLinkTest, FramesSentBeforeThePeerLeftAreDeliveredThenTheLinkIsDead) {
@@ -395,6 +428,8 @@ TEST(StreamLinkTest, APeerGoneIsFoundByTheFlushAtTheEndOfTheTurn) {
   auto s = p.link->flush();  // MSG_NOSIGNAL: an error, not SIGPIPE
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error(), EAGAIN);
+  EXPECT_EQ(p.link->counters().frames_out, 0u) << "queued, never written";
+  EXPECT_EQ(p.link->lost_unsent(), 1u);
   EXPECT_FALSE(p.link->send(frame(64, 2)).ok());  // dead from then on
 }
 
@@ -567,7 +602,8 @@ TEST(StreamLinkInAGuestStackTest, OutputHeldWhileTheVmmDoesNotReadIsFlushedWhenI
   ASSERT_GT(link.counters().dropped_send, 0u) << "the output queue never filled";
   EXPECT_TRUE(link.output_pending());
   EXPECT_LE(link.queued(), StreamLink::kMaxQueued);
-  const std::uint64_t accepted = link.counters().frames_out;
+  // Every frame the link took: written already, or still queued.
+  const std::uint64_t accepted = link.counters().frames_out + link.queued_frames();
 
   // Now the VMM reads, and writes nothing: only POLLOUT can wake the loop to
   // flush, and every frame the link accepted must arrive, in order.
@@ -599,6 +635,7 @@ TEST(StreamLinkInAGuestStackTest, OutputHeldWhileTheVmmDoesNotReadIsFlushedWhenI
     in.erase(in.begin(), in.begin() + static_cast<long>(at));
   }
   EXPECT_EQ(frames, accepted);
+  EXPECT_EQ(link.counters().frames_out, accepted);
   EXPECT_TRUE(in_order);
   EXPECT_FALSE(link.output_pending());
   EXPECT_TRUE(in.empty());

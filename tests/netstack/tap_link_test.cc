@@ -480,7 +480,10 @@ TEST_F(TapLinkTest, RuntSendIsDroppedAndCounted) {
   auto link = create(ns);
   ASSERT_TRUE(link);
   const Frame runt(10, 0xff);
-  EXPECT_TRUE(link->send(runt).ok());
+  auto r = link->send(runt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), EMSGSIZE) << "dropped and counted; the link is fine";
+  EXPECT_FALSE(send_error_ends_link(r.error()));
   EXPECT_EQ(link->counters().dropped_send, 1u);
   EXPECT_EQ(link->counters().frames_out, 0u);
 }
