@@ -7,45 +7,20 @@
 // first one's buffers.
 #include "netstack/receive_buffer_pool.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "base/unique_fd.h"
 #include "netstack/event_loop.h"
+#include "tests/support/udp_pair.h"
 
 namespace abox::netstack {
 namespace {
-
-// Connected UDP sockets on 127.0.0.1: `in` receives what `out` sends.
-struct SocketPair {
-  base::UniqueFd in;
-  base::UniqueFd out;
-  SocketPair() {
-    in.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    out.reset(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    int big = 1 << 20;
-    ::setsockopt(in.get(), SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    EXPECT_EQ(::bind(in.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::getsockname(in.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
-    EXPECT_EQ(::connect(out.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  }
-  void send(const std::string& s) {
-    ASSERT_EQ(::send(out.get(), s.data(), s.size(), 0), static_cast<ssize_t>(s.size()));
-  }
-};
 
 // Owns a receive the way UdpFlow does: takes each datagram, gives the
 // buffer back at once, notes how the receive ended.
@@ -69,131 +44,130 @@ struct Receiver final : EventLoop::Completion {
   }
 };
 
-void turns(EventLoop& loop, int n) {
-  for (int i = 0; i < n; ++i) loop.run_once(base::Millis(10));
-}
+// One loop, one pair of sockets, and a receiver into a pool of the test's
+// size; TearDown takes back whatever receive is still posted.
+class ReceiveBufferPoolTest : public ::testing::Test {
+ protected:
+  void make_pool(std::uint16_t buffers, std::size_t bytes) {
+    pool_ = std::make_unique<ReceiveBufferPool>(loop_, buffers, bytes);
+    receiver_ = std::make_unique<Receiver>(*pool_);
+  }
+  void TearDown() override {
+    if (receiver_) loop_.cancel_all(receiver_.get(), receiver_->in_flight);
+  }
+  // Turns the loop until done() or 50 turns of at most 10 ms.
+  template <typename Done>
+  void turn_until(Done done) {
+    for (int i = 0; i < 50 && !done(); ++i) loop_.run_once(base::Millis(10));
+  }
+  void turn() { loop_.run_once(base::Millis(10)); }
 
-TEST(ReceiveBufferPool, DatagramsArriveWholeAndInOrderInPoolBuffers) {
-  EventLoop loop;
-  ReceiveBufferPool pool(loop, 4, 2048);
-  SocketPair s;
-  Receiver r(pool);
-  r.post(s.in.get());
-  turns(loop, 1);
-  s.send("one");
-  s.send(std::string(2048, 'x'));  // exactly a buffer
-  s.send("three");
-  for (int i = 0; i < 50 && r.got.size() < 3; ++i) turns(loop, 1);
+  EventLoop loop_;
+  testing::LoopbackUdpPair sockets_;
+  std::unique_ptr<ReceiveBufferPool> pool_;
+  std::unique_ptr<Receiver> receiver_;
+};
+
+TEST_F(ReceiveBufferPoolTest, DatagramsArriveWholeAndInOrderInPoolBuffers) {
+  make_pool(4, 2048);
+  Receiver& r = *receiver_;
+  r.post(sockets_.in.get());
+  turn();
+  sockets_.send("one");
+  sockets_.send(std::string(2048, 'x'));  // exactly a buffer
+  sockets_.send("three");
+  turn_until([&] { return r.got.size() >= 3; });
   ASSERT_EQ(r.got.size(), 3u);
   EXPECT_EQ(r.got[0], "one");
   EXPECT_EQ(r.got[1], std::string(2048, 'x'));
   EXPECT_EQ(r.got[2], "three");
   EXPECT_TRUE(r.ends.empty()) << "the receive stays posted";
   EXPECT_EQ(r.in_flight, 1u);
-  EXPECT_EQ(pool.usable(), 4u);
-  loop.cancel_all(&r, r.in_flight);
+  EXPECT_EQ(pool_->usable(), 4u);
 }
 
 // A burst larger than the pool: the receive ends with -ENOBUFS once every
 // buffer is taken; posted again, it delivers the rest, none lost or out of
 // order (the datagrams waited in the socket).
-TEST(ReceiveBufferPool, ABurstLargerThanThePoolLosesNothing) {
-  EventLoop loop;
-  ReceiveBufferPool pool(loop, 2, 256);
-  SocketPair s;
-  Receiver r(pool);
-  r.post(s.in.get());
-  turns(loop, 1);
-  constexpr int kBurst = 100;
-  for (int i = 0; i < kBurst; ++i) s.send("datagram " + std::to_string(i));
+TEST_F(ReceiveBufferPoolTest, ABurstLargerThanThePoolLosesNothing) {
+  make_pool(2, 256);
+  Receiver& r = *receiver_;
+  r.post(sockets_.in.get());
+  turn();
+  constexpr std::size_t kBurst = 100;
+  for (std::size_t i = 0; i < kBurst; ++i) sockets_.send("datagram " + std::to_string(i));
   for (int i = 0; i < 500 && r.got.size() < kBurst; ++i) {
-    turns(loop, 1);
-    if (r.in_flight == 0) r.post(s.in.get());
+    turn();
+    if (r.in_flight == 0) r.post(sockets_.in.get());
   }
-  ASSERT_EQ(r.got.size(), static_cast<std::size_t>(kBurst));
-  for (int i = 0; i < kBurst; ++i)
-    EXPECT_EQ(r.got[static_cast<std::size_t>(i)], "datagram " + std::to_string(i));
+  ASSERT_EQ(r.got.size(), kBurst);
+  for (std::size_t i = 0; i < kBurst; ++i) EXPECT_EQ(r.got[i], "datagram " + std::to_string(i));
+  EXPECT_FALSE(r.ends.empty()) << "two buffers never ran dry under a burst of 100";
   for (int e : r.ends) EXPECT_EQ(e, -ENOBUFS);
-  loop.cancel_all(&r, r.in_flight);
 }
 
-TEST(ReceiveBufferPool, AnEmptyDatagramEndsTheReceiveWithZero) {
-  EventLoop loop;
-  ReceiveBufferPool pool(loop, 2, 256);
-  SocketPair s;
-  Receiver r(pool);
-  r.post(s.in.get());
-  turns(loop, 1);
-  s.send("");
-  for (int i = 0; i < 50 && r.ends.empty(); ++i) turns(loop, 1);
+TEST_F(ReceiveBufferPoolTest, AnEmptyDatagramEndsTheReceiveWithZero) {
+  make_pool(2, 256);
+  Receiver& r = *receiver_;
+  r.post(sockets_.in.get());
+  turn();
+  sockets_.send("");
+  turn_until([&] { return !r.ends.empty(); });
   ASSERT_EQ(r.ends.size(), 1u);
   EXPECT_EQ(r.ends[0], 0);
   EXPECT_TRUE(r.got.empty());
-  r.post(s.in.get());  // and the next datagram comes as usual
-  s.send("after");
-  for (int i = 0; i < 50 && r.got.empty(); ++i) turns(loop, 1);
+  r.post(sockets_.in.get());  // and the next datagram comes as usual
+  sockets_.send("after");
+  turn_until([&] { return !r.got.empty(); });
   ASSERT_EQ(r.got.size(), 1u);
   EXPECT_EQ(r.got[0], "after");
-  loop.cancel_all(&r, r.in_flight);
 }
 
 // EventLoop::cancel(): no wait; the cancelled receive's last completion
 // still reaches its owner (which must therefore outlive it).
-TEST(ReceiveBufferPool, ACancelledReceiveCompletesThroughItsOwner) {
-  EventLoop loop;
-  ReceiveBufferPool pool(loop, 2, 256);
-  SocketPair s;
-  Receiver r(pool);
-  r.post(s.in.get());
-  turns(loop, 1);
-  loop.cancel(&r);
-  for (int i = 0; i < 50 && r.in_flight != 0; ++i) turns(loop, 1);
+TEST_F(ReceiveBufferPoolTest, ACancelledReceiveCompletesThroughItsOwner) {
+  make_pool(2, 256);
+  Receiver& r = *receiver_;
+  r.post(sockets_.in.get());
+  turn();
+  loop_.cancel(&r);
+  turn_until([&] { return r.in_flight == 0; });
   ASSERT_EQ(r.in_flight, 0u);
   ASSERT_EQ(r.ends.size(), 1u);
   EXPECT_EQ(r.ends[0], -ECANCELED);
-  s.send("late");  // nobody receives it now
-  turns(loop, 2);
+  sockets_.send("late");  // nobody receives it now
+  turn();
+  turn();
   EXPECT_TRUE(r.got.empty());
 }
 
 // Pools come and go on one loop (one per GuestStack): the second one's
 // receives use its own memory, and the first one's buffers were taken
 // back from the kernel before its memory went (ASan would see a write).
-TEST(ReceiveBufferPool, ASecondPoolOnTheSameLoopGetsItsOwnBuffers) {
-  EventLoop loop;
-  SocketPair s;
-  {
-    ReceiveBufferPool first(loop, 2, 256);
-    Receiver r(first);
-    r.post(s.in.get());
-    s.send("to the first");
-    for (int i = 0; i < 50 && r.got.empty(); ++i) turns(loop, 1);
-    ASSERT_EQ(r.got.size(), 1u);
-    loop.cancel_all(&r, r.in_flight);
-  }
-  ReceiveBufferPool second(loop, 2, 256);
-  Receiver r(second);
-  r.post(s.in.get());
-  s.send("to the second");
-  for (int i = 0; i < 50 && r.got.empty(); ++i) turns(loop, 1);
-  ASSERT_EQ(r.got.size(), 1u);
-  EXPECT_EQ(r.got[0], "to the second");
-  loop.cancel_all(&r, r.in_flight);
+TEST_F(ReceiveBufferPoolTest, ASecondPoolOnTheSameLoopGetsItsOwnBuffers) {
+  make_pool(2, 256);
+  receiver_->post(sockets_.in.get());
+  sockets_.send("to the first");
+  turn_until([&] { return !receiver_->got.empty(); });
+  ASSERT_EQ(receiver_->got.size(), 1u);
+  loop_.cancel_all(receiver_.get(), receiver_->in_flight);
+  make_pool(2, 256);  // the first pool goes here
+  receiver_->post(sockets_.in.get());
+  sockets_.send("to the second");
+  turn_until([&] { return !receiver_->got.empty(); });
+  ASSERT_EQ(receiver_->got.size(), 1u);
+  EXPECT_EQ(receiver_->got[0], "to the second");
 }
 
-TEST(ReceiveBufferPool, BytesRefusesWhatNoBufferHolds) {
-  EventLoop loop;
-  ReceiveBufferPool pool(loop, 2, 256);
-  EXPECT_FALSE(pool.bytes(10, 0)) << "no IORING_CQE_F_BUFFER";
-  EXPECT_FALSE(pool.bytes(10, IORING_CQE_F_BUFFER)) << "no memory yet";
-  SocketPair s;
-  Receiver r(pool);
-  r.post(s.in.get());  // makes the memory
-  EXPECT_FALSE(pool.bytes(-EIO, IORING_CQE_F_BUFFER));
-  EXPECT_FALSE(pool.bytes(257, IORING_CQE_F_BUFFER)) << "longer than a buffer";
-  EXPECT_FALSE(pool.bytes(1, IORING_CQE_F_BUFFER | (2u << IORING_CQE_BUFFER_SHIFT))) << "no buffer 2";
-  EXPECT_TRUE(pool.bytes(256, IORING_CQE_F_BUFFER | (1u << IORING_CQE_BUFFER_SHIFT)));
-  loop.cancel_all(&r, r.in_flight);
+TEST_F(ReceiveBufferPoolTest, BytesRefusesWhatNoBufferHolds) {
+  make_pool(2, 256);
+  EXPECT_FALSE(pool_->bytes(10, 0)) << "no IORING_CQE_F_BUFFER";
+  EXPECT_FALSE(pool_->bytes(10, IORING_CQE_F_BUFFER)) << "no memory yet";
+  receiver_->post(sockets_.in.get());  // makes the memory
+  EXPECT_FALSE(pool_->bytes(-EIO, IORING_CQE_F_BUFFER));
+  EXPECT_FALSE(pool_->bytes(257, IORING_CQE_F_BUFFER)) << "longer than a buffer";
+  EXPECT_FALSE(pool_->bytes(1, IORING_CQE_F_BUFFER | (2u << IORING_CQE_BUFFER_SHIFT))) << "no buffer 2";
+  EXPECT_TRUE(pool_->bytes(256, IORING_CQE_F_BUFFER | (1u << IORING_CQE_BUFFER_SHIFT)));
 }
 
 }  // namespace

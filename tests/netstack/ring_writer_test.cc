@@ -3,10 +3,8 @@
 // every slot in flight) is refused without doing anything.
 #include "netstack/ring_writer.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +18,7 @@
 
 #include "base/unique_fd.h"
 #include "netstack/event_loop.h"
+#include "tests/support/udp_pair.h"
 
 namespace abox::netstack {
 namespace {
@@ -154,29 +153,21 @@ TEST_F(RingWriterTest, DestroyedWithQueuedWritesCompletesNothingAfterwards) {
 // write_to(): the same writer serves other fds, such as a connected UDP
 // socket (each write one datagram).
 TEST_F(RingWriterTest, WriteToAnotherFdSendsADatagramEach) {
-  base::UniqueFd in(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  base::UniqueFd out(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(in.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::getsockname(in.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ASSERT_EQ(::connect(out.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const testing::LoopbackUdpPair sockets;
   const std::vector<std::uint8_t> head = {'a', 'b'};
   const std::vector<std::uint8_t> tail = {'c'};
   const std::array<std::span<const std::uint8_t>, 2> first = {head, tail};
   const std::array<std::span<const std::uint8_t>, 1> second = {tail};
-  ASSERT_TRUE(writer_->write_to(out.get(), first, 1));
-  ASSERT_TRUE(writer_->write_to(out.get(), second, 2));
+  ASSERT_TRUE(writer_->write_to(sockets.out.get(), first, 1));
+  ASSERT_TRUE(writer_->write_to(sockets.out.get(), second, 2));
   turn_until_done(2);
   ASSERT_EQ(done_.size(), 2u);
   EXPECT_EQ(done_[0].res, 3);
   EXPECT_EQ(done_[1].res, 1);
   std::array<char, 16> buf{};
-  ASSERT_EQ(::recv(in.get(), buf.data(), buf.size(), 0), 3);
+  ASSERT_EQ(::recv(sockets.in.get(), buf.data(), buf.size(), 0), 3);
   EXPECT_EQ(std::string(buf.data(), 3), "abc");
-  ASSERT_EQ(::recv(in.get(), buf.data(), buf.size(), 0), 1);
+  ASSERT_EQ(::recv(sockets.in.get(), buf.data(), buf.size(), 0), 1);
   EXPECT_EQ(buf[0], 'c');
   EXPECT_TRUE(drain().empty()) << "nothing went to the writer's own fd";
 }
