@@ -51,7 +51,12 @@ EventLog EventLog::discard() {
 }
 
 void EventLog::emit(std::string_view kind, std::initializer_list<EventField> fields) {
-  auto now = clock_();
+  if (reserve_line()) write_reserved(kind, fields);
+}
+
+bool EventLog::reserve_line() {
+  const auto now = clock_();
+  reserved_at_ = now;
   auto second = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
   if (second != second_) {
     second_ = second;
@@ -66,10 +71,16 @@ void EventLog::emit(std::string_view kind, std::initializer_list<EventField> fie
   if (in_second_ >= max_per_second_) {
     ++suppressed_now_;
     ++suppressed_total_;
-    return;
+    return false;
   }
   ++in_second_;
-  write_line(now, kind, fields);
+  return true;
+}
+
+void EventLog::write_reserved(std::string_view kind, std::initializer_list<EventField> fields) {
+  // The time reserve_line() read: one clock read per line, and the line is
+  // stamped in the second that counted it.
+  write_line(reserved_at_, kind, fields);
 }
 
 void EventLog::write_line(std::chrono::system_clock::time_point now, std::string_view kind,

@@ -11,7 +11,10 @@
 // at most max_per_second() lines in each wall-clock second; past that they
 // are counted (suppressed()) and the next second opens with one
 // {"kind":"suppressed","count":N} line, so a flood costs a bounded amount of
-// disk and CPU and still leaves a trace.
+// disk and CPU and still leaves a trace. A caller whose fields cost work to
+// build (addresses turned into text) asks reserve_line() first and builds
+// them only when a line may be written, so a capped flood costs no
+// formatting either.
 #pragma once
 
 #include <chrono>
@@ -56,6 +59,14 @@ class EventLog {
   // the three fixed ones.
   void emit(std::string_view kind, std::initializer_list<EventField> fields = {});
 
+  // The rate cap on its own, for fields that cost work to build:
+  //   if (log.reserve_line()) log.write_reserved("admit", {{"dst", ep.to_string()}});
+  // reserve_line() takes one line of this second's budget and returns true,
+  // or returns false and counts the line as suppressed. write_reserved()
+  // writes a line reserve_line() allowed (call it exactly once after true).
+  bool reserve_line();
+  void write_reserved(std::string_view kind, std::initializer_list<EventField> fields = {});
+
   std::uint64_t written() const { return written_; }
   std::uint64_t dropped() const { return dropped_; }
   std::uint64_t suppressed() const { return suppressed_total_; }
@@ -79,6 +90,7 @@ class EventLog {
   std::uint32_t in_second_ = 0;       // lines written in it
   std::uint64_t suppressed_now_ = 0;  // lines suppressed since the last summary
   std::uint64_t suppressed_total_ = 0;
+  std::chrono::system_clock::time_point reserved_at_{};  // the last reserve_line()'s clock read
 };
 
 // Formats t as RFC 3339 UTC with milliseconds: 2026-11-29T09:13:28.123Z.

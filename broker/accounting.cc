@@ -51,6 +51,7 @@ std::string Accounting::to_json(std::string_view instance, std::uint64_t leaves_
       .field("upstream_failures", s.upstream_failures)
       .field("upstream_connections", s.upstream_connections)
       .field("upstream_reused", s.upstream_reused)
+      .field("trailer_fields_dropped", s.trailer_fields_dropped)
       .end_object();
   w.key("leaves").begin_object().field("cached", leaves_cached).field("minted", leaves_minted).end_object();
   w.end_object();

@@ -46,6 +46,7 @@ struct ServiceCounters {
   std::uint64_t upstream_reused = 0;       // requests sent on a pooled upstream connection
   std::uint64_t connections_open = 0;
   std::uint64_t handshakes_in_progress = 0;
+  std::uint64_t trailer_fields_dropped = 0;  // after chunked upstream responses: checked, not forwarded
 };
 
 class Accounting {

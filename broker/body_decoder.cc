@@ -12,9 +12,17 @@
 // bits), chunk extensions of at most kMaxChunkExtensionBytes, and the sum of
 // payload bytes at most max_body_bytes, checked when a chunk size is read
 // (before its data is forwarded) and, for Content-Length, at construction.
+// Trailer fields, where allowed, are counted as they start and their bytes
+// as they are read, so a refusal comes at the first byte over a limit.
+//
+// Trailer bytes are never in the same step as other bytes: before a byte
+// that starts a trailer field (or the first byte after one), a call that
+// already consumed bytes of the other kind returns, so the caller can pass
+// on whole steps or drop whole steps.
 #include "broker/body_decoder.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "base/byte_reader.h"
 
@@ -35,6 +43,15 @@ bool is_control(std::uint8_t c) {
   return (c < 0x20 && c != '\t') || c == 0x7F;
 }
 
+// RFC 9110 token characters.
+bool is_tchar(std::uint8_t c) {
+  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
+  for (const char t : std::string_view("!#$%&'*+-.^_`|~")) {
+    if (c == static_cast<std::uint8_t>(t)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 BodyLimits BodyLimits::from(const policy::Limits& limits) {
@@ -44,7 +61,10 @@ BodyLimits BodyLimits::from(const policy::Limits& limits) {
 }
 
 BodyDecoder::BodyDecoder(BodyFraming framing, std::uint64_t content_length, const BodyLimits& limits)
-    : state_(State::done), max_body_bytes_(limits.max_body_bytes) {
+    : state_(State::done),
+      max_body_bytes_(limits.max_body_bytes),
+      max_trailer_fields_(limits.max_trailer_fields),
+      max_trailer_bytes_(limits.max_trailer_bytes) {
   switch (framing) {
     case BodyFraming::none:
       state_ = State::done;
@@ -76,9 +96,10 @@ base::Result<BodyStep, HttpError> BodyDecoder::fail(HttpError e) {
 
 base::Result<BodyStep, HttpError> BodyDecoder::feed(std::span<const std::uint8_t> in) {
   base::ByteReader r(in);
+  bool trailer_step = false;  // what this call's bytes are, once it has any
   for (;;) {
     if (state_ == State::failed) return base::Err{error_};
-    if (state_ == State::done) return BodyStep{r.position(), {}};
+    if (state_ == State::done) return BodyStep{r.position(), {}, trailer_step};
     if (state_ == State::length_body || state_ == State::data) {
       std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(remaining_, r.remaining()));
       if (n == 0) return BodyStep{r.position(), {}};
@@ -86,11 +107,21 @@ base::Result<BodyStep, HttpError> BodyDecoder::feed(std::span<const std::uint8_t
       remaining_ -= n;
       payload_bytes_ += n;
       if (remaining_ == 0) state_ = state_ == State::length_body ? State::done : State::data_cr;
-      return BodyStep{r.position(), payload};
+      return BodyStep{r.position(), payload, false};
     }
-    auto byte = r.u8();
-    if (!byte) return BodyStep{r.position(), {}};
-    const std::uint8_t c = *byte;
+    const auto next = r.peek();
+    if (!next) return BodyStep{r.position(), {}, trailer_step};
+    // Trailer bytes: a field's, from its first byte through its CRLF.
+    const bool trailer_byte = state_ == State::trailer_name || state_ == State::trailer_value ||
+                              state_ == State::trailer_lf ||
+                              (state_ == State::last_cr && *next != '\r' && max_trailer_fields_ != 0);
+    if (r.position() == 0) {
+      trailer_step = trailer_byte;
+    } else if (trailer_byte != trailer_step) {
+      return BodyStep{r.position(), {}, trailer_step};
+    }
+    const std::uint8_t c = *r.u8();  // peeked above
+    if (trailer_byte && ++trailer_bytes_ > max_trailer_bytes_) return fail(HttpError::trailer_too_large);
     switch (state_) {
       case State::size_line: {
         int v = hex_value(c);
@@ -134,8 +165,34 @@ base::Result<BodyStep, HttpError> BodyDecoder::feed(std::span<const std::uint8_t
         state_ = State::size_line;
         break;
       case State::last_cr:
-        if (c != '\r') return fail(HttpError::trailer);  // a trailer field starts here
-        state_ = State::last_lf;
+        if (c == '\r') {
+          state_ = State::last_lf;
+          break;
+        }
+        // A trailer field starts here.
+        if (max_trailer_fields_ == 0) return fail(HttpError::trailer);
+        if (trailer_fields_ == max_trailer_fields_) return fail(HttpError::trailer_too_large);
+        if (!is_tchar(c)) return fail(HttpError::trailer_syntax);  // obs-fold, a bare LF, junk
+        ++trailer_fields_;
+        state_ = State::trailer_name;
+        break;
+      case State::trailer_name:
+        if (c == ':') {
+          state_ = State::trailer_value;
+        } else if (!is_tchar(c)) {
+          return fail(HttpError::trailer_syntax);  // whitespace before the colon, a line with no colon
+        }
+        break;
+      case State::trailer_value:
+        if (c == '\r') {
+          state_ = State::trailer_lf;
+        } else if (is_control(c)) {
+          return fail(HttpError::trailer_syntax);  // a bare LF is a control byte too
+        }
+        break;
+      case State::trailer_lf:
+        if (c != '\n') return fail(HttpError::trailer_syntax);
+        state_ = State::last_cr;
         break;
       case State::last_lf:
         if (c != '\n') return fail(HttpError::chunk_crlf);

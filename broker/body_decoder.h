@@ -21,7 +21,16 @@
 // extension (";" ...) of at most kMaxChunkExtensionBytes with no control byte
 // but HTAB; then CRLF (a bare LF or lone CR is chunk_size / chunk_extension's
 // line_ending case: refused). Data is followed by exactly CRLF. The last
-// chunk ("0") is followed by CRLF alone: trailer fields are refused.
+// chunk ("0") is followed by CRLF alone unless BodyLimits allows trailer
+// fields (RFC 9112 section 7.1.2; the broker allows them in upstream
+// responses only): then each is token ":" value CRLF (no obs-fold, no
+// control byte but HTAB, no bare LF or lone CR), at most
+// max_trailer_fields of them in at most max_trailer_bytes (CRLFs included),
+// and the empty line ends the body. Trailer fields are checked, never kept:
+// a step whose bytes are trailer fields says so (BodyStep::trailer) and the
+// caller drops them, so what it forwards is a chunked body that ends
+// "0\r\n\r\n" (see the broker's connection_upstream.cc for why none is
+// forwarded).
 // Content-Length: exactly that many bytes, then done.
 // Both: the sum of payload bytes is at most BodyLimits::max_body_bytes (the
 // policy's http_body_bytes); a Content-Length above it is refused before any
@@ -47,6 +56,9 @@ inline constexpr std::size_t kMaxChunkExtensionBytes = 256;
 
 struct BodyLimits {
   std::uint64_t max_body_bytes = 32u << 20;
+  // Trailer fields after a chunked body; 0 fields: refused (HttpError::trailer).
+  std::size_t max_trailer_fields = 0;
+  std::size_t max_trailer_bytes = 0;
 
   static BodyLimits from(const policy::Limits& limits);
 };
@@ -54,6 +66,9 @@ struct BodyLimits {
 struct BodyStep {
   std::size_t consumed = 0;               // bytes of the input used by this call
   std::span<const std::uint8_t> payload;  // body bytes to forward (a view into the input)
+  // The consumed bytes are trailer fields (all of them, or none: a call
+  // stops where trailer bytes begin or end), checked and not to be passed on.
+  bool trailer = false;
 };
 
 class BodyDecoder {
@@ -68,18 +83,23 @@ class BodyDecoder {
   // over the limit, known at construction: check it before sending the head).
   HttpError error() const { return error_; }
   std::uint64_t payload_bytes() const { return payload_bytes_; }
+  // Trailer fields read so far (checked; the caller drops their bytes).
+  std::size_t trailer_fields() const { return trailer_fields_; }
 
  private:
   enum class State : std::uint8_t {
-    length_body,  // Content-Length bytes remain
-    size_line,    // reading hex digits of a chunk size
-    extension,    // after ';' up to CR
-    size_lf,      // saw CR after the size line
-    data,         // chunk data remains
-    data_cr,      // expecting CR after data
-    data_lf,      // expecting LF after data
-    last_cr,      // after "0...CRLF": expecting the final CR
-    last_lf,      // expecting the final LF
+    length_body,    // Content-Length bytes remain
+    size_line,      // reading hex digits of a chunk size
+    extension,      // after ';' up to CR
+    size_lf,        // saw CR after the size line
+    data,           // chunk data remains
+    data_cr,        // expecting CR after data
+    data_lf,        // expecting LF after data
+    last_cr,        // after "0...CRLF" or a trailer field: the final CR, or a trailer field
+    last_lf,        // expecting the final LF
+    trailer_name,   // in a trailer field's name, up to ':'
+    trailer_value,  // in its value, up to CR
+    trailer_lf,     // expecting the LF that ends it
     done,
     failed,
   };
@@ -92,6 +112,10 @@ class BodyDecoder {
   std::size_t extension_bytes_ = 0;
   std::uint64_t payload_bytes_ = 0;
   std::uint64_t max_body_bytes_;
+  std::size_t max_trailer_fields_;
+  std::size_t max_trailer_bytes_;
+  std::size_t trailer_fields_ = 0;
+  std::size_t trailer_bytes_ = 0;
   HttpError error_ = HttpError::none;
 };
 

@@ -265,7 +265,13 @@ bool Connection::process_response() {
                                  BodyLimits{UINT64_MAX});
           break;
         case ResponseFraming::chunked:
-          response_body_.emplace(BodyFraming::chunked, 0, BodyLimits{UINT64_MAX});
+          // Trailer fields (RFC 9112 7.1.2) are allowed, bounded like the
+          // head, checked, and dropped (forward below): an upstream could
+          // put there what the head may not carry to the guest (framing,
+          // Connection, Set-Cookie ...), for clients that merge trailers
+          // into the head. The guest gets the body ending "0\r\n\r\n".
+          response_body_.emplace(BodyFraming::chunked, 0,
+                                 BodyLimits{UINT64_MAX, kMaxResponseFields, kMaxResponseHeadBytes});
           break;
         case ResponseFraming::until_close:
           break;
@@ -286,10 +292,11 @@ bool Connection::process_response() {
       begin_closing();
       return false;
     }
-    forward_to_guest(std::string_view(response_raw_).substr(0, step->consumed));
+    if (!step->trailer) forward_to_guest(std::string_view(response_raw_).substr(0, step->consumed));
     response_raw_.erase(0, step->consumed);
     progress = true;
     if (response_body_->done()) {
+      rt_.accounting.service().trailer_fields_dropped += response_body_->trailer_fields();
       finish_response();
       return true;
     }

@@ -416,6 +416,10 @@ std::string_view to_string(HttpError e) {
       return "chunk_crlf";
     case HttpError::trailer:
       return "trailer";
+    case HttpError::trailer_syntax:
+      return "trailer_syntax";
+    case HttpError::trailer_too_large:
+      return "trailer_too_large";
   }
   return "unknown";
 }
@@ -480,6 +484,10 @@ std::string_view describe(HttpError e) {
       return "chunk data is not followed by CRLF";
     case HttpError::trailer:
       return "trailer fields after the last chunk";
+    case HttpError::trailer_syntax:
+      return "a trailer field is not token \":\" value CRLF";
+    case HttpError::trailer_too_large:
+      return "more trailer fields or bytes than allowed";
   }
   return "unknown error";
 }

@@ -99,7 +99,10 @@ enum class HttpError : std::uint8_t {
   chunk_size,       // a chunk size is empty, not hex, or overflows
   chunk_extension,  // a chunk extension is too long or holds a control byte
   chunk_crlf,       // a chunk's data is not followed by CRLF
-  trailer,          // trailer fields after the last chunk (refused)
+  trailer,          // trailer fields after the last chunk (refused: the guest's requests)
+  // trailer fields where they are allowed (upstream responses, BodyLimits)
+  trailer_syntax,     // a trailer line is not token ":" value CRLF (bare LF, control byte, obs-fold)
+  trailer_too_large,  // more trailer fields, or trailer bytes, than the limits
 };
 
 std::string_view to_string(HttpError e);  // "duplicate_content_length"

@@ -225,7 +225,9 @@ void write_guest_response_head(std::string_view raw, bool close, std::string& ou
     if (line.empty()) break;
     if (!first) {
       std::string_view name = line.substr(0, line.find(':'));
-      if (iequal(name, "connection") || iequal(name, "keep-alive") || iequal(name, "proxy-connection"))
+      // Trailer announces fields the broker never forwards (body_decoder.h).
+      if (iequal(name, "connection") || iequal(name, "keep-alive") || iequal(name, "proxy-connection") ||
+          iequal(name, "trailer"))
         continue;
     }
     first = false;

@@ -123,8 +123,13 @@ base::Result<Listener, std::string> open_listener(const std::string& listen) {
     ::getsockname(l.fd.get(), reinterpret_cast<sockaddr*>(&ss), &got);
     std::uint16_t port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                         : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-    l.where = ep->address.is_v6() ? "[" + ep->address.to_string() + "]:" + std::to_string(port)
-                                  : ep->address.to_string() + ":" + std::to_string(port);
+    // Appended piece by piece: "[" + text (operator+ on a literal) made GCC
+    // 12 at -O3 report a false -Wrestrict overlap (GCC bug 105329).
+    l.where.clear();
+    if (ep->address.is_v6()) l.where.push_back('[');
+    l.where.append(ep->address.to_string());
+    l.where.append(ep->address.is_v6() ? "]:" : ":");
+    l.where.append(std::to_string(port));
   }
   if (::listen(l.fd.get(), 1024) != 0) return base::Err{listen + ": cannot listen: " + errno_text()};
   return l;

@@ -103,11 +103,10 @@ DnsGate::DnsGate(const policy::Policy& policy, std::vector<policy::Endpoint> ups
       random_(random),
       sink_(sink),
       cache_(policy.limits().answer_entries, kCacheBytes),
-      slots_(policy.limits().dns_in_flight) {
-  free_slots_.reserve(slots_.size());
-  for (std::size_t i = slots_.size(); i-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(i));
-  // A slot's waiters grow on first use (to kMaxWaiters at most, then stay):
-  // reserving every slot up front cost about 1 MiB of an idle abox-net's RSS.
+      slot_limit_(policy.limits().dns_in_flight) {
+  // Slots, and each slot's waiters, are made on first use (up to
+  // slot_limit_ and kMaxWaiters, then kept): making them all up front cost
+  // about 28 KiB of an idle abox-net's RSS (and its waiters once 1 MiB).
   out_.reserve(kMaxMessageSize);
 }
 
@@ -126,6 +125,38 @@ void DnsGate::reply_empty(const GuestRef& to, const Query& q, std::uint8_t rc) {
   build_empty_answer(q, rc, out_);
   if (rc == rcode::SERVFAIL) ++counters_.servfail;
   sink_.send_to_guest(to, out_);
+}
+
+void DnsGate::emit_deny(const Query& q) {
+  std::string shown;
+  if (q.canonical_ok) {
+    shown = q.name.str();
+  } else {
+    // Presentation form with unusual bytes escaped, so the event shows
+    // exactly what the guest asked without passing control bytes on.
+    for (std::size_t i = 0; i < q.qname_wire_len;) {
+      std::uint8_t len = q.qname_wire[i++];
+      if (len == 0) break;
+      if (!shown.empty()) shown += '.';
+      for (std::uint8_t k = 0; k < len && i < q.qname_wire_len; ++k, ++i) {
+        auto c = static_cast<char>(q.qname_wire[i]);
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                     c == '_';
+        if (plain) {
+          shown += c;
+        } else {
+          char buf[5];
+          std::snprintf(buf, sizeof buf, "\\%03u", static_cast<unsigned>(q.qname_wire[i]));
+          shown += buf;
+        }
+      }
+    }
+    if (shown.empty()) shown.push_back('.');  // not = ".": GCC 12 -O3 false -Wrestrict (bug 105329)
+  }
+  events_.write_reserved("deny",
+                         {{"reason", q.canonical_ok ? "name not allowed" : "name has no canonical form"},
+                          {"name", shown},
+                          {"type", type_name(q.qtype)}});
 }
 
 bool DnsGate::on_guest_query(std::span<const std::uint8_t> msg, const GuestRef& from, base::MonoTime now) {
@@ -158,34 +189,9 @@ bool DnsGate::on_guest_query(std::span<const std::uint8_t> msg, const GuestRef& 
   }
   if (!q.canonical_ok || !policy_.allows_name(q.name.view())) {
     ++counters_.denied;
-    std::string shown;
-    if (q.canonical_ok) {
-      shown = q.name.str();
-    } else {
-      // Presentation form with unusual bytes escaped, so the event shows
-      // exactly what the guest asked without passing control bytes on.
-      for (std::size_t i = 0; i < q.qname_wire_len;) {
-        std::uint8_t len = q.qname_wire[i++];
-        if (len == 0) break;
-        if (!shown.empty()) shown += '.';
-        for (std::uint8_t k = 0; k < len && i < q.qname_wire_len; ++k, ++i) {
-          auto c = static_cast<char>(q.qname_wire[i]);
-          bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                       c == '-' || c == '_';
-          if (plain) {
-            shown += c;
-          } else {
-            char buf[5];
-            std::snprintf(buf, sizeof buf, "\\%03u", static_cast<unsigned>(q.qname_wire[i]));
-            shown += buf;
-          }
-        }
-      }
-      if (shown.empty()) shown = ".";
-    }
-    events_.emit("deny", {{"reason", q.canonical_ok ? "name not allowed" : "name has no canonical form"},
-                          {"name", shown},
-                          {"type", type_name(q.qtype)}});
+    // A guest decides how many denials there are: the rate cap first, the
+    // name's text only for a line that will be written.
+    if (events_.reserve_line()) emit_deny(q);
     reply_empty(from, q,
                 policy_.dns().denied == policy::DeniedAnswer::nxdomain ? rcode::NXDOMAIN : rcode::REFUSED);
     return true;
@@ -224,16 +230,24 @@ void DnsGate::forward(const Query& q, const GuestRef& from, base::MonoTime now) 
       return;
     }
   }
-  if (free_slots_.empty()) {
+  if (free_slots_.empty() && slots_.size() >= slot_limit_) {
     ++counters_.in_flight_full;
     events_.emit("limit", {{"reason", "dns_in_flight"},
-                           {"limit", static_cast<std::uint64_t>(slots_.size())},
+                           {"limit", static_cast<std::uint64_t>(slot_limit_)},
                            {"name", q.name.view()}});
     reply_empty(from, q, rcode::SERVFAIL);
     return;
   }
-  std::uint32_t idx = free_slots_.back();
-  free_slots_.pop_back();
+  // A freed slot first (the most recently freed), else a new one: the same
+  // order the slots were handed out in when all were made up front.
+  std::uint32_t idx = 0;
+  if (!free_slots_.empty()) {
+    idx = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    idx = static_cast<std::uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
   ++in_flight_;
   Slot& s = slots_[idx];
   s.busy = true;
@@ -331,22 +345,27 @@ std::optional<base::MonoTime> DnsGate::next_deadline() const {
 }
 
 void DnsGate::record_answer(const Query& q, const FilteredAnswer& a, base::MonoTime now) {
+  // The rate cap first: an upstream can put many addresses in one answer,
+  // and past the cap their text would be built only to be thrown away.
   for (const auto& r : a.rebinding) {
     ++counters_.rebinding;
-    events_.emit("rebinding", {{"reason", "reserved address removed from answer"},
-                               {"name", q.name.view()},
-                               {"owner", r.owner},
-                               {"address", r.address.to_string()},
-                               {"range", r.range ? r.range->range.to_string() : std::string("?")},
-                               {"range_name", r.range ? r.range->name : std::string_view("?")}});
+    if (!events_.reserve_line()) continue;
+    events_.write_reserved("rebinding", {{"reason", "reserved address removed from answer"},
+                                         {"name", q.name.view()},
+                                         {"owner", r.owner},
+                                         {"address", r.address.to_string()},
+                                         {"range", r.range ? r.range->range.to_string() : std::string("?")},
+                                         {"range_name", r.range ? r.range->name : std::string_view("?")}});
   }
   for (const auto& addr : a.addresses) {
     if (addr.lifted) {
       ++counters_.unsafe_lifted;
-      events_.emit("unsafe",
-                   {{"reason", "reserved address answered because [unsafe] allow_reserved lifts it"},
-                    {"name", q.name.view()},
-                    {"address", addr.address.to_string()}});
+      if (events_.reserve_line()) {
+        events_.write_reserved(
+            "unsafe", {{"reason", "reserved address answered because [unsafe] allow_reserved lifts it"},
+                       {"name", q.name.view()},
+                       {"address", addr.address.to_string()}});
+      }
     }
     table_.record(addr.address, q.name.view(), now + base::Seconds(addr.ttl), now);
   }

@@ -13,7 +13,8 @@
 //      recorded again in the AnswerTable for their remaining TTL.
 //   6. otherwise the question is forwarded: identical questions already in
 //      flight share one upstream query (coalescing); else a free slot of the
-//      in-flight table (size: limits.dns_in_flight) takes it, with a fresh
+//      in-flight table (at most limits.dns_in_flight, made on first use)
+//      takes it, with a fresh
 //      random ID, sent through the sink to an upstream chosen round robin.
 //      No free slot -> SERVFAIL and a "limit" event.
 // Upstream replies (on_upstream_reply) are matched on slot, ID and question
@@ -30,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <span>
 #include <string>
@@ -112,7 +114,7 @@ class DnsGate {
   std::optional<base::MonoTime> next_deadline() const;
 
   std::size_t in_flight() const { return in_flight_; }
-  std::size_t capacity() const { return slots_.size(); }
+  std::size_t capacity() const { return slot_limit_; }
   const GateCounters& counters() const { return counters_; }
   const ResponseCache& cache() const { return cache_; }
 
@@ -135,6 +137,8 @@ class DnsGate {
 
   void reply(const GuestRef& to, const Query& q, std::span<const std::uint8_t> answer);
   void reply_empty(const GuestRef& to, const Query& q, std::uint8_t rcode);
+  // The "deny" event for q; its line was reserved (EventLog::reserve_line).
+  void emit_deny(const Query& q);
   void forward(const Query& q, const GuestRef& from, base::MonoTime now);
   void send_attempt(std::uint32_t slot, base::MonoTime now);
   void next_attempt_or_fail(std::uint32_t slot, base::MonoTime now);
@@ -150,8 +154,11 @@ class DnsGate {
   GateSink& sink_;
   ResponseCache cache_;
 
-  std::vector<Slot> slots_;
-  std::vector<std::uint32_t> free_slots_;
+  // Slots are made on first use, up to slot_limit_, and never shrink; a
+  // deque so a new slot never moves the ones a caller may still hold.
+  std::deque<Slot> slots_;
+  std::size_t slot_limit_;
+  std::vector<std::uint32_t> free_slots_;  // made, and not busy
   std::size_t in_flight_ = 0;
   std::size_t next_upstream_ = 0;
   std::unordered_map<std::string, std::uint32_t> by_key_;  // question -> slot

@@ -8,7 +8,12 @@
 //   - the head rewritten for the guest (write_guest_response_head) parses
 //     again to the same status and framing;
 //   - the scrubber, fed the response in pieces of the chosen size, returns
-//     exactly as many bytes as it was given, none of them a key occurrence.
+//     exactly as many bytes as it was given, none of them a key occurrence;
+//   - a chunked body after a complete head, decoded as the broker decodes
+//     upstream responses (trailer fields allowed, bounded, dropped), gives
+//     the same verdict, payload and forwarded bytes whole and in pieces,
+//     and what would be forwarded is a chunked body with no trailer that
+//     decodes (trailers refused) to the same payload.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -16,6 +21,7 @@
 #include <string_view>
 
 #include "base/byte_reader.h"
+#include "broker/body_decoder.h"
 #include "broker/key_scrubber.h"
 #include "broker/response_head.h"
 
@@ -24,6 +30,37 @@ namespace {
 [[noreturn]] void fail(const char* what) {
   __builtin_trap();
   (void)what;
+}
+
+struct Decoded {
+  bool ok = true;
+  bool done = false;
+  std::string payload;
+  std::string forwarded;  // the steps that are not trailer fields
+};
+
+// Feeds `body` in pieces of `piece` bytes, as the broker does when bytes arrive.
+Decoded decode_chunked(std::span<const std::uint8_t> body, std::size_t piece,
+                       const abox::broker::BodyLimits& limits) {
+  using namespace abox::broker;
+  BodyDecoder decoder(BodyFraming::chunked, 0, limits);
+  Decoded out;
+  for (std::size_t at = 0; at < body.size() && !decoder.done(); at += piece) {
+    auto in = body.subspan(at, std::min(piece, body.size() - at));
+    while (!in.empty() && !decoder.done()) {
+      auto step = decoder.feed(in);
+      if (!step.ok()) {
+        out.ok = false;
+        return out;
+      }
+      if (step->consumed == 0) fail("no progress");
+      out.payload.append(reinterpret_cast<const char*>(step->payload.data()), step->payload.size());
+      if (!step->trailer) out.forwarded.append(reinterpret_cast<const char*>(in.data()), step->consumed);
+      in = in.subspan(step->consumed);
+    }
+  }
+  out.done = decoder.done();
+  return out;
 }
 
 }  // namespace
@@ -52,6 +89,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (again.status != full.status || again.framing != full.framing || again.head_bytes != guest.size())
       fail("guest head differs");
     if ((data[0] & 2) != 0 && !again.connection_close) fail("close not said");
+
+    if (full.framing == ResponseFraming::chunked) {
+      // As connection_upstream.cc decodes a provider's chunked body.
+      const BodyLimits limits{1u << 20, 8, 256};
+      auto body = input.subspan(full.head_bytes);
+      Decoded body_whole = decode_chunked(body, body.size() + 1, limits);
+      Decoded body_pieces = decode_chunked(body, piece, limits);
+      if (body_whole.ok != body_pieces.ok || body_whole.done != body_pieces.done)
+        fail("body verdict depends on the split");
+      if (body_whole.ok &&
+          (body_whole.payload != body_pieces.payload || body_whole.forwarded != body_pieces.forwarded))
+        fail("body bytes depend on the split");
+      if (body_whole.ok && body_whole.done) {
+        if (!body_whole.forwarded.ends_with("\r\n\r\n")) fail("forwarded body does not end the chunked way");
+        Decoded body_again = decode_chunked(abox::base::as_bytes(body_whole.forwarded),
+                                            body_whole.forwarded.size() + 1, BodyLimits{1u << 20, 0, 0});
+        if (!body_again.ok || !body_again.done) fail("forwarded body carries a trailer or does not end");
+        if (body_again.payload != body_whole.payload) fail("forwarded body decodes to another payload");
+      }
+    }
   }
   // Monotone: sampled prefixes (each step of `piece` bytes, and the whole).
   bool decided = false;

@@ -9,6 +9,7 @@
 
 #include "base/json.h"
 #include "netstack/dns_host_server.h"
+#include "netstack/memory_trimmer.h"
 #include "netstack/process_setup.h"
 #include "netstack/sandbox.h"
 #include "netstack/stats.h"
@@ -104,8 +105,11 @@ int run_dns_command(std::span<const std::string_view> args) {
 
   try {
     EventLoop loop;
+    // Gives back what glibc keeps after a burst (TCP clients' unsent
+    // answers, a flood of queries), every few seconds, as in `run`.
+    MemoryTrimmer trimmer(loop, memory);
     DnsHostServer server(loop, policy, upstreams, *listen, events, random);
-    auto stats = [&] { return dns_stats_json(server, memory); };
+    auto stats = [&] { return dns_stats_json(server, memory, &trimmer); };
     SignalWatch signals(loop, [&] { write_stats_line(STDERR_FILENO, stats()); });
     std::unique_ptr<StatsServer> stats_server;
     if (stats_socket) {

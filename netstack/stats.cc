@@ -182,7 +182,8 @@ std::string run_stats_json(const RunStatsSources& from) {
   return out;
 }
 
-std::string dns_stats_json(const DnsHostServer& server, const MemoryProbe& memory) {
+std::string dns_stats_json(const DnsHostServer& server, const MemoryProbe& memory,
+                           const MemoryTrimmer* trimmer) {
   const auto& g = server.gate().counters();
   const auto& t = server.table().counters();
   const auto& c = server.counters();
@@ -223,6 +224,9 @@ std::string dns_stats_json(const DnsHostServer& server, const MemoryProbe& memor
       .field("tcp_closed_idle", c.tcp_closed_idle)
       .field("tcp_closed_overflow", c.tcp_closed_overflow);
   memory_fields(w, memory);
+  // Added with the trimmer in dns mode (memory_trimmer.h).
+  const TrimCounters trims = trimmer != nullptr ? trimmer->counters() : TrimCounters{};
+  w.field("memory_trims", trims.trims).field("memory_trimmed_bytes", trims.released_bytes);
   w.end_object();
   return out;
 }

@@ -60,7 +60,9 @@ struct RunStatsSources {
 // The counters of `abox-net run`, as one JSON object (no newline).
 std::string run_stats_json(const RunStatsSources& from);
 // The counters of `abox-net dns`, as one JSON object (no newline).
-std::string dns_stats_json(const DnsHostServer& server, const MemoryProbe& memory);
+// trimmer: null reads memory_trims* as 0.
+std::string dns_stats_json(const DnsHostServer& server, const MemoryProbe& memory,
+                           const MemoryTrimmer* trimmer);
 
 // Writes json and a newline to fd (stderr for SIGUSR1), whole or not at all
 // as far as one write() allows; errors are ignored (a gone reader costs the

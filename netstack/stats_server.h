@@ -3,11 +3,12 @@
 // at that moment: stats.h builds it), then the server closes it. The client
 // sends nothing; anything it sends is ignored.
 //
-// The socket file is made 0600 (created under umask 0177, then chmod'ed):
-// only the operator who runs abox-net may read its counters. A stale socket
-// at the path (left by a process that is gone) is replaced; any other kind
-// of file there is an error. The file stays when abox-net exits, because the
-// sandbox forbids unlink(); the next start replaces it.
+// The socket file is made 0600 (unix_listener.h): only the operator who
+// runs abox-net may read its counters. A stale socket at the path (left by
+// a process that is gone: nothing answers a connect) is replaced; a socket
+// something listens on, or any other kind of file, is an error naming the
+// path. The file stays when abox-net exits, because the sandbox forbids
+// unlink(); the next start replaces it.
 //
 // Limits: at most kAcceptsPerTurn connections are served per loop turn
 // (the rest wait for the next turn), and the reply is written once,

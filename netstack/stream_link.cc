@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "base/byte_reader.h"
+#include "netstack/unix_listener.h"
 
 namespace abox::netstack {
 namespace {
@@ -27,18 +28,6 @@ constexpr std::size_t kMaxMtu = 65521;
 
 std::string errno_text(int err) {
   return std::strerror(err);
-}
-
-base::Result<sockaddr_un, std::string> unix_address(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.empty()) return Err{std::string("stream socket path is empty")};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return Err{"stream socket path " + path + " is longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
-               " bytes"};
-  }
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  return addr;
 }
 
 }  // namespace
@@ -274,45 +263,11 @@ StreamListener::~StreamListener() {
 }
 
 base::Result<std::unique_ptr<StreamListener>, std::string> StreamListener::listen(const std::string& path) {
-  auto addr = unix_address(path);
-  if (!addr) return Err{std::move(addr).error()};
-  const auto* sa = reinterpret_cast<const sockaddr*>(&*addr);
-
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) return Err{"stream socket path " + path + " exists and is not a socket"};
-    // A socket file: in use when a socket is bound to it, stale (left by a
-    // process that died) when the kernel refuses the connection. The probe
-    // is a datagram socket: against a live stream listener it fails with
-    // EPROTOTYPE and never shows up in that listener's accept queue (a
-    // stream probe would be taken for its VMM).
-    base::UniqueFd probe(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    if (!probe) return Err{"cannot create a unix socket: " + errno_text(errno)};
-    if (::connect(probe.get(), sa, sizeof(*addr)) == 0 || errno == EPROTOTYPE) {
-      return Err{"something is already listening on " + path};
-    }
-    if (errno != ECONNREFUSED) return Err{"cannot check the socket at " + path + ": " + errno_text(errno)};
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return Err{"cannot remove the stale socket " + path + ": " + errno_text(errno)};
-    }
-  } else if (errno != ENOENT) {
-    return Err{"cannot look at " + path + ": " + errno_text(errno)};
-  }
-
-  base::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) return Err{"cannot create a unix socket: " + errno_text(errno)};
-  // bind() creates the file with the umask's mode: make it 0600 from the
-  // start, so there is no moment where others could connect.
-  const mode_t old_umask = ::umask(0177);
-  const int bound = ::bind(fd.get(), sa, sizeof(*addr));
-  const int bind_errno = errno;
-  ::umask(old_umask);
-  if (bound != 0) return Err{"cannot bind the stream socket " + path + ": " + errno_text(bind_errno)};
-  std::unique_ptr<StreamListener> listener(new StreamListener(std::move(fd), path));  // removes the file
-  if (::listen(listener->fd_.get(), 1) != 0) {
-    return Err{"cannot listen on the stream socket " + path + ": " + errno_text(errno)};
-  }
-  return listener;
+  // A stale socket file is replaced, a live one or another kind of file refused.
+  auto fd = listen_unix(path, 1, "stream socket");
+  if (!fd.ok()) return Err{std::move(fd).error()};
+  return std::unique_ptr<StreamListener>(
+      new StreamListener(std::move(fd).value(), path));  // removes the file
 }
 
 base::Result<std::unique_ptr<StreamLink>, std::string> StreamListener::accept(std::size_t mtu) {

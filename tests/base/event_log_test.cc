@@ -370,5 +370,43 @@ TEST(EventLogRateLimit, FloodIsBoundedAndSummarized) {
   EXPECT_NE(lines[11].find("\"n\":1000"), std::string::npos);
 }
 
+// reserve_line() is the cap without the line: past the cap the caller's
+// fields are never built, and the lines it did not write are still counted
+// and summarized like emit()'s.
+TEST(EventLogRateLimit, ReserveLineChecksTheCapBeforeFieldsAreBuilt) {
+  using namespace std::chrono;
+  system_clock::time_point now = system_clock::time_point{} + seconds(1'800'000'000);
+  std::vector<std::string> lines;
+  EventLog log(
+      "i",
+      [&lines](std::string_view l) {
+        lines.emplace_back(l);
+        return true;
+      },
+      [&now] { return now; });
+  log.set_max_per_second(3);
+  int built = 0;
+  auto expensive = [&built](int i) {
+    ++built;
+    return "10.0.0." + std::to_string(i);
+  };
+  for (int i = 0; i < 100; ++i) {
+    if (log.reserve_line()) log.write_reserved("admit", {{"dst", expensive(i)}});
+  }
+  log.emit("deny");  // emit() shares the budget
+  EXPECT_EQ(built, 3);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[2].find("\"dst\":\"10.0.0.2\""), std::string::npos) << lines[2];
+  EXPECT_EQ(log.suppressed(), 98u);
+  EXPECT_EQ(log.written(), 3u);
+  now += seconds(1);
+  ASSERT_TRUE(log.reserve_line());
+  log.write_reserved("admit", {{"dst", expensive(100)}});
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_NE(lines[3].find("\"count\":98"), std::string::npos) << lines[3];
+  // Stamped with the time reserve_line() read.
+  EXPECT_NE(lines[4].find(format_utc_millis(now)), std::string::npos) << lines[4];
+}
+
 }  // namespace
 }  // namespace abox::base

@@ -340,7 +340,7 @@ TEST(HttpRequest, FieldCountLimit) {
 }
 
 TEST(HttpRequest, EveryErrorHasANameAndASentence) {
-  for (int e = 0; e <= static_cast<int>(HttpError::trailer); ++e) {
+  for (int e = 0; e <= static_cast<int>(HttpError::trailer_too_large); ++e) {
     auto err = static_cast<HttpError>(e);
     EXPECT_NE(to_string(err), "unknown");
     EXPECT_NE(describe(err), "unknown error");

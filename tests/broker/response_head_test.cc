@@ -140,5 +140,13 @@ TEST(GuestResponseHead, ProviderConnectionHeadersAreReplaced) {
   EXPECT_EQ(head.head_bytes, out.size());
 }
 
+TEST(GuestResponseHead, TrailerIsNotAnnouncedSinceTrailersAreDropped) {
+  std::string out;
+  write_guest_response_head(
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\nX-Trailer-Note: stays\r\n\r\n",
+      false, out);
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Trailer-Note: stays\r\n\r\n");
+}
+
 }  // namespace
 }  // namespace abox::broker

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "policy/policy_file.h"
+#include "tests/support/alloc_counter.h"
 #include "tests/support/ldns.h"
 
 namespace abox::dns {
@@ -112,7 +113,7 @@ std::uint16_t ancount(const std::vector<std::uint8_t>& m) {
   return static_cast<std::uint16_t>(m.size() >= 8 ? (m[6] << 8) | m[7] : 0);
 }
 
-class GateTest : public testing::Test {
+class GateTest : public ::testing::Test {
  protected:
   void SetUp() override {
     make("[dns]\nupstreams = [\"192.0.2.1\", \"192.0.2.2\"]\nattempts = 2\ntimeout_ms = 100\n");
@@ -157,6 +158,24 @@ TEST_F(GateTest, DeniedNameIsRefusedWithoutUpstream) {
   ASSERT_EQ(event_lines_.size(), 1u);
   EXPECT_NE(event_lines_[0].find("\"kind\":\"deny\""), std::string::npos);
   EXPECT_NE(event_lines_[0].find("\"name\":\"evil.org\""), std::string::npos);
+}
+
+// A flood of denied names: every one is answered and counted, and past the
+// event cap the lines are counted as suppressed, not written.
+TEST_F(GateTest, DeniedNamesPastTheRateCapAreAnsweredAndCounted) {
+  events_.set_max_per_second(2);
+  const std::uint64_t suppressed_before = events_.suppressed();
+  for (std::uint16_t i = 0; i < 50; ++i)
+    query(i, make_query(i, "evil" + std::to_string(i) + ".org", rr_type::A));
+  EXPECT_EQ(sink_.guest.size(), 50u);
+  EXPECT_EQ(gate_->counters().denied, 50u);
+  int deny_lines = 0;
+  for (const auto& e : event_lines_) deny_lines += e.find("\"kind\":\"deny\"") != std::string::npos;
+  // The wall clock may turn a second during the loop: a few more lines then.
+  EXPECT_GE(deny_lines, 2);
+  EXPECT_LE(deny_lines, 6);
+  EXPECT_EQ(static_cast<std::uint64_t>(deny_lines) + events_.suppressed() - suppressed_before, 50u);
+  EXPECT_NE(event_lines_[0].find("\"name\":\"evil0.org\""), std::string::npos) << event_lines_[0];
 }
 
 TEST_F(GateTest, DeniedNameCanBeNxdomain) {
@@ -233,6 +252,27 @@ TEST_F(GateTest, RebindingAddressesAreRemovedAndLogged) {
   EXPECT_EQ(rebinding_events, 2);
 }
 
+// Past the event rate cap the rebinding lines are not written, but every
+// removal is still counted: by the gate, and as suppressed lines by the log.
+TEST_F(GateTest, RebindingEventsPastTheRateCapAreCountedNotWritten) {
+  events_.set_max_per_second(1);
+  const std::uint64_t suppressed_before = events_.suppressed();
+  query(1, make_query(7, "rebind.example.com", rr_type::A));
+  const auto& up = sink_.upstream.at(0);
+  std::vector<std::string> records;
+  for (int i = 1; i <= 5; ++i) records.push_back("rebind.example.com. 60 IN A 10.0.0." + std::to_string(i));
+  records.emplace_back("rebind.example.com. 60 IN A 93.184.215.14");
+  gate_->on_upstream_reply(up.slot, make_answer(up.msg, records), now_);
+  EXPECT_EQ(gate_->counters().rebinding, 5u);
+  int rebinding_events = 0;
+  for (const auto& e : event_lines_)
+    rebinding_events += e.find("\"kind\":\"rebinding\"") != std::string::npos;
+  // The wall clock may turn a second during the test: one more line then.
+  EXPECT_GE(rebinding_events, 1);
+  EXPECT_LE(rebinding_events, 2);
+  EXPECT_EQ(static_cast<std::uint64_t>(rebinding_events) + events_.suppressed() - suppressed_before, 5u);
+}
+
 TEST_F(GateTest, SpoofedRepliesAreIgnored) {
   query(1, make_query(7, "example.com", rr_type::A));
   auto up = sink_.upstream.at(0);
@@ -295,6 +335,51 @@ TEST_F(GateTest, IdenticalQuestionsShareOneUpstreamQuery) {
   EXPECT_EQ(id_of(sink_.guest[0].msg), 1);
   EXPECT_EQ(id_of(sink_.guest[1].msg), 2);
   EXPECT_EQ(sink_.guest[1].to.token, 2u);
+}
+
+// An idle gate holds nothing in proportion to dns_in_flight: slots are made
+// on first use, so the bound costs memory only when queries fill it.
+TEST_F(GateTest, IdleGateCostsTheSameWhateverItsInFlightLimit) {
+  auto bytes_for = [&](const std::string& limits) {
+    make("[dns]\nupstreams = [\"192.0.2.1\"]\n[limits]\n" + limits);
+    gate_.reset();
+    abox::testing::AllocationCounter allocs;
+    gate_ = std::make_unique<DnsGate>(*policy_, policy_->dns().upstreams, *table_, events_, random_, sink_);
+    return allocs.bytes();
+  };
+  const std::size_t small = bytes_for("dns_in_flight = 1\n");
+  const std::size_t large = bytes_for("dns_in_flight = 65536\n");
+  EXPECT_EQ(large, small);
+  EXPECT_EQ(gate_->capacity(), 65536u);
+}
+
+// Slots made on demand still stop at the limit, and a freed one is reused
+// before a new one is made.
+TEST_F(GateTest, SlotsGrowOnDemandUpToTheLimitAndAreReused) {
+  make("[dns]\nupstreams = [\"192.0.2.1\"]\n[limits]\ndns_in_flight = 3\n");
+  EXPECT_EQ(gate_->capacity(), 3u);
+  query(1, make_query(1, "a.example.com", rr_type::A));
+  query(2, make_query(2, "b.example.com", rr_type::A));
+  ASSERT_EQ(sink_.upstream.size(), 2u);
+  EXPECT_EQ(sink_.upstream[0].slot, 0u);
+  EXPECT_EQ(sink_.upstream[1].slot, 1u);
+  auto up = sink_.upstream[0];
+  gate_->on_upstream_reply(up.slot, make_answer(up.msg, {"a.example.com. 60 IN A 93.184.215.14"}), now_);
+  query(3, make_query(3, "c.example.com", rr_type::A));
+  query(4, make_query(4, "d.example.com", rr_type::A));
+  query(5, make_query(5, "e.example.com", rr_type::A));
+  query(6, make_query(6, "f.example.com", rr_type::A));
+  ASSERT_EQ(sink_.upstream.size(), 4u);
+  EXPECT_EQ(sink_.upstream[2].slot, 0u);  // the freed slot first
+  EXPECT_EQ(sink_.upstream[3].slot, 2u);  // then a new one, the last allowed
+  EXPECT_EQ(gate_->in_flight(), 3u);
+  EXPECT_EQ(gate_->counters().in_flight_full, 2u);
+  // Every slot handed out answers its guest.
+  for (std::size_t i = 1; i < sink_.upstream.size(); ++i) {
+    up = sink_.upstream[i];
+    gate_->on_upstream_reply(up.slot, make_answer(up.msg, {}, rcode::NXDOMAIN), now_);
+  }
+  EXPECT_EQ(gate_->in_flight(), 0u);
 }
 
 TEST_F(GateTest, InFlightLimitRefusesNewWork) {

@@ -326,6 +326,56 @@ def chunked_request_body_is_forwarded(env):
 
 
 @case
+def chunked_response_with_trailer_reaches_the_client_without_it(env):
+    # A provider ends a chunked answer with trailer fields: the client gets the
+    # whole body, the response ends "0\r\n\r\n" with none of the fields (nor
+    # the key one of them echoed), and the connection stays usable.
+    before = env.provider_log()
+    ctx = tls_context(env)
+    with socket.create_connection(("127.0.0.1", 443), timeout=10) as s:
+        with ctx.wrap_socket(s, server_hostname=API) as t:
+            ask = (f"GET /v1/trailer HTTP/1.1\r\nHost: {API}\r\nx-api-key: {env.nonces[API]}\r\n\r\n").encode()
+            t.sendall(ask)
+            out = b""
+            deadline = time.monotonic() + 10
+            while not out.endswith(b"\r\n0\r\n\r\n") and len(out) < 65536 and time.monotonic() < deadline:
+                chunk = t.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+            status, headers = status_and_headers(out)
+            assert status == 200 and headers.get("transfer-encoding") == "chunked", out[:300]
+            assert "trailer" not in headers, headers  # announced by the provider, never sent on
+            body = out.split(b"\r\n\r\n", 1)[1]
+            assert body.endswith(b"\r\n0\r\n\r\n"), f"the body does not end with the last chunk alone: {body!r}"
+            for name in (b"X-Checksum", b"Set-Cookie", b"9999", b"X-Key", KEY.encode()):
+                assert name not in body, f"{name!r} reached the client: {body!r}"
+            # The same connection answers again: the framing stayed intact.
+            t.sendall(request(env, method="GET", body=None))
+            again = b""
+            while len(again) < 65536 and time.monotonic() < deadline:
+                chunk = t.recv(65536)
+                if not chunk:
+                    break
+                again += chunk
+            assert status_and_headers(again)[0] == 200, again[:300]
+    # And a real client reads it: python's http.client (it reads and discards trailers).
+    conn = http.client.HTTPSConnection(API, 443, context=tls_context(env), timeout=10)
+    try:
+        conn.request("GET", "/v1/trailer", headers={"x-api-key": env.nonces[API]})
+        resp = conn.getresponse()
+        data = resp.read()
+        assert resp.status == 200 and json.loads(data) == {"id": "msg_t", "text": "after the trailer"}, data
+        assert resp.getheader("Set-Cookie") is None
+    finally:
+        conn.close()
+    r = curl(env, "-H", f"x-api-key: {env.nonces[API]}", f"https://{API}/v1/trailer")
+    assert r.returncode == 0 and json.loads(r.stdout) == {"id": "msg_t", "text": "after the trailer"}, (r.stdout, r.stderr)
+    got = env.provider_log()[len(before):]
+    assert [g["path"] for g in got] == ["/v1/trailer", "/v1/messages", "/v1/trailer", "/v1/trailer"], got
+
+
+@case
 def node_fetch_reads_sse_as_it_streams(env):
     flag = env.logs["api"] + ".go"
     if os.path.exists(flag):

@@ -13,6 +13,10 @@ Routes (any method):
                  the file <log>.go before event "two" (or "late" when the file
                  never came): a client that sees "one" before it creates the
                  file proves the broker streams
+  /v1/trailer    200, a chunked body followed by trailer fields (RFC 9112
+                 7.1.2): a checksum, and fields a head may not carry to the
+                 guest (Set-Cookie, Content-Length, Connection), one holding
+                 the x-api-key it received
   /v1/redirect   302 to another host (the broker must not follow it)
   /v1/ratelimit  429 with Retry-After: 17
   /v1/error      503 with Retry-After: 5
@@ -96,6 +100,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 time.sleep(0.05)
             self._chunk(second)
             self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        elif path == "/v1/trailer":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Trailer", "X-Checksum")
+            self.end_headers()
+            self._chunk(b'{"id":"msg_t",')
+            self._chunk(b'"text":"after the trailer"}')
+            key = self.headers.get("x-api-key", "")
+            self.wfile.write(b"0\r\nX-Checksum: 5d41402a\r\nSet-Cookie: stolen=1\r\nContent-Length: 9999\r\n"
+                             b"Connection: close\r\nX-Key: %s\r\n\r\n" % key.encode())
             self.wfile.flush()
         elif path == "/v1/ws" and self.headers.get("Upgrade", "").lower() == "echo":
             self.send_response(101)

@@ -22,6 +22,8 @@ What abox-net is held to here:
   move with held-open connections, a silent one and a slow curl (open,
   peeking, closing), add up to tcp_flows, and fall back to 0 after close; the table has the same fields; SIGUSR1 prints the same fields; `abox-net stats` exits 2 on usage
   errors and 3 when nothing (or something that is not abox-net) answers;
+  at start a stale socket file at PATH is replaced, a live one (another
+  abox-net) or a regular file is refused with exit 3 and a message naming it;
 - memory: after a burst of slow readers has gone, RSS comes back down (the
   trimmer gives back what glibc kept), under the sandbox, and the stats
   count the trims (in the ASan build only the heap in use is checked);
@@ -540,7 +542,44 @@ def case_dns_mode_sandboxed_with_stats(o):
     s = o.stats_json(sock)
     assert list(s)[0] == "queries" and s["queries"] >= 2 and s["answered"] >= 2 and s["tcp_accepted"] >= 1, s
     assert s["memory_rss_bytes"] > 0
+    # The trimmer is armed in dns mode too: its counters are reported.
+    assert "memory_trims" in s and "memory_trimmed_bytes" in s, s
     o.stop(p, "abox-net-dns")
+
+
+def case_stats_socket_path_stale_live_or_file(o):
+    """--stats-socket PATH at start: a stale socket file (the one an earlier
+    abox-net left: the sandbox forbids unlink at exit) is replaced; a socket a
+    running abox-net answers on is refused with exit 3 and an error naming
+    PATH, and the running one keeps serving; a regular file is refused with
+    exit 3 and kept."""
+    sock = o.rig.path("dns-reuse.sock")
+    args = ["dns", "--policy", o.policy, "--listen", "127.0.0.1:0", "--stats-socket", sock]
+    p, _ = o.start("abox-net-dns-a", args, b"listening on ")
+    o.stop(p, "abox-net-dns-a")
+    assert stat.S_ISSOCK(os.lstat(sock).st_mode), "the first run left no socket file"
+    assert o.stats(sock).returncode == 3, "something still answers on the old socket"
+    p, _ = o.start("abox-net-dns-b", args, b"listening on ")  # the stale file is replaced
+    try:
+        assert o.stats_json(sock)["queries"] == 0
+        q = o.rig.spawn("abox-net-dns-c", [o.abox, *args], ns=o.rig.outside)
+        rc = q.wait(timeout=20)
+        err = o.rig.log_tail("abox-net-dns-c")
+        assert rc == 3, f"a second abox-net on a live stats socket exited {rc}: {err}"
+        assert f"already listening on {sock}" in err, err
+        assert "queries" in o.stats_json(sock), "the running abox-net lost its stats socket"
+    finally:
+        o.stop(p, "abox-net-dns-b")
+    plain = o.rig.path("not-a-socket")
+    with open(plain, "w") as f:
+        f.write("precious\n")
+    q = o.rig.spawn("abox-net-dns-d", [o.abox, *args[:-1], plain], ns=o.rig.outside)
+    rc = q.wait(timeout=20)
+    err = o.rig.log_tail("abox-net-dns-d")
+    assert rc == 3, f"--stats-socket on a regular file exited {rc}: {err}"
+    assert f"{plain} exists and is not a socket" in err, err
+    with open(plain) as f:
+        assert f.read() == "precious\n", "the file was changed"
 
 
 def case_proc_pid_guest_ends_with_its_process(o):
@@ -635,6 +674,7 @@ def main(argv):
         report("memory_comes_back_after_a_burst", lambda: case_memory_comes_back_after_a_burst(o))
         report("stream_link_sandboxed_and_recorded", lambda: case_stream_link_sandboxed_and_recorded(o))
         report("dns_mode_sandboxed_with_stats", lambda: case_dns_mode_sandboxed_with_stats(o))
+        report("stats_socket_path_stale_live_or_file", lambda: case_stats_socket_path_stale_live_or_file(o))
         report("no_sandbox_is_unconfined", lambda: case_no_sandbox_is_unconfined(o))
         if failed:
             for name in ("abox-net", "abox-net-cap", "abox-net-dns"):

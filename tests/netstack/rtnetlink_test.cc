@@ -50,8 +50,10 @@ Bytes error_payload(int code) {
 Bytes link_payload(int ifindex) {
   ifinfomsg info{};
   info.ifi_index = ifindex;
-  Bytes out = bytes_of(info);
-  out.resize(out.size() + 64, 0xAB);  // attributes we do not read
+  // Sized once (growing the vector made GCC 12 at -O3 report a false
+  // -Warray-bounds), then 64 bytes of attributes we do not read.
+  Bytes out(sizeof info + 64, 0xAB);
+  std::memcpy(out.data(), &info, sizeof info);
   return out;
 }
 

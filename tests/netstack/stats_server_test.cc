@@ -22,6 +22,7 @@
 #include "base/event_log.h"
 #include "base/random.h"
 #include "netstack/dns_host_server.h"
+#include "netstack/memory_trimmer.h"
 #include "netstack/stats.h"
 #include "netstack/stats_reader.h"
 #include "policy/policy_file.h"
@@ -144,7 +145,13 @@ TEST_F(StatsServerTest, ALiveServerIsNotTakenOver) {
   ASSERT_TRUE(first.ok());
   auto second = StatsServer::create(loop, path_, [] { return std::string("{\"second\":1}"); });
   ASSERT_FALSE(second.ok());
-  EXPECT_NE(second.error().find("in use"), std::string::npos) << second.error();
+  EXPECT_NE(second.error().find("already listening on " + path_), std::string::npos) << second.error();
+  // The check did not connect: the first server has served nobody.
+  for (int turn = 0; turn < 3; ++turn) loop.run_once(base::Millis(10));
+  EXPECT_EQ((*first)->counters().served, 0u);
+  auto c = connect_to(path_);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(read_reply(loop, c.get()), std::optional<std::string>("{\"first\":1}\n"));
 }
 
 TEST_F(StatsServerTest, AnotherKindOfFileIsLeftAlone) {
@@ -195,16 +202,20 @@ TEST(StatsJson, DnsCountersReadBackByTheStatsReader) {
   ASSERT_TRUE(listen);
   DnsHostServer server(loop, *p, p->dns().upstreams, *listen, events, random);
   MemoryProbe memory;
-  const std::string json = dns_stats_json(server, memory);
+  MemoryTrimmer trimmer(loop, memory);
+  const std::string json = dns_stats_json(server, memory, &trimmer);
   auto fields = parse_stats_json(base::as_bytes(json));
   ASSERT_TRUE(fields.ok()) << fields.error() << "\n" << json;
   ASSERT_FALSE(fields->empty());
   EXPECT_EQ(fields->front().name, "queries") << "SIGUSR1 readers key on the first field";
   bool rss = false;
+  bool trims = false;
   for (const auto& f : *fields) {
     if (f.name == "memory_rss_bytes") rss = f.value > 0;
+    if (f.name == "memory_trims") trims = f.value == trimmer.counters().trims;
   }
   EXPECT_TRUE(rss) << json;
+  EXPECT_TRUE(trims) << json;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -38,13 +39,12 @@ Bytes frame(std::size_t size, std::uint8_t tag) {
   for (std::size_t i = 0; i < size; ++i) f[i] = static_cast<std::uint8_t>(i * 13 + tag);
   return f;
 }
-void put32(Bytes& b, std::uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) b.push_back(static_cast<std::uint8_t>(v >> shift));
-}
+// Sized once and filled, not grown: growing made GCC 12 at -O3 report false
+// -Wstringop-overread in vector's insert.
 Bytes record(const Bytes& f) {
-  Bytes r;
-  put32(r, static_cast<std::uint32_t>(f.size()));
-  r.insert(r.end(), f.begin(), f.end());
+  Bytes r(4 + f.size());
+  for (std::size_t i = 0; i < 4; ++i) r[i] = static_cast<std::uint8_t>(f.size() >> (24 - 8 * i));
+  std::copy(f.begin(), f.end(), r.begin() + 4);
   return r;
 }
 Bytes cat(std::initializer_list<Bytes> parts) {

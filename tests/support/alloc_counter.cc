@@ -5,8 +5,9 @@
 #include <new>
 
 namespace {
-std::atomic<int> g_open{0};         // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
-std::atomic<int> g_allocations{0};  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+std::atomic<int> g_open{0};           // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+std::atomic<int> g_allocations{0};    // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+std::atomic<std::size_t> g_bytes{0};  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 }  // namespace
 
 // A replacement operator new manages raw memory with malloc/free. GCC's
@@ -15,7 +16,10 @@ std::atomic<int> g_allocations{0};  // NOLINT(cppcoreguidelines-avoid-non-const-
 #pragma GCC diagnostic ignored "-Wpragmas"
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(std::size_t size) {
-  if (g_open.load(std::memory_order_relaxed) > 0) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (g_open.load(std::memory_order_relaxed) > 0) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    g_bytes.fetch_add(size, std::memory_order_relaxed);
+  }
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;  // NOLINT(cppcoreguidelines-*)
   throw std::bad_alloc();
 }
@@ -29,7 +33,7 @@ void operator delete(void* p, std::size_t /*size*/) noexcept {
 
 namespace abox::testing {
 
-AllocationCounter::AllocationCounter() : start_(g_allocations.load()) {
+AllocationCounter::AllocationCounter() : start_(g_allocations.load()), start_bytes_(g_bytes.load()) {
   g_open.fetch_add(1);
 }
 AllocationCounter::~AllocationCounter() {
@@ -37,6 +41,9 @@ AllocationCounter::~AllocationCounter() {
 }
 int AllocationCounter::count() const {
   return g_allocations.load() - start_;
+}
+std::size_t AllocationCounter::bytes() const {
+  return g_bytes.load() - start_bytes_;
 }
 
 }  // namespace abox::testing

@@ -4,6 +4,8 @@
 // global operator new/delete for that whole binary.
 #pragma once
 
+#include <cstddef>
+
 namespace abox::testing {
 
 class AllocationCounter {
@@ -14,9 +16,12 @@ class AllocationCounter {
   AllocationCounter& operator=(const AllocationCounter&) = delete;
   // Allocations since this counter was made.
   int count() const;
+  // Bytes asked for by those allocations (frees are not subtracted).
+  std::size_t bytes() const;
 
  private:
   int start_;
+  std::size_t start_bytes_;
 };
 
 }  // namespace abox::testing
