@@ -336,8 +336,9 @@ void GuestStack::take_frame(std::size_t n) {
     ++counters_.frames_dropped_ipv6;
     if (!ipv6_logged_) {
       ipv6_logged_ = true;
-      events_.emit("deny",
-                   {{"reason", "IPv6 is not supported yet; IPv6 frames are dropped"}, {"proto", "ipv6"}});
+      if (events_.reserve_line())
+        events_.write_reserved(
+            "deny", {{"reason", "IPv6 is not supported yet; IPv6 frames are dropped"}, {"proto", "ipv6"}});
     }
     return;
   }
@@ -423,11 +424,12 @@ void GuestStack::link_failed(int err) {
   // A VMM that exits (or a namespace torn down) closes its end: that is the
   // ordinary end of an instance, not a fault.
   const bool peer_left = err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == EIO || err == 0;
-  events_.emit("link",
-               {{"reason", peer_left ? "the guest's side of the link closed (the VM or namespace went away)"
-                                     : "the guest link failed"},
-                {"errno", err},
-                {"error", std::strerror(err)}});
+  if (events_.reserve_line())
+    events_.write_reserved(
+        "link", {{"reason", peer_left ? "the guest's side of the link closed (the VM or namespace went away)"
+                                      : "the guest link failed"},
+                 {"errno", err},
+                 {"error", std::strerror(err)}});
   loop_.stop();
 }
 
@@ -662,33 +664,38 @@ int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy
   std::size_t half_open = half_open_now();
   if (tcp_flows_.size() + udp_flows_.size() + half_open >= policy_.limits().flows) {
     ++counters_.limit_flows;
-    events_.emit("limit", {{"reason", "flows"},
-                           {"limit", std::uint64_t{policy_.limits().flows}},
-                           {"dst", dst_text()},
-                           {"proto", "tcp"}});
+    if (events_.reserve_line())
+      events_.write_reserved("limit", {{"reason", "flows"},
+                                       {"limit", std::uint64_t{policy_.limits().flows}},
+                                       {"dst", dst_text()},
+                                       {"proto", "tcp"}});
     return ABOX_LWIP_SYN_RESET;
   }
   if (half_open >= policy_.limits().half_open) {
     ++counters_.limit_half_open;
-    events_.emit("limit", {{"reason", "half_open"},
-                           {"limit", std::uint64_t{policy_.limits().half_open}},
-                           {"dst", dst_text()},
-                           {"proto", "tcp"}});
+    if (events_.reserve_line())
+      events_.write_reserved("limit", {{"reason", "half_open"},
+                                       {"limit", std::uint64_t{policy_.limits().half_open}},
+                                       {"dst", dst_text()},
+                                       {"proto", "tcp"}});
     return ABOX_LWIP_SYN_DROP;  // the guest retries; old flows keep going
   }
   Admission a = admit_flow(policy_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
   if (!a.admitted()) {
     ++counters_.tcp_refused;
-    events_.emit("deny", {{"reason", describe(a.refusal)}, {"dst", dst_text()}, {"proto", "tcp"}});
+    if (events_.reserve_line())
+      events_.write_reserved("deny",
+                             {{"reason", describe(a.refusal)}, {"dst", dst_text()}, {"proto", "tcp"}});
     return ABOX_LWIP_SYN_RESET;
   }
   if (a.broker != nullptr && config_.broker_path.empty()) {
     // Never sent out directly: without a broker there is nowhere to go.
     ++counters_.tcp_refused;
-    events_.emit("deny", {{"reason", "brokered name: no broker attached to this abox-net"},
-                          {"name", a.name},
-                          {"dst", dst_text()},
-                          {"proto", "tcp"}});
+    if (events_.reserve_line())
+      events_.write_reserved("deny", {{"reason", "brokered name: no broker attached to this abox-net"},
+                                      {"name", a.name},
+                                      {"dst", dst_text()},
+                                      {"proto", "tcp"}});
     return ABOX_LWIP_SYN_RESET;
   }
   return ABOX_LWIP_SYN_ACCEPT;
@@ -711,16 +718,19 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
   }
   ++counters_.tcp_admitted;
   if (a.broker != nullptr) ++counters_.tcp_brokered;
-  events_.emit("admit", {{"reason", a.broker != nullptr ? "answered name, handed to the broker"
-                                    : a.needs_name      ? "answered name, SNI/Host to be checked"
-                                                        : "answered name"},
-                         {"name", a.name},
-                         {"dst", policy::Endpoint{dst, port}.to_string()},
-                         {"proto", "tcp"}});
+  if (events_.reserve_line())
+    events_.write_reserved("admit", {{"reason", a.broker != nullptr ? "answered name, handed to the broker"
+                                                : a.needs_name      ? "answered name, SNI/Host to be checked"
+                                                                    : "answered name"},
+                                     {"name", a.name},
+                                     {"dst", policy::Endpoint{dst, port}.to_string()},
+                                     {"proto", "tcp"}});
   if (a.lifted != nullptr) {
-    events_.emit("unsafe", {{"reason", "flow to a reserved range lifted by [unsafe] allow_reserved"},
-                            {"dst", policy::Endpoint{dst, port}.to_string()},
-                            {"range", a.lifted->range.to_string()}});
+    if (events_.reserve_line())
+      events_.write_reserved("unsafe",
+                             {{"reason", "flow to a reserved range lifted by [unsafe] allow_reserved"},
+                              {"dst", policy::Endpoint{dst, port}.to_string()},
+                              {"range", a.lifted->range.to_string()}});
   }
   // A guest whose MSS is its MTU's gets segments of up to 64 KiB, which the
   // link hands over as GSO packets (see output_frame()): a whole number of
@@ -743,7 +753,8 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
   auto dst_text = [&] { return policy::Endpoint{dst, dst_port}.to_string(); };
   auto refuse = [&](std::string_view why) {
     ++counters_.udp_refused;
-    events_.emit("deny", {{"reason", why}, {"dst", dst_text()}, {"proto", "udp"}});
+    if (events_.reserve_line())
+      events_.write_reserved("deny", {{"reason", why}, {"dst", dst_text()}, {"proto", "udp"}});
     // ICMP "communication administratively prohibited" (type 3, code 13),
     // quoting the datagram: move back over the UDP and IP headers first.
     if (pbuf_header_force(p, static_cast<s16_t>(ip_current_header_tot_len() + 8)) == 0) {
@@ -762,10 +773,11 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
   }
   if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
     ++counters_.limit_flows;
-    events_.emit("limit", {{"reason", "flows"},
-                           {"limit", std::uint64_t{policy_.limits().flows}},
-                           {"dst", dst_text()},
-                           {"proto", "udp"}});
+    if (events_.reserve_line())
+      events_.write_reserved("limit", {{"reason", "flows"},
+                                       {"limit", std::uint64_t{policy_.limits().flows}},
+                                       {"dst", dst_text()},
+                                       {"proto", "udp"}});
     pbuf_free(p);
     return;
   }
@@ -781,8 +793,9 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     return;
   }
   ++counters_.udp_admitted;
-  events_.emit("admit",
-               {{"reason", "answered name"}, {"name", a.name}, {"dst", dst_text()}, {"proto", "udp"}});
+  if (events_.reserve_line())
+    events_.write_reserved(
+        "admit", {{"reason", "answered name"}, {"name", a.name}, {"dst", dst_text()}, {"proto", "udp"}});
   UdpFlow* raw = flow.get();
   udp_flows_.emplace(key, std::move(flow));
   raw->from_guest(p);

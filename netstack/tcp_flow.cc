@@ -121,11 +121,12 @@ bool TcpFlow::open_broker_socket() {
   sockaddr_un sun{};
   sun.sun_family = AF_UNIX;
   if (!line.ok() || path.size() >= sizeof sun.sun_path) {
-    stack_.events().emit("flow",
-                         {{"reason", "cannot hand the flow to the broker"},
-                          {"error", line.ok() ? "socket path too long" : base::describe(line.error())},
-                          {"name", name_},
-                          {"proto", "tcp"}});
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved(
+          "flow", {{"reason", "cannot hand the flow to the broker"},
+                   {"error", line.ok() ? "socket path too long" : base::describe(line.error())},
+                   {"name", name_},
+                   {"proto", "tcp"}});
     abort_both("broker hand-off");
     return false;
   }
@@ -141,11 +142,12 @@ bool TcpFlow::open_broker_socket() {
   int rc = ::connect(host_.get(), reinterpret_cast<sockaddr*>(&sun), sizeof sun);
   if (rc < 0 && errno != EINPROGRESS) {
     ++stack_.mutable_counters().connect_failed;
-    stack_.events().emit("flow", {{"reason", "broker unreachable"},
-                                  {"error", std::strerror(errno)},
-                                  {"name", name_},
-                                  {"dst", dst_.to_string()},
-                                  {"proto", "tcp"}});
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved("flow", {{"reason", "broker unreachable"},
+                                              {"error", std::strerror(errno)},
+                                              {"name", name_},
+                                              {"dst", dst_.to_string()},
+                                              {"proto", "tcp"}});
     abort_both("broker unreachable");
     return false;
   }
@@ -187,11 +189,12 @@ void TcpFlow::on_connected() {
   ::getsockopt(host_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) {
     ++stack_.mutable_counters().connect_failed;
-    stack_.events().emit("flow", {{"reason", "connect failed"},
-                                  {"error", std::strerror(err)},
-                                  {"name", name_},
-                                  {"dst", dst_.to_string()},
-                                  {"proto", "tcp"}});
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved("flow", {{"reason", "connect failed"},
+                                              {"error", std::strerror(err)},
+                                              {"name", name_},
+                                              {"dst", dst_.to_string()},
+                                              {"proto", "tcp"}});
     abort_both("connect failed");
     return;
   }
@@ -267,9 +270,10 @@ void TcpFlow::peek() {
   if (r.status == PeekStatus::need_more && to_host_bytes_ < limit) return;
   auto refuse = [&](std::string_view why, std::string_view shown) {
     ++stack_.mutable_counters().name_refused;
-    stack_.events().emit(
-        "deny",
-        {{"reason", why}, {"name", name_}, {"peeked", shown}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved(
+          "deny",
+          {{"reason", why}, {"name", name_}, {"peeked", shown}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
     abort_both("name check failed");
   };
   if (r.status != PeekStatus::tls_sni && r.status != PeekStatus::http_host) {
@@ -509,15 +513,17 @@ void TcpFlow::check_deadlines(base::MonoTime now) {
   if ((state_ == State::peeking || state_ == State::connecting) && now >= deadline_) {
     if (state_ == State::peeking) {
       ++stack_.mutable_counters().name_refused;
-      stack_.events().emit("deny", {{"reason", "no name within peek_ms"},
-                                    {"name", name_},
-                                    {"dst", dst_.to_string()},
-                                    {"proto", "tcp"}});
+      if (stack_.events().reserve_line())
+        stack_.events().write_reserved("deny", {{"reason", "no name within peek_ms"},
+                                                {"name", name_},
+                                                {"dst", dst_.to_string()},
+                                                {"proto", "tcp"}});
     } else {
       ++stack_.mutable_counters().connect_failed;
-      stack_.events().emit(
-          "flow",
-          {{"reason", "connect timed out"}, {"name", name_}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
+      if (stack_.events().reserve_line())
+        stack_.events().write_reserved(
+            "flow",
+            {{"reason", "connect timed out"}, {"name", name_}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
     }
     abort_both("deadline");
     return;
@@ -526,15 +532,19 @@ void TcpFlow::check_deadlines(base::MonoTime now) {
   // [dns] grace more. A guest that keeps the name answered (asks again)
   // keeps its flows; one that stopped asking loses them.
   if (now >= stack_.answer_table().live_until(dst_.address, name_)) {
-    stack_.events().emit("flow", {{"reason", "the answer that admitted the flow expired (TTL + grace)"},
-                                  {"name", name_},
-                                  {"dst", dst_.to_string()},
-                                  {"proto", "tcp"}});
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved("flow",
+                                     {{"reason", "the answer that admitted the flow expired (TTL + grace)"},
+                                      {"name", name_},
+                                      {"dst", dst_.to_string()},
+                                      {"proto", "tcp"}});
     abort_both("expired");
     return;
   }
   if (state_ == State::open && now - last_activity_ >= base::Seconds(stack_.policy().timeouts().tcp_idle_s)) {
-    stack_.events().emit("flow", {{"reason", "idle timeout"}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved(
+          "flow", {{"reason", "idle timeout"}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
     abort_both("idle");
   }
 }

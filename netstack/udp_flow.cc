@@ -97,9 +97,11 @@ void UdpFlow::receive_ended(int res) {
     receive_->in_flight = 1;
     return;
   }
-  stack_.events().emit("udp", {{"reason", "ring receives keep ending without data; reading on readiness"},
-                               {"name", name_},
-                               {"errno", -res}});
+  if (stack_.events().reserve_line())
+    stack_.events().write_reserved(
+        "udp", {{"reason", "ring receives keep ending without data; reading on readiness"},
+                {"name", name_},
+                {"errno", -res}});
   handle_ = stack_.loop().watch(host_.get(), POLLIN, this);
 }
 
@@ -196,10 +198,12 @@ void UdpFlow::check_idle(base::MonoTime now) {
   if (retired_) return;
   bool expired = now >= stack_.answer_table().live_until(dst_.address, name_);
   if (expired) {
-    stack_.events().emit("flow", {{"reason", "the answer that admitted the flow expired (TTL + grace)"},
-                                  {"name", name_},
-                                  {"dst", dst_.to_string()},
-                                  {"proto", "udp"}});
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved("flow",
+                                     {{"reason", "the answer that admitted the flow expired (TTL + grace)"},
+                                      {"name", name_},
+                                      {"dst", dst_.to_string()},
+                                      {"proto", "udp"}});
   }
   if (expired || now - last_activity_ >= base::Seconds(stack_.policy().timeouts().udp_idle_s)) {
     retired_ = true;
