@@ -1,6 +1,7 @@
 // GuestStack: one guest's side of abox-net. How a frame goes through:
 //
-//   Link ──receive──▶ on_link_ready()
+//   Link ──a read posted on the ring (on_link_read), or receive() on
+//          readiness (poll_link) ──▶ take_frame()
 //     IPv4 UDP to port 67 ── DhcpServer (the fixed lease), reply straight to the Link
 //     IPv6 (and anything not IPv4/ARP) ── counted, dropped, logged once per kind
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
@@ -10,8 +11,10 @@
 //        TCP SYN ──▶ on_syn(): gateway:53 → GuestDns's listener (an ordinary lwIP listener)
 //                              else       → limits, admission → accept or RST
 //        TCP accepted ──▶ TcpFlow (peek SNI/Host if the rule asks, then a host socket)
-//   lwIP ──linkoutput──▶ Link::send_frame (the pbuf chain's pieces, uncopied;
-//                        TCP/UDP checksums left to the link when it offers that)
+//   lwIP ──linkoutput──▶ a RingWriter slot (frames up to 2 KiB, written with
+//                        the turn's wait) or Link::send_frame (the pbuf
+//                        chain's pieces, uncopied; TCP/UDP checksums left to
+//                        the link when it offers that)
 //
 // Everything runs on the EventLoop's thread. lwIP is process-global state, so
 // there is at most one GuestStack per process (abox-net serves one instance).
