@@ -13,6 +13,7 @@
 
 #include "base/broker_handoff.h"
 #include "lwip/pbuf.h"
+#include "lwip/priv/tcp_priv.h"
 #include "lwip/tcp.h"
 #include "netstack/admission.h"
 #include "netstack/guest_stack.h"
@@ -482,6 +483,11 @@ void TcpFlow::close_clean() {
       // opens connections fast picks such a port within seconds and stalls
       // for a SYN retransmit. The host side has its own TIME_WAIT; this one
       // protects nothing. tcp_abort() on a TIME_WAIT pcb frees it silently.
+      // It frees it without the ACK lwIP still owes the guest's FIN when
+      // that FIN is what brought the pcb here (lwIP sends it only after
+      // this callback returns, and it would then find no pcb): sent now,
+      // or the guest sits in LAST_ACK, resends its FIN and gets a reset.
+      if ((pcb_->flags & (TF_ACK_NOW | TF_ACK_DELAY)) != 0) tcp_send_empty_ack(pcb_);
       tcp_abort(pcb_);
       aborted_ = true;  // may be inside the recv callback: it returns ERR_ABRT
     } else if (tcp_close(pcb_) != ERR_OK) {

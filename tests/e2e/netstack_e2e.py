@@ -365,8 +365,14 @@ def client_reply_close(host, port, count):
     and closes right behind (the request/response-then-close shape of
     HTTP/1.0 and of netbench's tcp_crr). Each must end with the whole reply
     and EOF; a missed FIN shows as a stall."""
+    def retransmits():  # this namespace's TCP segments sent again (/proc/net/snmp)
+        with open("/proc/net/snmp") as f:
+            rows = [line.split() for line in f if line.startswith("Tcp:")]
+        return int(rows[1][rows[0].index("RetransSegs")])
+
     addr = _resolve(host)
     good, stalls, short = 0, [], []
+    before = retransmits()
     for i in range(int(count)):
         n = (i * 37) % 3000 + 1
         try:
@@ -385,7 +391,8 @@ def client_reply_close(host, port, count):
                 short.append((n, len(got)))
         except OSError as e:
             stalls.append((n, str(e)))
-    return {"good": good, "stalls": stalls[:5], "short": short[:5]}
+    time.sleep(0.6)  # past the guest's first retransmission timeout (200 ms)
+    return {"good": good, "stalls": stalls[:5], "short": short[:5], "retransmits": retransmits() - before}
 
 
 def client_udp_sizes(host, port, burst):
@@ -629,6 +636,11 @@ def replies_the_host_closes_right_behind_end_whole_with_eof(t):
     # EAGAIN; a FIN that rides with the last bytes must still reach the guest.
     r = t.client("reply-close", TOOLS, nr.STREAM_PORT, 300, timeout=120)
     assert r["good"] == 300, r
+    # The guest's own FIN, sent after the server's, is acknowledged: abox-net
+    # once freed the connection before that ACK went out, so every guest
+    # socket waited in LAST_ACK, sent its FIN again and got a reset (300
+    # retransmissions here). A stray one on a loaded machine is allowed.
+    assert r["retransmits"] <= 3, r
 
 
 @case
