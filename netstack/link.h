@@ -74,6 +74,13 @@ struct OutFrame {
   }
 };
 
+// The frame's pieces one after the other in out (cleared first): for a
+// link or a recorder that needs the frame whole.
+inline void gather_frame(const OutFrame& frame, std::vector<std::uint8_t>& out) {
+  out.clear();
+  for (const auto& p : frame.pieces) out.insert(out.end(), p.begin(), p.end());
+}
+
 // True when a send()'s errno means the link is dead, not one frame dropped
 // (see Link::send()).
 inline bool send_error_ends_link(int err) {
@@ -118,8 +125,7 @@ class Link {
   // and calls send(); links that can, write the pieces as they are.
   virtual base::Result<void, int> send_frame(const OutFrame& frame) {
     if (frame.pieces.size() == 1) return send(frame.pieces[0]);
-    gather_.clear();
-    for (const auto& p : frame.pieces) gather_.insert(gather_.end(), p.begin(), p.end());
+    gather_frame(frame, gather_);
     return send(gather_);
   }
 

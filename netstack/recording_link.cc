@@ -19,11 +19,6 @@ base::Result<void, int> RecordingLink::send(std::span<const std::uint8_t> frame)
   return r;
 }
 
-void RecordingLink::gather(const OutFrame& frame, std::vector<std::uint8_t>& out) {
-  out.clear();
-  for (const auto& p : frame.pieces) out.insert(out.end(), p.begin(), p.end());
-}
-
 // The pieces go to the inner link as they are; only the copy for the file
 // is made whole.
 base::Result<void, int> RecordingLink::send_frame(const OutFrame& frame) {
@@ -32,7 +27,7 @@ base::Result<void, int> RecordingLink::send_frame(const OutFrame& frame) {
     if (frame.pieces.size() == 1) {
       recorder_.record(frame.pieces[0]);
     } else {
-      gather(frame, gathered_);
+      gather_frame(frame, gathered_);
       recorder_.record(gathered_);
     }
   }
@@ -65,7 +60,7 @@ std::optional<std::size_t> RecordingLink::ring_send_header(
     copy = std::move(spare_.back());
     spare_.pop_back();
   }
-  gather(frame, copy);
+  gather_frame(frame, copy);
   ring_sent_.push_back(std::move(copy));
   return size;
 }

@@ -79,9 +79,6 @@ class RecordingLink final : public Link {
   std::size_t ring_sends_pending() const { return ring_sent_.size(); }
 
  private:
-  // The frame made whole in `out` (a frame in pieces).
-  static void gather(const OutFrame& frame, std::vector<std::uint8_t>& out);
-
   Link& inner_;
   PcapWriter& recorder_;
   std::vector<std::uint8_t> gathered_;               // a frame in pieces, made whole for the file

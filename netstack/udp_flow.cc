@@ -40,6 +40,11 @@ UdpFlow::UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, s
       dst_(dst),
       name_(std::move(name)) {}
 
+void HostReceive::post(int fd) {
+  pool_.post_multishot_receive(this, fd);
+  in_flight = 1;
+}
+
 void HostReceive::on_complete(int res, std::uint32_t cqe_flags) {
   if (flow_ != nullptr) {
     if (auto datagram = pool_.bytes(res, cqe_flags)) {
@@ -80,8 +85,7 @@ bool UdpFlow::start() {
   if (pcb_ == nullptr) return false;
   if (ReceiveBufferPool* pool = stack_.host_receive_pool(); pool != nullptr) {
     receive_ = std::make_unique<HostReceive>(this, *pool);
-    pool->post_multishot_receive(receive_.get(), host_.get());
-    receive_->in_flight = 1;
+    receive_->post(host_.get());
   } else {
     handle_ = stack_.loop().watch(host_.get(), POLLIN, this);
   }
@@ -91,10 +95,9 @@ bool UdpFlow::start() {
 
 void UdpFlow::receive_ended(int res) {
   if (retired_) return;
-  (void)res;  // whatever ended it (ECONNREFUSED from an ICMP error, -ENOBUFS): post it again
+  // Whatever ended it (ECONNREFUSED from an ICMP error, -ENOBUFS): post it again.
   if (++receives_without_data_ <= kMaxReceivesWithoutData) {
-    stack_.host_receive_pool()->post_multishot_receive(receive_.get(), host_.get());
-    receive_->in_flight = 1;
+    receive_->post(host_.get());
     return;
   }
   if (stack_.events().reserve_line())
@@ -116,12 +119,10 @@ void UdpFlow::from_guest(pbuf* p) {
     pbuf_free(p);
     return;
   }
-  std::array<iovec, 8> iov{};
   std::array<std::span<const std::uint8_t>, 8> parts{};
   std::size_t count = 0;
   std::size_t covered = 0;
-  for (pbuf* q = p; q != nullptr && count < iov.size(); q = q->next, ++count) {
-    iov[count] = {q->payload, q->len};
+  for (pbuf* q = p; q != nullptr && count < parts.size(); q = q->next, ++count) {
     parts[count] = {static_cast<const std::uint8_t*>(q->payload), q->len};
     covered += q->len;
   }
@@ -135,6 +136,9 @@ void UdpFlow::from_guest(pbuf* p) {
   if (queued_on_ring_) stack_.loop().submit_now();
   // UDP: a full buffer or an ICMP error just loses this datagram.
   if (covered == p->tot_len) {
+    std::array<iovec, 8> iov{};
+    for (std::size_t i = 0; i < count; ++i)
+      iov[i] = {const_cast<std::uint8_t*>(parts[i].data()), parts[i].size()};
     msghdr msg{};
     msg.msg_iov = iov.data();
     msg.msg_iovlen = count;

@@ -42,6 +42,8 @@ class HostReceive final : public EventLoop::Completion {
  public:
   HostReceive(UdpFlow* flow, ReceiveBufferPool& pool) : flow_(flow), pool_(pool) {}
   void on_complete(int res, std::uint32_t cqe_flags) override;
+  // Posts the multishot receive on fd (the flow's host socket).
+  void post(int fd);
   void orphan() { flow_ = nullptr; }
   std::size_t in_flight = 0;  // 0 or 1: a receive is posted
 
