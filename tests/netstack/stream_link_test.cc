@@ -4,10 +4,11 @@
 // anywhere), the bounded output queue, batched output (a burst costs a few
 // writes, not one per frame) and a peer that goes away.
 //
-// Each test uses its own path under /tmp (abox-stream-test-<pid>-<n>) and
-// removes it; the peer is the test itself, over a real unix socket. The last
-// test puts a StreamLink under a GuestStack on an EventLoop, to check that
-// output queued while the VMM does not read is flushed when it does.
+// Each test's socket is in a directory of its own (tests/support/temp_dir.h),
+// removed with it; the peer is the test itself, over a real unix socket.
+// The last test puts a StreamLink under a GuestStack on an EventLoop, to
+// check that output queued while the VMM does not read is flushed when it
+// does.
 #include "netstack/stream_link.h"
 
 #include <gtest/gtest.h>
@@ -37,17 +38,13 @@
 #include "netstack/guest_stack.h"
 #include "policy/policy_file.h"
 #include "tests/support/alloc_counter.h"
+#include "tests/support/temp_dir.h"
 
 namespace abox::netstack {
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 constexpr std::size_t kMtu = 1500;
-
-std::string test_path() {
-  static int next = 0;
-  return "/tmp/abox-stream-test-" + std::to_string(::getpid()) + "-" + std::to_string(next++) + ".sock";
-}
 
 base::UniqueFd connect_to(const std::string& path) {
   base::UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -92,21 +89,23 @@ void write_all(int fd, const Bytes& b) {
   }
 }
 
-// A listener at a fresh path, the test connected as the VMM, the link.
+// A listener at a fresh path, the test connected as the VMM, the link. The
+// listener, its socket file and the directory go when this returns; the
+// connection stays.
 struct Pair {
-  std::string path;
   base::UniqueFd vmm;
   std::unique_ptr<StreamLink> link;
 };
 Pair connected_pair(std::size_t mtu = kMtu) {
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   Pair p;
-  p.path = test_path();
-  auto listener = StreamListener::listen(p.path);
+  auto listener = StreamListener::listen(path);
   if (!listener) {
     ADD_FAILURE() << listener.error();
     return p;
   }
-  p.vmm = connect_to(p.path);
+  p.vmm = connect_to(path);
   auto link = (*listener)->accept(mtu);
   if (!link || !*link) {
     ADD_FAILURE() << "no peer accepted";
@@ -130,7 +129,8 @@ std::optional<Bytes> next_frame(StreamLink& link, int tries = 2) {
 }
 
 TEST(StreamListenerTest, SocketIsMode0600AndGoesWithTheListener) {
-  const std::string path = test_path();
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   {
     auto listener = StreamListener::listen(path);
     ASSERT_TRUE(listener) << listener.error();
@@ -145,7 +145,8 @@ TEST(StreamListenerTest, SocketIsMode0600AndGoesWithTheListener) {
 }
 
 TEST(StreamListenerTest, NoPeerYetIsNotAnError) {
-  auto listener = StreamListener::listen(test_path());
+  const abox::testing::TempDir dir("abox-stream-test");
+  auto listener = StreamListener::listen(dir.file("s.sock"));
   ASSERT_TRUE(listener) << listener.error();
   auto link = (*listener)->accept(kMtu);
   ASSERT_TRUE(link.ok()) << link.error();
@@ -153,7 +154,8 @@ TEST(StreamListenerTest, NoPeerYetIsNotAnError) {
 }
 
 TEST(StreamListenerTest, AStaleSocketFileIsReplaced) {
-  const std::string path = test_path();
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   {
     // A socket file nobody listens on any more, as a killed abox-net leaves.
     base::UniqueFd s(::socket(AF_UNIX, SOCK_STREAM, 0));
@@ -169,7 +171,8 @@ TEST(StreamListenerTest, AStaleSocketFileIsReplaced) {
 }
 
 TEST(StreamListenerTest, ALivePathIsRefusedAndItsListenerKeepsWaitingForItsVmm) {
-  const std::string path = test_path();
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   auto first = StreamListener::listen(path);
   ASSERT_TRUE(first) << first.error();
   auto second = StreamListener::listen(path);
@@ -188,14 +191,14 @@ TEST(StreamListenerTest, ALivePathIsRefusedAndItsListenerKeepsWaitingForItsVmm) 
 }
 
 TEST(StreamListenerTest, APathThatIsNotASocketIsRefusedAndKept) {
-  const std::string path = test_path();
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   { std::ofstream(path) << "not a socket\n"; }
   auto listener = StreamListener::listen(path);
   ASSERT_FALSE(listener.ok());
   EXPECT_NE(listener.error().find("is not a socket"), std::string::npos) << listener.error();
   struct stat st {};
   EXPECT_EQ(::lstat(path.c_str(), &st), 0);
-  ::unlink(path.c_str());
 }
 
 TEST(StreamListenerTest, BadPathsAreClearErrors) {
