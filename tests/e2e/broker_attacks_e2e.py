@@ -433,39 +433,26 @@ def main(argv):
     if why_not:
         print(why_not)
         return 1
-    passed = failed = 0
-    rig = nr.Rig("ba")
-    try:
-        rig.unwind_on_signals()
-        s = be.setup(rig, abox)
-        os.chmod(s["creds"], 0o600)
+    return be.run_on_rig("ba", keep, lambda rig, tally: run_suite(rig, tally, abox, only))
 
-        guest_ca = be.guest_ca_file(rig, abox, s["state"], INSTANCE)
-        nonce_list = be.nonce_list(abox, s["policy"], s["state"])
-        # Another instance: its own state folder, so its own secret.
-        other = be.nonce_list(abox, s["policy"], rig.path("other-instance-state"))
-        foreign = {n["name"]: n["nonce"] for n in other}[API]
 
-        broker = be.start_broker(rig, abox, "broker", [*be.broker_args(s, INSTANCE), "--listen", "127.0.0.1:443",
-                                                       "--stats-file", s["stats"]])
-        cfg = dict(ca=guest_ca, logs=s["logs"], events_file=s["events"], stats_file=s["stats"],
-                   nonce_list=nonce_list, foreign_nonce=foreign, broker_log=rig.path("broker.log"))
-        p, f = be.run_cases_outside(rig, __file__, cfg, only)
-        passed, failed = passed + p, failed + f
-        ok = broker.poll() is None
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} broker_survived_every_case", flush=True)
-        ok = be.stop_broker(rig, "broker", broker)
-        passed, failed = passed + ok, failed + (not ok)
-    except KeyboardInterrupt:
-        print("interrupted: cleaning up")
-        failed += 1
-    except Exception as e:  # noqa: BLE001
-        print(f"FAIL setup: {type(e).__name__}: {e}")
-        failed += 1
-    finally:
-        rig.close(keep_dir=keep)
-    return nr.summarize(rig, keep, passed, failed)
+def run_suite(rig, tally, abox, only):
+    """The broker and its nonces, then the cases (in the outside namespace)."""
+    s = be.setup(rig, abox)
+    os.chmod(s["creds"], 0o600)
+    guest_ca = be.guest_ca_file(rig, abox, s["state"], INSTANCE)
+    nonce_list = be.nonce_list(abox, s["policy"], s["state"])
+    # Another instance: its own state folder, so its own secret.
+    other = be.nonce_list(abox, s["policy"], rig.path("other-instance-state"))
+    foreign = {n["name"]: n["nonce"] for n in other}[API]
+
+    broker = be.start_broker(rig, abox, "broker", [*be.broker_args(s, INSTANCE), "--listen", "127.0.0.1:443",
+                                                   "--stats-file", s["stats"]])
+    cfg = dict(ca=guest_ca, logs=s["logs"], events_file=s["events"], stats_file=s["stats"],
+               nonce_list=nonce_list, foreign_nonce=foreign, broker_log=rig.path("broker.log"))
+    tally.add(*be.run_cases_outside(rig, __file__, cfg, only))
+    tally.check("broker_survived_every_case", broker.poll() is None)
+    tally.count(be.stop_broker(rig, "broker", broker))
 
 
 if __name__ == "__main__":

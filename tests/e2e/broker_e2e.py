@@ -895,6 +895,46 @@ def stop_broker(rig, name, proc):
     return ok
 
 
+class Tally:
+    """What a suite's harness counted so far: its own checks and the cases'."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def count(self, ok):
+        """Counts one check whose line is printed elsewhere."""
+        self.passed, self.failed = self.passed + bool(ok), self.failed + (not ok)
+
+    def check(self, name, ok, detail=""):
+        """Counts one check and prints its line (with `detail` if it failed)."""
+        self.count(ok)
+        print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail and not ok else ''}", flush=True)
+
+    def add(self, passed, failed):
+        self.passed, self.failed = self.passed + passed, self.failed + failed
+
+
+def run_on_rig(tag, keep, body):
+    """Runs body(rig, tally) on a new Rig named `tag`, then closes the rig
+    whatever happened (kept with --keep) and checks it left nothing behind;
+    an interrupt or an exception in body counts as one more failure. Returns
+    the suite's exit status (nr.summarize)."""
+    tally = Tally()
+    rig = nr.Rig(tag)
+    try:
+        rig.unwind_on_signals()
+        body(rig, tally)
+    except KeyboardInterrupt:
+        print("interrupted: cleaning up")
+        tally.add(0, 1)
+    except Exception as e:  # noqa: BLE001
+        print(f"FAIL setup: {type(e).__name__}: {e}")
+        tally.add(0, 1)
+    finally:
+        rig.close(keep_dir=keep)
+    return nr.summarize(rig, keep, tally.passed, tally.failed)
+
+
 def abox_run(abox, *args, ns=None, timeout=30):
     cmd = ([] if ns is None else ["ip", "netns", "exec", ns]) + [abox, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -1001,69 +1041,52 @@ def main(argv):
     if why_not:
         print(why_not)
         return 1
-    passed = failed = 0
-    rig = nr.Rig("bt")
-    try:
-        rig.unwind_on_signals()
-        s = setup(rig, abox)
-        os.chmod(s["creds"], 0o600)
-        for name, ok, detail in credentials_checks(abox, s, rig):
-            passed, failed = passed + ok, failed + (not ok)
-            print(f"{'ok  ' if ok else 'FAIL'} {name}{'' if ok else ': ' + detail}", flush=True)
+    return run_on_rig("bt", keep, lambda rig, tally: run_suite(rig, tally, abox, abox_net, only))
 
-        # The CA and the nonces, as the guest image would get them.
-        guest_ca = guest_ca_file(rig, abox, s["state"], INSTANCE)
-        mode = os.stat(s["state"]).st_mode & 0o777
-        key_mode = os.stat(os.path.join(s["state"], "ca.key")).st_mode & 0o777
-        ok = mode == 0o700 and key_mode == 0o600
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} state_folder_is_private (dir {mode:o}, key {key_mode:o})", flush=True)
-        nonces = nonce_list(abox, s["policy"], s["state"])
-        r2 = abox_run(abox, "broker", "nonces", "--policy", s["policy"], "--state", s["state"])
-        ok = r2.stdout.splitlines()[0] == f"PROVIDER_API_KEY={nonces[0]['nonce']}" and KEY not in r2.stdout
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} nonces_printed_per_binding", flush=True)
 
-        common = broker_args(s, INSTANCE)
-        tcp = start_broker(rig, abox, "broker", [*common, "--listen", "127.0.0.1:443", "--stats-file", s["stats"]])
-        unix_socket = rig.path("broker.sock")
-        ux = start_broker(rig, abox, "broker-unix", [*common, "--listen", f"unix:{unix_socket}"])
-        ok = (os.stat(unix_socket).st_mode & 0o077) == 0
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} unix_socket_is_private", flush=True)
-        r = abox_run(abox, "broker", *common, "--listen", f"unix:{unix_socket}", ns=rig.outside)
-        ok = r.returncode == 3 and "in use" in r.stderr and os.path.exists(unix_socket)
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} live_unix_socket_is_not_taken_over{'' if ok else ': ' + r.stderr}",
-              flush=True)
-        guest_ns = ""
-        if abox_net:
-            rig.add_guest()
-            # The cases run in outside, whose hosts file points the names at
-            # the broker; the guest gets its own (names come from abox-net).
-            with open(f"/etc/netns/{rig.guest}/hosts", "w") as f:
-                f.write("127.0.0.1 localhost\n")
-            rig.start_abox_net(abox_net, POLICY, "--instance", INSTANCE, "--broker", unix_socket)
-            guest_ns = rig.guest
+def run_suite(rig, tally, abox, abox_net, only):
+    """The harness's own checks, then the cases (in the outside namespace)."""
+    s = setup(rig, abox)
+    os.chmod(s["creds"], 0o600)
+    for name, ok, detail in credentials_checks(abox, s, rig):
+        tally.check(name, ok, detail)
 
-        cfg = dict(ca=guest_ca, logs=s["logs"], guest_ns=guest_ns, events_file=s["events"], stats_file=s["stats"],
-                   broker_pid=tcp.pid, unix_socket=unix_socket, nonce_list=nonces,
-                   broker_logs={n: rig.path(f"{n}.log") for n in ("broker", "broker-unix")})
-        p, f = run_cases_outside(rig, __file__, cfg, only)
-        passed, failed = passed + p, failed + f
-        # Stop the brokers ourselves (by pid) and read their logs.
-        for name, proc in (("broker", tcp), ("broker-unix", ux)):
-            ok = stop_broker(rig, name, proc)
-            passed, failed = passed + ok, failed + (not ok)
-    except KeyboardInterrupt:
-        print("interrupted: cleaning up")
-        failed += 1
-    except Exception as e:  # noqa: BLE001
-        print(f"FAIL setup: {type(e).__name__}: {e}")
-        failed += 1
-    finally:
-        rig.close(keep_dir=keep)
-    return nr.summarize(rig, keep, passed, failed)
+    # The CA and the nonces, as the guest image would get them.
+    guest_ca = guest_ca_file(rig, abox, s["state"], INSTANCE)
+    mode = os.stat(s["state"]).st_mode & 0o777
+    key_mode = os.stat(os.path.join(s["state"], "ca.key")).st_mode & 0o777
+    ok = mode == 0o700 and key_mode == 0o600
+    tally.check(f"state_folder_is_private (dir {mode:o}, key {key_mode:o})", ok)
+    nonces = nonce_list(abox, s["policy"], s["state"])
+    r2 = abox_run(abox, "broker", "nonces", "--policy", s["policy"], "--state", s["state"])
+    ok = r2.stdout.splitlines()[0] == f"PROVIDER_API_KEY={nonces[0]['nonce']}" and KEY not in r2.stdout
+    tally.check("nonces_printed_per_binding", ok)
+
+    common = broker_args(s, INSTANCE)
+    tcp = start_broker(rig, abox, "broker", [*common, "--listen", "127.0.0.1:443", "--stats-file", s["stats"]])
+    unix_socket = rig.path("broker.sock")
+    ux = start_broker(rig, abox, "broker-unix", [*common, "--listen", f"unix:{unix_socket}"])
+    tally.check("unix_socket_is_private", (os.stat(unix_socket).st_mode & 0o077) == 0)
+    r = abox_run(abox, "broker", *common, "--listen", f"unix:{unix_socket}", ns=rig.outside)
+    tally.check("live_unix_socket_is_not_taken_over",
+                r.returncode == 3 and "in use" in r.stderr and os.path.exists(unix_socket), r.stderr)
+    guest_ns = ""
+    if abox_net:
+        rig.add_guest()
+        # The cases run in outside, whose hosts file points the names at
+        # the broker; the guest gets its own (names come from abox-net).
+        with open(f"/etc/netns/{rig.guest}/hosts", "w") as f:
+            f.write("127.0.0.1 localhost\n")
+        rig.start_abox_net(abox_net, POLICY, "--instance", INSTANCE, "--broker", unix_socket)
+        guest_ns = rig.guest
+
+    cfg = dict(ca=guest_ca, logs=s["logs"], guest_ns=guest_ns, events_file=s["events"], stats_file=s["stats"],
+               broker_pid=tcp.pid, unix_socket=unix_socket, nonce_list=nonces,
+               broker_logs={n: rig.path(f"{n}.log") for n in ("broker", "broker-unix")})
+    tally.add(*run_cases_outside(rig, __file__, cfg, only))
+    # Stop the brokers ourselves (by pid) and read their logs.
+    for name, proc in (("broker", tcp), ("broker-unix", ux)):
+        tally.count(stop_broker(rig, name, proc))
 
 
 if __name__ == "__main__":
