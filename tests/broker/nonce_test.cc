@@ -17,6 +17,7 @@
 #include "base/byte_reader.h"
 #include "broker/instance_secret.h"
 #include "policy/policy_file.h"
+#include "tests/broker/broker_test_support.h"
 #include "tests/support/temp_dir.h"
 
 namespace abox::broker {
@@ -38,17 +39,8 @@ header = "authorization"
 nonce_env = "OPENAI_API_KEY"
 )";
 
-policy::Policy load(std::string_view text) {
-  auto r = policy::parse_policy(text, "test.toml");
-  if (!r.ok()) ADD_FAILURE() << r.error().to_string();
-  return std::move(r).value();
-}
-
-InstanceSecretBytes secret_of(std::uint8_t fill) {
-  InstanceSecretBytes s{};
-  s.fill(fill);
-  return s;
-}
+using broker_test::load;
+using broker_test::secret_of;
 
 TEST(Nonce, DerivedNoncesHaveTheirShape) {
   auto p = load(kPolicy);
