@@ -37,6 +37,7 @@
 #include "netstack/event_loop.h"
 #include "netstack/guest_stack.h"
 #include "policy/policy_file.h"
+#include "tests/netstack/stream_stack_support.h"
 #include "tests/support/alloc_counter.h"
 #include "tests/support/temp_dir.h"
 
@@ -80,14 +81,7 @@ Bytes record(const Bytes& f) {
   return r;
 }
 
-void write_all(int fd, const Bytes& b) {
-  std::size_t done = 0;
-  while (done < b.size()) {
-    const ssize_t n = ::send(fd, b.data() + done, b.size() - done, MSG_NOSIGNAL);
-    ASSERT_GT(n, 0) << std::strerror(errno);
-    done += static_cast<std::size_t>(n);
-  }
-}
+using stream_stack_test::write_all;
 
 // A listener at a fresh path, the test connected as the VMM, the link. The
 // listener, its socket file and the directory go when this returns; the
@@ -558,28 +552,17 @@ Bytes echo_request(std::uint16_t seq, std::size_t payload) {
 }
 
 TEST(StreamLinkInAGuestStackTest, OutputHeldWhileTheVmmDoesNotReadIsFlushedWhenItReads) {
-  auto parsed = policy::parse_policy(
-      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"example.com\"]\nports = [443]\n",
-      "stream-test.toml");
-  ASSERT_TRUE(parsed.ok());
-  const policy::Policy policy = std::move(parsed).value();
-  base::EventLog events = base::EventLog::discard();
-  base::SeededRandom random(1);
-  EventLoop loop;
-
-  std::array<int, 2> sv{};
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()), 0);
-  base::UniqueFd vmm(sv[1]);
-  auto made = StreamLink::from_connected(base::UniqueFd(sv[0]), kMtu);
-  ASSERT_TRUE(made.ok());
-  StreamLink& link = **made;
+  stream_stack_test::StreamStackRig rig(kMtu);
+  ASSERT_TRUE(rig.link);
+  EventLoop& loop = rig.loop;
+  StreamLink& link = *rig.link;
+  const base::UniqueFd& vmm = rig.vmm;
   int small = 32 * 1024;  // small socket buffers: the queue fills soon
   ASSERT_EQ(::setsockopt(link.fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
   ASSERT_EQ(::setsockopt(vmm.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
   GuestConfig config;
   config.gateway_mac = kGatewayMac;
-  GuestStack stack(loop, link, policy, {policy::Endpoint{policy::IpAddress::v4(0x7F00'0001), 9}}, events,
-                   random, config);
+  GuestStack stack(loop, link, rig.policy, rig.upstreams, rig.events, rig.random, config);
 
   // The VMM only writes: an ARP request, then pings of 1400 bytes, which the
   // gateway answers into a socket nobody reads, until answers are dropped.
