@@ -341,23 +341,17 @@ TEST(EventLogFdTest, DoesNotOwnTheFd) {
   EXPECT_NE(::fcntl(p.write.get(), F_GETFD), -1) << "the log closed an fd it does not own";
 }
 
-}  // namespace
-}  // namespace abox::base
-
-namespace abox::base {
-namespace {
-
-TEST(EventLogRateLimit, FloodIsBoundedAndSummarized) {
-  using namespace std::chrono;
+// A log that keeps every line, on a clock the test moves by hand, so a case
+// can fill one second's budget and then open the next.
+class EventLogRateLimit : public ::testing::Test {
+ protected:
   system_clock::time_point now = system_clock::time_point{} + seconds(1'800'000'000);
-  std::vector<std::string> lines;
-  EventLog log(
-      "i",
-      [&lines](std::string_view l) {
-        lines.emplace_back(l);
-        return true;
-      },
-      [&now] { return now; });
+  CapturedLog captured{[this] { return now; }, "i"};
+  EventLog& log = captured.log;
+  std::vector<std::string>& lines = captured.lines;
+};
+
+TEST_F(EventLogRateLimit, FloodIsBoundedAndSummarized) {
   log.set_max_per_second(10);
   for (int i = 0; i < 1000; ++i) log.emit("deny", {{"n", i}});
   EXPECT_EQ(lines.size(), 10u);
@@ -373,17 +367,7 @@ TEST(EventLogRateLimit, FloodIsBoundedAndSummarized) {
 // reserve_line() is the cap without the line: past the cap the caller's
 // fields are never built, and the lines it did not write are still counted
 // and summarized like emit()'s.
-TEST(EventLogRateLimit, ReserveLineChecksTheCapBeforeFieldsAreBuilt) {
-  using namespace std::chrono;
-  system_clock::time_point now = system_clock::time_point{} + seconds(1'800'000'000);
-  std::vector<std::string> lines;
-  EventLog log(
-      "i",
-      [&lines](std::string_view l) {
-        lines.emplace_back(l);
-        return true;
-      },
-      [&now] { return now; });
+TEST_F(EventLogRateLimit, ReserveLineChecksTheCapBeforeFieldsAreBuilt) {
   log.set_max_per_second(3);
   int built = 0;
   auto expensive = [&built](int i) {

@@ -5,10 +5,11 @@
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "tests/support/temp_dir.h"
 
 namespace abox::broker {
 namespace {
@@ -17,15 +18,8 @@ constexpr std::int64_t kNow = 1'800'000'000;
 
 class CaTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/abox_ca_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    dir_ = root_ + "/state";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-  std::string root_;
-  std::string dir_;
+  abox::testing::TempDir root_{"abox-ca-test"};
+  std::string dir_ = root_.file("state");
 };
 
 mode_t mode_of(const std::string& path) {
@@ -89,7 +83,7 @@ TEST_F(CaTest, RefusesAKeyOthersCanRead) {
 
 TEST_F(CaTest, RefusesACertificateThatDoesNotMatchTheKey) {
   ASSERT_TRUE(InstanceCa::load_or_create(dir_, "dev", kNow).ok());
-  std::string other = root_ + "/other";
+  std::string other = root_.file("other");
   ASSERT_TRUE(InstanceCa::load_or_create(other, "dev", kNow).ok());
   std::filesystem::copy_file(other + "/ca.pem", dir_ + "/ca.pem",
                              std::filesystem::copy_options::overwrite_existing);

@@ -4,10 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 
 #include "policy/policy_file.h"
+#include "tests/support/temp_dir.h"
 
 namespace abox::broker {
 namespace {
@@ -33,18 +33,12 @@ nonce_env = "OTHER_API_KEY"
 
 class CredentialsFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/abox_creds_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/credentials.toml";
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   void write(std::string_view text, mode_t mode) {
     { std::ofstream(path_) << text; }
     ASSERT_EQ(::chmod(path_.c_str(), mode), 0);
   }
-  std::string dir_, path_;
+  abox::testing::TempDir dir_{"abox-creds-test"};
+  std::string path_ = dir_.file("credentials.toml");
 };
 
 constexpr std::string_view kGood =
@@ -77,14 +71,14 @@ TEST_F(CredentialsFile, RefusesGroupOrOtherAccess) {
 TEST_F(CredentialsFile, RefusesSymlinksAndNonFiles) {
   auto policy = make_policy();
   write(kGood, 0600);
-  std::string link = dir_ + "/link.toml";
+  std::string link = dir_.file("link.toml");
   ASSERT_EQ(::symlink(path_.c_str(), link.c_str()), 0);
   auto c = Credentials::load(link, policy);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().find("symlink"), std::string::npos) << c.error();
-  auto d = Credentials::load(dir_, policy);
+  auto d = Credentials::load(dir_.path(), policy);
   ASSERT_FALSE(d.ok());
-  EXPECT_FALSE(Credentials::load(dir_ + "/missing.toml", policy).ok());
+  EXPECT_FALSE(Credentials::load(dir_.file("missing.toml"), policy).ok());
 }
 
 TEST(Credentials, MissingCredentialIsNamed) {

@@ -12,6 +12,7 @@
 #include "base/byte_reader.h"
 #include "broker/upstream_head.h"
 #include "policy/policy_file.h"
+#include "tests/broker/broker_test_support.h"
 #include "tests/support/alloc_counter.h"
 
 namespace abox::broker {
@@ -45,17 +46,8 @@ allow_upgrade = true
 
 constexpr std::string_view kRealKey = "sk-real-0123456789";
 
-policy::Policy load(std::string_view text) {
-  auto r = policy::parse_policy(text, "test.toml");
-  if (!r.ok()) ADD_FAILURE() << r.error().to_string();
-  return std::move(r).value();
-}
-
-InstanceSecretBytes secret_of(std::uint8_t fill) {
-  InstanceSecretBytes s{};
-  s.fill(fill);
-  return s;
-}
+using broker_test::load;
+using broker_test::secret_of;
 
 class InjectionGateTest : public ::testing::Test {
  protected:

@@ -2,8 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
+#include <memory>
+
+#include "tests/support/temp_dir.h"
 
 namespace abox::broker {
 namespace {
@@ -13,15 +14,11 @@ constexpr std::int64_t kNow = 1'800'000'000;
 class LeafCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/abox_leaf_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    auto ca = InstanceCa::load_or_create(root_ + "/state", "dev", kNow);
+    auto ca = InstanceCa::load_or_create(root_.file("state"), "dev", kNow);
     ASSERT_TRUE(ca.ok()) << ca.error();
     ca_ = std::move(*ca);
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-  std::string root_;
+  abox::testing::TempDir root_{"abox-leaf-test"};
   std::unique_ptr<InstanceCa> ca_;
 };
 

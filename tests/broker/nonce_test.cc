@@ -9,7 +9,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
@@ -18,6 +17,8 @@
 #include "base/byte_reader.h"
 #include "broker/instance_secret.h"
 #include "policy/policy_file.h"
+#include "tests/broker/broker_test_support.h"
+#include "tests/support/temp_dir.h"
 
 namespace abox::broker {
 namespace {
@@ -38,17 +39,8 @@ header = "authorization"
 nonce_env = "OPENAI_API_KEY"
 )";
 
-policy::Policy load(std::string_view text) {
-  auto r = policy::parse_policy(text, "test.toml");
-  if (!r.ok()) ADD_FAILURE() << r.error().to_string();
-  return std::move(r).value();
-}
-
-InstanceSecretBytes secret_of(std::uint8_t fill) {
-  InstanceSecretBytes s{};
-  s.fill(fill);
-  return s;
-}
+using broker_test::load;
+using broker_test::secret_of;
 
 TEST(Nonce, DerivedNoncesHaveTheirShape) {
   auto p = load(kPolicy);
@@ -150,24 +142,18 @@ TEST(Nonce, ScannerAcrossPieces) {
 
 class InstanceSecretFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/abox_secret_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path() const { return dir_ + "/" + InstanceSecret::kFileName; }
-  std::string dir_;
+  std::string path() const { return dir_.file(InstanceSecret::kFileName); }
+  abox::testing::TempDir dir_{"abox-secret-test"};
 };
 
 TEST_F(InstanceSecretFile, CreatedOnceThenReadBack) {
-  auto first = InstanceSecret::load_or_create(dir_);
+  auto first = InstanceSecret::load_or_create(dir_.path());
   ASSERT_TRUE(first.ok()) << first.error();
   struct stat st {};
   ASSERT_EQ(::stat(path().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(st.st_size, 32);
-  auto second = InstanceSecret::load_or_create(dir_);
+  auto second = InstanceSecret::load_or_create(dir_.path());
   ASSERT_TRUE(second.ok()) << second.error();
   EXPECT_TRUE(std::equal(first->bytes().begin(), first->bytes().end(), second->bytes().begin()));
   // Not all zeros: it came from the random source.
@@ -176,9 +162,9 @@ TEST_F(InstanceSecretFile, CreatedOnceThenReadBack) {
 }
 
 TEST_F(InstanceSecretFile, TwoInstancesGetDifferentSecrets) {
-  auto a = InstanceSecret::load_or_create(dir_);
+  auto a = InstanceSecret::load_or_create(dir_.path());
   ASSERT_TRUE(a.ok());
-  std::string other = dir_ + "/other";
+  std::string other = dir_.file("other");
   ASSERT_EQ(::mkdir(other.c_str(), 0700), 0);
   auto b = InstanceSecret::load_or_create(other);
   ASSERT_TRUE(b.ok());
@@ -186,9 +172,9 @@ TEST_F(InstanceSecretFile, TwoInstancesGetDifferentSecrets) {
 }
 
 TEST_F(InstanceSecretFile, RefusesAReadableFile) {
-  ASSERT_TRUE(InstanceSecret::load_or_create(dir_).ok());
+  ASSERT_TRUE(InstanceSecret::load_or_create(dir_.path()).ok());
   ASSERT_EQ(::chmod(path().c_str(), 0640), 0);
-  auto r = InstanceSecret::load_or_create(dir_);
+  auto r = InstanceSecret::load_or_create(dir_.path());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("group or others"), std::string::npos) << r.error();
 }
@@ -199,30 +185,30 @@ TEST_F(InstanceSecretFile, RefusesTheWrongSize) {
     f << "short";
   }
   ASSERT_EQ(::chmod(path().c_str(), 0600), 0);
-  auto r = InstanceSecret::load_or_create(dir_);
+  auto r = InstanceSecret::load_or_create(dir_.path());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("32 bytes"), std::string::npos) << r.error();
 }
 
 TEST_F(InstanceSecretFile, RefusesASymlink) {
-  std::string target = dir_ + "/elsewhere";
+  std::string target = dir_.file("elsewhere");
   {
     std::ofstream f(target, std::ios::binary);
     f << std::string(32, 'k');
   }
   ASSERT_EQ(::chmod(target.c_str(), 0600), 0);
   ASSERT_EQ(::symlink(target.c_str(), path().c_str()), 0);
-  auto r = InstanceSecret::load_or_create(dir_);
+  auto r = InstanceSecret::load_or_create(dir_.path());
   EXPECT_FALSE(r.ok());
 }
 
 TEST_F(InstanceSecretFile, RefusesADirectory) {
   ASSERT_EQ(::mkdir(path().c_str(), 0700), 0);
-  EXPECT_FALSE(InstanceSecret::load_or_create(dir_).ok());
+  EXPECT_FALSE(InstanceSecret::load_or_create(dir_.path()).ok());
 }
 
 TEST_F(InstanceSecretFile, MissingFolderIsAnError) {
-  auto r = InstanceSecret::load_or_create(dir_ + "/missing");
+  auto r = InstanceSecret::load_or_create(dir_.file("missing"));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find("missing"), std::string::npos);
 }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/support/big_endian.h"
 #include "tests/support/ldns.h"
 
 namespace abox::dns {
@@ -36,20 +37,10 @@ constexpr std::uint32_t kDO = 0x8000;
 
 // ---- building messages ----------------------------------------------------
 
-void put16(Bytes& b, std::uint16_t v) {
-  b.push_back(static_cast<std::uint8_t>(v >> 8));
-  b.push_back(static_cast<std::uint8_t>(v));
-}
-void put32(Bytes& b, std::uint32_t v) {
-  put16(b, static_cast<std::uint16_t>(v >> 16));
-  put16(b, static_cast<std::uint16_t>(v));
-}
-std::uint16_t get16(const Bytes& b, std::size_t at) {
-  return static_cast<std::uint16_t>((b.at(at) << 8) | b.at(at + 1));
-}
-std::uint32_t get32(const Bytes& b, std::size_t at) {
-  return (std::uint32_t{get16(b, at)} << 16) | get16(b, at + 2);
-}
+using abox::testing::get16;
+using abox::testing::get32;
+using abox::testing::put16;
+using abox::testing::put32;
 
 Bytes header(std::uint16_t flags, std::uint16_t qd, std::uint16_t an, std::uint16_t ns, std::uint16_t ar,
              std::uint16_t id = kId) {

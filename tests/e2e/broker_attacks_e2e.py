@@ -25,12 +25,11 @@ Every wait is bounded; every process started is stopped by pid at the end.
 """
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import broker_e2e as be  # noqa: E402
+import broker_fake_provider as provider  # noqa: E402
 import netns_rig as nr  # noqa: E402
 from broker_e2e import API, BEARER, KEY, KEY2, UNTRUSTED, WRONG  # noqa: E402
 
@@ -41,10 +40,6 @@ INSTANCE = "attacks"
 # Helpers (run inside the outside namespace).
 # ---------------------------------------------------------------------------
 
-def headers_of(entry):
-    return {k.lower(): v for k, v in entry["headers"]}
-
-
 def legit_still_works(env):
     """A well-formed request right after an attack: 200, and the provider got
     the real key in x-api-key and no nonce anywhere."""
@@ -54,7 +49,7 @@ def legit_still_works(env):
     assert st == 200, f"the legitimate request after the attack got {st}: {resp[:200]!r}"
     got = env.provider_log()[len(before):]
     assert len(got) == 1, got
-    assert headers_of(got[0]).get("x-api-key") == KEY, got[0]
+    assert provider.record_headers(got[0]).get("x-api-key") == KEY, got[0]
     assert "abox-nonce-" not in json.dumps(got[0]).lower(), got[0]
     assert KEY.encode() not in resp
 
@@ -373,7 +368,7 @@ def key_echoed_in_the_response_body_is_scrubbed(env):
     assert be.status_and_headers(resp)[0] == 200, resp[:200]
     assert KEY.encode() not in resp
     # The provider did get the key (so the echo really carried it).
-    assert headers_of(env.provider_log()[-1]).get("x-api-key") == KEY
+    assert provider.record_headers(env.provider_log()[-1]).get("x-api-key") == KEY
 
 
 @case
@@ -390,7 +385,7 @@ def key_echoed_through_a_bearer_binding_is_scrubbed(env):
     resp = be.raw_exchange(env, raw, sni=BEARER)
     assert be.status_and_headers(resp)[0] == 200, resp[:200]
     assert KEY2.encode() not in resp
-    assert headers_of(env.provider_log()[-1]).get("authorization") == f"Bearer {KEY2}"
+    assert provider.record_headers(env.provider_log()[-1]).get("authorization") == f"Bearer {KEY2}"
 
 
 @case
@@ -402,10 +397,10 @@ def guest_credentials_in_any_spelling_never_reach_the_provider(env):
     assert be.status_and_headers(resp)[0] == 200, resp[:200]
     got = env.provider_log()[len(before):]
     assert len(got) == 1, got
-    names = [k.lower() for k, _ in got[0]["headers"]]
+    names = provider.record_header_names(got[0])
     for dropped in ("authorization", "proxy-authorization", "cookie"):
         assert dropped not in names, got[0]["headers"]
-    assert names.count("x-api-key") == 1 and headers_of(got[0])["x-api-key"] == KEY
+    assert names.count("x-api-key") == 1 and provider.record_headers(got[0])["x-api-key"] == KEY
 
 
 @case
@@ -417,128 +412,47 @@ def key_in_no_event_log_or_stats(env):
         with open(path, "rb") as f:
             data = f.read()
         assert KEY.encode() not in data and KEY2.encode() not in data, f"a key in {path}"
-    with open(env.events_file) as f:
-        events = [json.loads(line) for line in f if line.strip()]
-    reasons = {e.get("reason") for e in events}
+    reasons = {e.get("reason") for e in env.events()}
     for r in ("host_mismatch", "nonce_unknown", "nonce_in_body", "length_and_chunked", "upstream_tls_unverified"):
         assert r in reasons, f"no event with reason {r}: {sorted(x for x in reasons if x)}"
 
 
-def run_cases(cfg_path, only):
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    env = be.Env(cfg)
-    passed = failed = 0
-    for fn in CASES:
-        if only and not any(w in fn.__name__ for w in only):
-            continue
-        try:
-            fn(env)
-            passed += 1
-            print(f"ok   {fn.__name__}", flush=True)
-        except Exception as e:  # noqa: BLE001
-            failed += 1
-            print(f"FAIL {fn.__name__}: {type(e).__name__}: {e}", flush=True)
-    print(json.dumps({"passed": passed, "failed": failed}), flush=True)
-    return 0
-
-
 # ---------------------------------------------------------------------------
-# The harness (root namespace).
+# The harness (root namespace): broker_e2e.py's rig, providers and helpers.
 # ---------------------------------------------------------------------------
 
 def main(argv):
     if argv[:1] == ["--cases"]:
-        return run_cases(argv[1], argv[2].split(",") if len(argv) > 2 and argv[2] else [])
-    keep = "--keep" in argv
-    argv = [a for a in argv if a != "--keep"]
-    only = ""
-    if "--only" in argv[:-1]:
-        i = argv.index("--only")
-        only = argv[i + 1]
-        del argv[i:i + 2]
+        return be.run_cases(argv[1], argv[2].split(",") if len(argv) > 2 and argv[2] else [], CASES)
+    argv, keep, only = be.split_harness_flags(argv)
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     abox = os.path.abspath(argv[0])
-    if os.geteuid() != 0:
-        print("broker_attacks_e2e: needs root (namespaces)")
+    why_not = be.missing_prerequisite("broker_attacks_e2e", ("ip", "nsd", "openssl", "ss"))
+    if why_not:
+        print(why_not)
         return 1
-    for tool in ("ip", "nsd", "openssl", "ss"):
-        if shutil.which(tool) is None:
-            print(f"broker_attacks_e2e: {tool} is missing (scripts/setup.sh installs it)")
-            return 1
-    passed = failed = 0
-    rig = nr.Rig("ba")
-    try:
-        rig.unwind_on_signals()
-        s = be.setup(rig, abox)
-        os.chmod(s["creds"], 0o600)
+    return be.run_on_rig("ba", keep, lambda rig, tally: run_suite(rig, tally, abox, only))
 
-        r = be.abox_run(abox, "broker", "ca", "--state", s["state"], "--instance", INSTANCE)
-        assert r.returncode == 0 and "BEGIN CERTIFICATE" in r.stdout, r.stderr
-        guest_ca = rig.path("guest-ca.pem")
-        with open(guest_ca, "w") as f:
-            f.write(r.stdout)
-        r = be.abox_run(abox, "broker", "nonces", "--policy", s["policy"], "--state", s["state"], "--json")
-        assert r.returncode == 0, r.stderr
-        nonce_list = json.loads(r.stdout)["nonces"]
-        # Another instance: its own state folder, so its own secret.
-        other_state = rig.path("other-instance-state")
-        r = be.abox_run(abox, "broker", "nonces", "--policy", s["policy"], "--state", other_state, "--json")
-        assert r.returncode == 0, r.stderr
-        foreign = {n["name"]: n["nonce"] for n in json.loads(r.stdout)["nonces"]}[API]
 
-        common = ["--policy", s["policy"], "--credentials", s["creds"], "--state", s["state"],
-                  "--instance", INSTANCE, "--upstream-ca", s["ca_upstream"], "--events", s["events"]]
-        broker = rig.spawn("broker", ["ip", "netns", "exec", rig.outside, abox, "broker", *common,
-                                      "--listen", "127.0.0.1:443", "--stats-file", s["stats"]])
-        rig.wait_for("broker", lambda: "listening on" in rig.log_tail("broker"), proc=broker, log="broker")
+def run_suite(rig, tally, abox, only):
+    """The broker and its nonces, then the cases (in the outside namespace)."""
+    s = be.setup(rig, abox)
+    os.chmod(s["creds"], 0o600)
+    guest_ca = be.guest_ca_file(rig, abox, s["state"], INSTANCE)
+    nonce_list = be.nonce_list(abox, s["policy"], s["state"])
+    # Another instance: its own state folder, so its own secret.
+    other = be.nonce_list(abox, s["policy"], rig.path("other-instance-state"))
+    foreign = {n["name"]: n["nonce"] for n in other}[API]
 
-        cfg = dict(ca=guest_ca, logs=s["logs"], events_file=s["events"], stats_file=s["stats"],
-                   nonce_list=nonce_list, foreign_nonce=foreign, broker_log=rig.path("broker.log"))
-        cfg_path = rig.path("cases.json")
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f)
-        child = subprocess.run(["ip", "netns", "exec", rig.outside, sys.executable, os.path.abspath(__file__),
-                                "--cases", cfg_path, only], capture_output=True, text=True, timeout=600)
-        lines = child.stdout.splitlines()
-        for line in lines[:-1]:
-            print(line, flush=True)
-        try:
-            summary = json.loads(lines[-1])
-            passed += summary["passed"]
-            failed += summary["failed"]
-        except (IndexError, ValueError):
-            failed += 1
-            print(f"FAIL cases: {child.stdout[-2000:]} {child.stderr[-2000:]}")
-        if child.stderr.strip():
-            print(child.stderr[-2000:])
-        ok = broker.poll() is None
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} broker_survived_every_case", flush=True)
-        # Stop it by pid (`ip netns exec` execs the broker) and read its log:
-        # a clean exit (0 on SIGTERM), nothing from the sanitizers.
-        broker.terminate()
-        try:
-            rc = broker.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            rc = broker.wait(timeout=5)
-        log = rig.log_tail("broker", 100000)
-        ok = rc == 0 and "Sanitizer" not in log and "runtime error" not in log
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} broker_exits_cleanly{'' if ok else f' (exit {rc}): ' + log[-1500:]}",
-              flush=True)
-    except KeyboardInterrupt:
-        print("interrupted: cleaning up")
-        failed += 1
-    except Exception as e:  # noqa: BLE001
-        print(f"FAIL setup: {type(e).__name__}: {e}")
-        failed += 1
-    finally:
-        rig.close(keep_dir=keep)
-    return nr.summarize(rig, keep, passed, failed)
+    broker = be.start_broker(rig, abox, "broker", [*be.broker_args(s, INSTANCE), "--listen", "127.0.0.1:443",
+                                                   "--stats-file", s["stats"]])
+    cfg = dict(ca=guest_ca, logs=s["logs"], events_file=s["events"], stats_file=s["stats"],
+               nonce_list=nonce_list, foreign_nonce=foreign, broker_log=rig.path("broker.log"))
+    tally.add(*be.run_cases_outside(rig, __file__, cfg, only))
+    tally.check("broker_survived_every_case", broker.poll() is None)
+    tally.count(be.stop_broker(rig, "broker", broker))
 
 
 if __name__ == "__main__":

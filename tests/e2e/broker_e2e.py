@@ -38,6 +38,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import broker_fake_provider as provider  # noqa: E402
 import netns_rig as nr  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -123,11 +124,7 @@ class Env:
         self.nonces = {n["name"]: n["nonce"] for n in cfg["nonce_list"]}
 
     def provider_log(self, which="api"):
-        path = self.logs[which]
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return provider.read_records(self.logs[which])
 
     def events(self):
         with open(self.events_file) as f:
@@ -225,7 +222,7 @@ def curl_post_gets_the_key_upstream(env):
     assert KEY not in out
     got = env.provider_log()[len(before):]
     assert len(got) == 1, got
-    h = {k.lower(): v for k, v in got[0]["headers"]}
+    h = provider.record_headers(got[0])
     assert h.get("x-api-key") == KEY, h
     assert env.nonces[API] not in json.dumps(got[0]), "the nonce went upstream"
     assert got[0]["body"] == '{"model":"m","messages":[]}'
@@ -256,7 +253,7 @@ def guest_credentials_are_dropped(env):
              "-H", "Cookie: session=guest", "-o", "/dev/null", "-w", "%{http_code}", f"https://{API}/v1/models")
     assert r.stdout == b"200", (r.stdout, r.stderr)
     got = env.provider_log()[len(before):]
-    names = [k.lower() for k, _ in got[0]["headers"]]
+    names = provider.record_header_names(got[0])
     assert "authorization" not in names and "cookie" not in names, names
     assert names.count("x-api-key") == 1
 
@@ -268,7 +265,7 @@ def bearer_binding_puts_the_key_after_bearer(env):
              "-o", "/dev/null", "-w", "%{http_code}", f"https://{BEARER}/v1/chat")
     assert r.stdout == b"200", (r.stdout, r.stderr)
     got = env.provider_log()[len(before):]
-    h = {k.lower(): v for k, v in got[0]["headers"]}
+    h = provider.record_headers(got[0])
     assert h.get("authorization") == f"Bearer {KEY2}", h
 
 
@@ -290,7 +287,7 @@ def python_http_client_keep_alive(env):
         conn.close()
     got = env.provider_log()[len(before):]
     assert [g["path"] for g in got] == ["/v1/messages?n=0", "/v1/messages?n=1", "/v1/messages?n=2"], got
-    assert all({k.lower(): v for k, v in g["headers"]}.get("x-api-key") == KEY for g in got)
+    assert all(provider.record_headers(g).get("x-api-key") == KEY for g in got)
 
 
 @case
@@ -423,7 +420,7 @@ def reflection_never_carries_the_key_back(env):
         assert KEY.encode() not in resp, f"{path}: the key came back to the guest"
         assert b"*" * len(KEY) in resp, f"{path}: the echo was not scrubbed in place"
     got = env.provider_log()[len(before):]
-    assert len(got) == 2 and all({k.lower(): v for k, v in g["headers"]}.get("x-api-key") == KEY for g in got)
+    assert len(got) == 2 and all(provider.record_headers(g).get("x-api-key") == KEY for g in got)
 
 
 @case
@@ -533,7 +530,7 @@ def upgrade_on_a_binding_that_allows_it_is_tunnelled_and_scrubbed(env):
                 echo += chunk
             assert b"hello tunnel\n" in echo, echo
     got = env.provider_log()[len(before):]
-    assert len(got) == 1 and {k.lower(): v for k, v in got[0]["headers"]}.get("x-api-key") == KEY, got
+    assert len(got) == 1 and provider.record_headers(got[0]).get("x-api-key") == KEY, got
 
 
 @case
@@ -752,7 +749,7 @@ def guest_behind_abox_net_reaches_the_provider_through_the_broker(env):
     out = r.stdout.decode()
     assert r.returncode == 0 and out.endswith("\n200"), (r.returncode, out, r.stderr[-500:])
     got = env.provider_log()[len(before):]
-    assert len(got) == 1 and {k.lower(): v for k, v in got[0]["headers"]}.get("x-api-key") == KEY, got
+    assert len(got) == 1 and provider.record_headers(got[0]).get("x-api-key") == KEY, got
     # Without the nonce the guest gets the broker's refusal, not the provider.
     r = subprocess.run(["ip", "netns", "exec", env.guest_ns, "curl", "-sS", "--max-time", "15",
                         "--cacert", env.ca, "-D", "-", "-o", "/dev/null", f"https://{API}/v1/messages"],
@@ -776,11 +773,14 @@ def the_key_is_in_no_event_and_no_log(env):
         assert k in kinds, f"no {k} event: {sorted(kinds)}"
 
 
-def run_cases(cfg_path, only):
+def run_cases(cfg_path, only, cases=None):
+    """Runs `cases` (this file's CASES by default) whose names contain a
+    word of `only` (all when empty) against the config at `cfg_path`: a
+    line each, then the counts as the last line, for run_cases_outside()."""
     with open(cfg_path) as f:
         env = Env(json.load(f))
     passed = failed = 0
-    for fn in CASES:
+    for fn in CASES if cases is None else cases:
         if only and not any(w in fn.__name__ for w in only):
             continue
         try:
@@ -799,6 +799,141 @@ def run_cases(cfg_path, only):
 # ---------------------------------------------------------------------------
 # The harness (root namespace): the rig, the providers, the brokers.
 # ---------------------------------------------------------------------------
+
+def split_harness_flags(argv):
+    """argv without --keep and --only WORDS: (the rest, keep, only)."""
+    keep = "--keep" in argv
+    argv = [a for a in argv if a != "--keep"]
+    only = ""
+    if "--only" in argv[:-1]:
+        i = argv.index("--only")
+        only = argv[i + 1]
+        del argv[i:i + 2]
+    return argv, keep, only
+
+
+def missing_prerequisite(suite, tools):
+    """Why `suite` cannot run here (not root, a tool missing), or None."""
+    if os.geteuid() != 0:
+        return f"{suite}: needs root (namespaces)"
+    for tool in tools:
+        if shutil.which(tool) is None:
+            return f"{suite}: {tool} is missing (scripts/setup.sh installs it)"
+    return None
+
+
+def guest_ca_file(rig, abox, state, instance):
+    """`abox broker ca`'s certificate, as the guest image would get it, in a
+    file of the rig's."""
+    r = abox_run(abox, "broker", "ca", "--state", state, "--instance", instance)
+    assert r.returncode == 0 and "BEGIN CERTIFICATE" in r.stdout, r.stderr
+    path = rig.path("guest-ca.pem")
+    with open(path, "w") as f:
+        f.write(r.stdout)
+    return path
+
+
+def nonce_list(abox, policy, state):
+    """`abox broker nonces --json`: one {name, nonce, ...} per binding."""
+    r = abox_run(abox, "broker", "nonces", "--policy", policy, "--state", state, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["nonces"]
+
+
+def broker_args(s, instance):
+    """The flags every broker of a suite shares (all but --listen)."""
+    return ["--policy", s["policy"], "--credentials", s["creds"], "--state", s["state"],
+            "--instance", instance, "--upstream-ca", s["ca_upstream"], "--events", s["events"]]
+
+
+def start_broker(rig, abox, name, args):
+    """`abox broker ARGS` in the outside namespace, once it says it listens.
+    `ip netns exec` execs its command: the process's pid is the broker's."""
+    proc = rig.spawn(name, ["ip", "netns", "exec", rig.outside, abox, "broker", *args])
+    rig.wait_for(name, lambda: "listening on" in rig.log_tail(name), proc=proc, log=name)
+    return proc
+
+
+def run_cases_outside(rig, script, cfg, only):
+    """Runs `script --cases` in the outside namespace with `cfg` (JSON in a
+    file of the rig's), echoes its case lines, and returns its (passed,
+    failed); output it cannot read counts as one failure."""
+    cfg_path = rig.path("cases.json")
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    child = subprocess.run(["ip", "netns", "exec", rig.outside, sys.executable, os.path.abspath(script),
+                            "--cases", cfg_path, only], capture_output=True, text=True, timeout=600)
+    lines = child.stdout.splitlines()
+    for line in lines[:-1]:
+        print(line, flush=True)
+    passed = failed = 0
+    try:
+        summary = json.loads(lines[-1])
+        passed, failed = summary["passed"], summary["failed"]
+    except (IndexError, ValueError):
+        failed = 1
+        print(f"FAIL cases: {child.stdout[-2000:]} {child.stderr[-2000:]}")
+    if child.stderr.strip():
+        print(child.stderr[-2000:])
+    return passed, failed
+
+
+def stop_broker(rig, name, proc):
+    """Stops a broker by its pid and reads its log; prints and returns
+    whether it exited cleanly (0 on SIGTERM, nothing from the sanitizers in
+    an ASan build)."""
+    proc.terminate()
+    try:
+        rc = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait(timeout=5)
+    log = rig.log_tail(name, 100000)
+    ok = rc == 0 and "Sanitizer" not in log and "runtime error" not in log
+    print(f"{'ok  ' if ok else 'FAIL'} {name.replace('-', '_')}_exits_cleanly"
+          f"{'' if ok else f' (exit {rc}): ' + log[-1500:]}", flush=True)
+    return ok
+
+
+class Tally:
+    """What a suite's harness counted so far: its own checks and the cases'."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def count(self, ok):
+        """Counts one check whose line is printed elsewhere."""
+        self.passed, self.failed = self.passed + bool(ok), self.failed + (not ok)
+
+    def check(self, name, ok, detail=""):
+        """Counts one check and prints its line (with `detail` if it failed)."""
+        self.count(ok)
+        print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail and not ok else ''}", flush=True)
+
+    def add(self, passed, failed):
+        self.passed, self.failed = self.passed + passed, self.failed + failed
+
+
+def run_on_rig(tag, keep, body):
+    """Runs body(rig, tally) on a new Rig named `tag`, then closes the rig
+    whatever happened (kept with --keep) and checks it left nothing behind;
+    an interrupt or an exception in body counts as one more failure. Returns
+    the suite's exit status (nr.summarize)."""
+    tally = Tally()
+    rig = nr.Rig(tag)
+    try:
+        rig.unwind_on_signals()
+        body(rig, tally)
+    except KeyboardInterrupt:
+        print("interrupted: cleaning up")
+        tally.add(0, 1)
+    except Exception as e:  # noqa: BLE001
+        print(f"FAIL setup: {type(e).__name__}: {e}")
+        tally.add(0, 1)
+    finally:
+        rig.close(keep_dir=keep)
+    return nr.summarize(rig, keep, tally.passed, tally.failed)
+
 
 def abox_run(abox, *args, ns=None, timeout=30):
     cmd = ([] if ns is None else ["ip", "netns", "exec", ns]) + [abox, *args]
@@ -819,7 +954,7 @@ def setup(rig, abox):
     rig.start_nsd([f"api IN A {ADDRS[API]}", f"bearer IN A {ADDRS[BEARER]}", f"ws IN A {ADDRS[WS]}", f"wrong IN A {ADDRS[WRONG]}",
                    f"untrusted IN A {ADDRS[UNTRUSTED]}", "rebind IN A 127.0.0.1", f"ns1 IN A {nr.ADDR['ns1']}"])
     logs = {k: rig.path(f"provider-{k}.jsonl") for k in ("api", "wrong", "untrusted")}
-    provider = os.path.join(HERE, "broker_fake_provider.py")
+    provider_script = os.path.join(HERE, "broker_fake_provider.py")
     # api, bearer and ws share one provider (one address), whose
     # certificate names all three.
     both_crt, both_key = san_cert(rig, [API, BEARER, WS])
@@ -827,7 +962,7 @@ def setup(rig, abox):
                ("wrong", ADDRS[WRONG], *rig.ca[API]),          # a certificate for api, served as wrong
                ("untrusted", ADDRS[UNTRUSTED], *self_signed(rig, UNTRUSTED))]
     for which, addr, crt, key in servers:
-        p = rig.spawn(f"provider-{which}", [sys.executable, provider, addr, "443", crt, key, logs[which]],
+        p = rig.spawn(f"provider-{which}", [sys.executable, provider_script, addr, "443", crt, key, logs[which]],
                       ns=rig.inet)
         rig.wait_for(f"provider {which}", lambda a=addr: listening_on(rig, rig.inet, a, 443), proc=p,
                      log=f"provider-{which}")
@@ -896,126 +1031,62 @@ def credentials_checks(abox, s, rig):
 def main(argv):
     if argv[:1] == ["--cases"]:
         return run_cases(argv[1], argv[2].split(",") if len(argv) > 2 and argv[2] else [])
-    keep = "--keep" in argv
-    argv = [a for a in argv if a != "--keep"]
-    only = ""
-    if "--only" in argv[:-1]:
-        i = argv.index("--only")
-        only = argv[i + 1]
-        del argv[i:i + 2]
+    argv, keep, only = split_harness_flags(argv)
     if len(argv) not in (1, 2):
         print(__doc__, file=sys.stderr)
         return 2
     abox = os.path.abspath(argv[0])
     abox_net = os.path.abspath(argv[1]) if len(argv) == 2 else None
-    if os.geteuid() != 0:
-        print("broker_e2e: needs root (namespaces)")
+    why_not = missing_prerequisite("broker_e2e", ("ip", "nsd", "curl", "node", "openssl", "ss", "dig"))
+    if why_not:
+        print(why_not)
         return 1
-    for tool in ("ip", "nsd", "curl", "node", "openssl", "ss", "dig"):
-        if shutil.which(tool) is None:
-            print(f"broker_e2e: {tool} is missing (scripts/setup.sh installs it)")
-            return 1
-    passed = failed = 0
-    rig = nr.Rig("bt")
-    try:
-        rig.unwind_on_signals()
-        s = setup(rig, abox)
-        os.chmod(s["creds"], 0o600)
-        for name, ok, detail in credentials_checks(abox, s, rig):
-            passed, failed = passed + ok, failed + (not ok)
-            print(f"{'ok  ' if ok else 'FAIL'} {name}{'' if ok else ': ' + detail}", flush=True)
+    return run_on_rig("bt", keep, lambda rig, tally: run_suite(rig, tally, abox, abox_net, only))
 
-        # The CA and the nonces, as the guest image would get them.
-        r = abox_run(abox, "broker", "ca", "--state", s["state"], "--instance", INSTANCE)
-        assert r.returncode == 0 and "BEGIN CERTIFICATE" in r.stdout, r.stderr
-        guest_ca = rig.path("guest-ca.pem")
-        with open(guest_ca, "w") as f:
-            f.write(r.stdout)
-        mode = os.stat(s["state"]).st_mode & 0o777
-        key_mode = os.stat(os.path.join(s["state"], "ca.key")).st_mode & 0o777
-        ok = mode == 0o700 and key_mode == 0o600
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} state_folder_is_private (dir {mode:o}, key {key_mode:o})", flush=True)
-        r = abox_run(abox, "broker", "nonces", "--policy", s["policy"], "--state", s["state"], "--json")
-        assert r.returncode == 0, r.stderr
-        nonce_list = json.loads(r.stdout)["nonces"]
-        r2 = abox_run(abox, "broker", "nonces", "--policy", s["policy"], "--state", s["state"])
-        ok = r2.stdout.splitlines()[0] == f"PROVIDER_API_KEY={nonce_list[0]['nonce']}" and KEY not in r2.stdout
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} nonces_printed_per_binding", flush=True)
 
-        common = ["--policy", s["policy"], "--credentials", s["creds"], "--state", s["state"],
-                  "--instance", INSTANCE, "--upstream-ca", s["ca_upstream"], "--events", s["events"]]
-        tcp = rig.spawn("broker", ["ip", "netns", "exec", rig.outside, abox, "broker", *common,
-                                   "--listen", "127.0.0.1:443", "--stats-file", s["stats"]])
-        rig.wait_for("broker (tcp)", lambda: "listening on" in rig.log_tail("broker"), proc=tcp, log="broker")
-        unix_socket = rig.path("broker.sock")
-        ux = rig.spawn("broker-unix", ["ip", "netns", "exec", rig.outside, abox, "broker", *common,
-                                       "--listen", f"unix:{unix_socket}"])
-        rig.wait_for("broker (unix)", lambda: "listening on" in rig.log_tail("broker-unix"), proc=ux,
-                     log="broker-unix")
-        ok = (os.stat(unix_socket).st_mode & 0o077) == 0
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} unix_socket_is_private", flush=True)
-        r = abox_run(abox, "broker", *common, "--listen", f"unix:{unix_socket}", ns=rig.outside)
-        ok = r.returncode == 3 and "in use" in r.stderr and os.path.exists(unix_socket)
-        passed, failed = passed + ok, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'} live_unix_socket_is_not_taken_over{'' if ok else ': ' + r.stderr}",
-              flush=True)
-        guest_ns = ""
-        if abox_net:
-            rig.add_guest()
-            # The cases run in outside, whose hosts file points the names at
-            # the broker; the guest gets its own (names come from abox-net).
-            with open(f"/etc/netns/{rig.guest}/hosts", "w") as f:
-                f.write("127.0.0.1 localhost\n")
-            rig.start_abox_net(abox_net, POLICY, "--instance", INSTANCE, "--broker", unix_socket)
-            guest_ns = rig.guest
+def run_suite(rig, tally, abox, abox_net, only):
+    """The harness's own checks, then the cases (in the outside namespace)."""
+    s = setup(rig, abox)
+    os.chmod(s["creds"], 0o600)
+    for name, ok, detail in credentials_checks(abox, s, rig):
+        tally.check(name, ok, detail)
 
-        cfg = dict(ca=guest_ca, logs=s["logs"], guest_ns=guest_ns, events_file=s["events"], stats_file=s["stats"],
-                   broker_pid=tcp.pid, unix_socket=unix_socket, nonce_list=nonce_list,
-                   broker_logs={n: rig.path(f"{n}.log") for n in ("broker", "broker-unix")})
-        cfg_path = rig.path("cases.json")
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f)
-        # `ip netns exec` execs its command: tcp.pid is the broker's pid.
-        child = subprocess.run(["ip", "netns", "exec", rig.outside, sys.executable, os.path.abspath(__file__),
-                                "--cases", cfg_path, only], capture_output=True, text=True, timeout=600)
-        lines = child.stdout.splitlines()
-        for line in lines[:-1]:
-            print(line, flush=True)
-        try:
-            summary = json.loads(lines[-1])
-            passed += summary["passed"]
-            failed += summary["failed"]
-        except (IndexError, ValueError):
-            failed += 1
-            print(f"FAIL cases: {child.stdout[-2000:]} {child.stderr[-2000:]}")
-        if child.stderr.strip():
-            print(child.stderr[-2000:])
-        # Stop the brokers ourselves (by pid) and read their logs: a clean exit
-        # (0 on SIGTERM), and nothing from the sanitizers in an ASan build.
-        for name, p in (("broker", tcp), ("broker-unix", ux)):
-            p.terminate()
-            try:
-                rc = p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                rc = p.wait(timeout=5)
-            log = rig.log_tail(name, 100000)
-            ok = rc == 0 and "Sanitizer" not in log and "runtime error" not in log
-            passed, failed = passed + ok, failed + (not ok)
-            print(f"{'ok  ' if ok else 'FAIL'} {name.replace('-', '_')}_exits_cleanly"
-                  f"{'' if ok else f' (exit {rc}): ' + log[-1500:]}", flush=True)
-    except KeyboardInterrupt:
-        print("interrupted: cleaning up")
-        failed += 1
-    except Exception as e:  # noqa: BLE001
-        print(f"FAIL setup: {type(e).__name__}: {e}")
-        failed += 1
-    finally:
-        rig.close(keep_dir=keep)
-    return nr.summarize(rig, keep, passed, failed)
+    # The CA and the nonces, as the guest image would get them.
+    guest_ca = guest_ca_file(rig, abox, s["state"], INSTANCE)
+    mode = os.stat(s["state"]).st_mode & 0o777
+    key_mode = os.stat(os.path.join(s["state"], "ca.key")).st_mode & 0o777
+    ok = mode == 0o700 and key_mode == 0o600
+    tally.check(f"state_folder_is_private (dir {mode:o}, key {key_mode:o})", ok)
+    nonces = nonce_list(abox, s["policy"], s["state"])
+    r2 = abox_run(abox, "broker", "nonces", "--policy", s["policy"], "--state", s["state"])
+    ok = r2.stdout.splitlines()[0] == f"PROVIDER_API_KEY={nonces[0]['nonce']}" and KEY not in r2.stdout
+    tally.check("nonces_printed_per_binding", ok)
+
+    common = broker_args(s, INSTANCE)
+    tcp = start_broker(rig, abox, "broker", [*common, "--listen", "127.0.0.1:443", "--stats-file", s["stats"]])
+    unix_socket = rig.path("broker.sock")
+    ux = start_broker(rig, abox, "broker-unix", [*common, "--listen", f"unix:{unix_socket}"])
+    tally.check("unix_socket_is_private", (os.stat(unix_socket).st_mode & 0o077) == 0)
+    r = abox_run(abox, "broker", *common, "--listen", f"unix:{unix_socket}", ns=rig.outside)
+    tally.check("live_unix_socket_is_not_taken_over",
+                r.returncode == 3 and "in use" in r.stderr and os.path.exists(unix_socket), r.stderr)
+    guest_ns = ""
+    if abox_net:
+        rig.add_guest()
+        # The cases run in outside, whose hosts file points the names at
+        # the broker; the guest gets its own (names come from abox-net).
+        with open(f"/etc/netns/{rig.guest}/hosts", "w") as f:
+            f.write("127.0.0.1 localhost\n")
+        rig.start_abox_net(abox_net, POLICY, "--instance", INSTANCE, "--broker", unix_socket)
+        guest_ns = rig.guest
+
+    cfg = dict(ca=guest_ca, logs=s["logs"], guest_ns=guest_ns, events_file=s["events"], stats_file=s["stats"],
+               broker_pid=tcp.pid, unix_socket=unix_socket, nonce_list=nonces,
+               broker_logs={n: rig.path(f"{n}.log") for n in ("broker", "broker-unix")})
+    tally.add(*run_cases_outside(rig, __file__, cfg, only))
+    # Stop the brokers ourselves (by pid) and read their logs.
+    for name, proc in (("broker", tcp), ("broker-unix", ux)):
+        tally.count(stop_broker(rig, name, proc))
 
 
 if __name__ == "__main__":

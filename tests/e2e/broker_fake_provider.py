@@ -26,6 +26,10 @@ Routes (any method):
                  as a first line (a provider that leaks it), then an echo of
                  every line until EOF
 Usage: broker_fake_provider.py ADDR PORT CERT KEY LOG
+
+The e2e suites import this module to read the log back (read_records,
+record_headers, record_header_names), so the record's format is written and
+read in one place.
 """
 import http.server
 import json
@@ -37,6 +41,31 @@ import threading
 import time
 
 LOCK = threading.Lock()
+
+
+# ---- the log, read back by the suites ------------------------------------------
+
+def read_records(log_path):
+    """Every request the provider logging to `log_path` recorded, oldest
+    first ([] before its first request: the file does not exist yet)."""
+    if not os.path.exists(log_path):
+        return []
+    with open(log_path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def record_headers(record):
+    """A recorded request's headers by lower-case name (a repeated one: its
+    last value)."""
+    return {k.lower(): v for k, v in record["headers"]}
+
+
+def record_header_names(record):
+    """A recorded request's header names, lower-case, in order, repeats kept."""
+    return [k.lower() for k, _ in record["headers"]]
+
+
+# ---- the server ------------------------------------------------------------------
 
 
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -14,6 +14,7 @@
 
 #include "netstack/dhcp_message.h"
 #include "tests/support/alloc_counter.h"
+#include "tests/support/big_endian.h"
 
 namespace abox::netstack {
 namespace {
@@ -38,20 +39,10 @@ DhcpServerConfig config() {
   return c;
 }
 
-void put16(Bytes& b, std::uint16_t v) {
-  b.push_back(static_cast<std::uint8_t>(v >> 8));
-  b.push_back(static_cast<std::uint8_t>(v));
-}
-void put32(Bytes& b, std::uint32_t v) {
-  put16(b, static_cast<std::uint16_t>(v >> 16));
-  put16(b, static_cast<std::uint16_t>(v));
-}
-std::uint16_t get16(const Bytes& b, std::size_t at) {
-  return static_cast<std::uint16_t>((b.at(at) << 8) | b.at(at + 1));
-}
-std::uint32_t get32(const Bytes& b, std::size_t at) {
-  return (std::uint32_t{get16(b, at)} << 16) | get16(b, at + 2);
-}
+using abox::testing::get16;
+using abox::testing::get32;
+using abox::testing::put16;
+using abox::testing::put32;
 std::uint16_t checksum(const Bytes& b, std::size_t from, std::size_t n, std::uint32_t sum = 0) {
   for (std::size_t i = 0; i + 1 < n; i += 2) sum += get16(b, from + i);
   if (n % 2 != 0) sum += static_cast<std::uint32_t>(b.at(from + n - 1) << 8);

@@ -38,6 +38,7 @@
 #include "netstack/stream_link.h"
 #include "netstack/tap_link.h"
 #include "tests/netstack/link_test_support.h"
+#include "tests/support/temp_dir.h"
 
 namespace abox::netstack {
 namespace {
@@ -264,9 +265,8 @@ struct StreamFactory {
   static const char* skip_reason() { return nullptr; }
   static std::uint64_t runts(const Link& link) { return static_cast<const StreamLink&>(link).dropped_runt(); }
   static LinkUnderTest make() {
-    static int next = 0;
-    const std::string path =
-        "/tmp/abox-stream-contract-" + std::to_string(::getpid()) + "-" + std::to_string(next++) + ".sock";
+    const abox::testing::TempDir dir("abox-stream-contract");
+    const std::string path = dir.file("s.sock");
     auto listener = StreamListener::listen(path);
     if (!listener) {
       ADD_FAILURE() << listener.error();
@@ -288,7 +288,7 @@ struct StreamFactory {
     LinkUnderTest out;
     out.peer = std::make_unique<StreamPeer>(std::move(vmm));
     out.link = std::move(link).value();
-    return out;  // the listener goes now, and its socket file with it
+    return out;  // the listener goes now, its socket file with it, then the directory
   }
 };
 

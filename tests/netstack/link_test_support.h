@@ -40,6 +40,7 @@
 #include "base/unique_fd.h"
 #include "netstack/link.h"
 #include "policy/ip_address.h"
+#include "tests/support/big_endian.h"
 
 namespace abox::netstack::link_test {
 
@@ -159,13 +160,8 @@ inline base::UniqueFd open_tap_in(const std::string& path, const std::string& if
 // ---------------------------------------------------------------------------
 // Frames.
 
-inline void put16(Frame& f, std::uint16_t v) {
-  f.push_back(static_cast<std::uint8_t>(v >> 8));
-  f.push_back(static_cast<std::uint8_t>(v & 0xFF));
-}
-inline std::uint16_t get16(const Frame& f, std::size_t at) {
-  return static_cast<std::uint16_t>((f.at(at) << 8) | f.at(at + 1));
-}
+using abox::testing::get16;
+using abox::testing::put16;
 inline void put_bytes(Frame& f, std::span<const std::uint8_t> b) {
   f.insert(f.end(), b.begin(), b.end());
 }

@@ -18,14 +18,7 @@
 
 #include "netstack/event_loop.h"
 #include "netstack/stats.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define ABOX_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ABOX_TEST_ASAN 1
-#endif
-#endif
+#include "tests/support/asan.h"
 
 namespace abox::netstack {
 namespace {

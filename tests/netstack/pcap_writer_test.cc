@@ -21,25 +21,15 @@
 #include <vector>
 
 #include "netstack/recording_link.h"
+#include "tests/support/temp_dir.h"
 
 namespace abox::netstack {
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-class PcapWriterTest : public testing::Test {
+class PcapWriterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/abox-pcap-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/cap.pcap";
-  }
-  void TearDown() override {
-    ::unlink(path_.c_str());
-    ::unlink((dir_ + "/link").c_str());
-    ::rmdir(dir_.c_str());
-  }
   Bytes file() const {
     std::ifstream in(path_, std::ios::binary);
     return Bytes(std::istreambuf_iterator<char>(in), {});
@@ -56,8 +46,8 @@ class PcapWriterTest : public testing::Test {
   }
   static Bytes frame(std::size_t n, std::uint8_t fill) { return Bytes(n, fill); }
 
-  std::string dir_;
-  std::string path_;
+  abox::testing::TempDir dir_{"abox-pcap-test"};
+  std::string path_ = dir_.file("cap.pcap");
 };
 
 TEST_F(PcapWriterTest, HeaderIsClassicPcapEthernetWithNanoseconds) {
@@ -169,7 +159,7 @@ TEST_F(PcapWriterTest, TheFileIsMode0600EvenWhenItExisted) {
 }
 
 TEST_F(PcapWriterTest, ASymlinkIsNotFollowed) {
-  const std::string link = dir_ + "/link";
+  const std::string link = dir_.file("link");
   ASSERT_EQ(::symlink(path_.c_str(), link.c_str()), 0);
   auto w = PcapWriter::create(link, 1 << 20);
   EXPECT_FALSE(w.ok());

@@ -27,6 +27,7 @@
 #include "netstack/ring_writer.h"
 #include "netstack/tap_link.h"
 #include "tests/netstack/link_test_support.h"
+#include "tests/support/temp_dir.h"
 
 namespace abox::netstack {
 namespace {
@@ -55,20 +56,17 @@ std::vector<Bytes> records_of(const std::string& path) {
 class RecordingLinkRingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ =
-        "/tmp/abox-recording-ring-" + std::to_string(::getpid()) + "-" + std::to_string(next_++) + ".pcap";
     auto w = PcapWriter::create(path_, 1 << 20);
     ASSERT_TRUE(w.ok()) << w.error();
     writer_.emplace(std::move(w).value());
   }
-  void TearDown() override { ::unlink(path_.c_str()); }
   std::vector<Bytes> records() {
     writer_->flush();
     return records_of(path_);
   }
 
-  static inline int next_ = 0;
-  std::string path_;
+  abox::testing::TempDir dir_{"abox-recording-ring"};
+  std::string path_ = dir_.file("ring.pcap");
   std::optional<PcapWriter> writer_;
 };
 

@@ -23,6 +23,7 @@
 #include "netstack/stats_reader.h"
 #include "netstack/stream_link.h"
 #include "policy/policy_file.h"
+#include "tests/netstack/stream_stack_support.h"
 
 namespace abox::netstack {
 namespace {
@@ -38,32 +39,15 @@ std::map<std::string, std::uint64_t> parsed(const std::string& json) {
   return out;
 }
 
-void write_all(int fd, const std::vector<std::uint8_t>& bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
-    ASSERT_GT(n, 0);
-    done += static_cast<std::size_t>(n);
-  }
-}
+using stream_stack_test::write_all;
 
 TEST(RunStatsTest, FlowGaugesAndTheStreamLinksSection) {
-  auto policy_file = policy::parse_policy(
-      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"example.com\"]\nports = [443]\n",
-      "run-stats-test.toml");
-  ASSERT_TRUE(policy_file.ok());
-  const policy::Policy policy = std::move(policy_file).value();
-  base::EventLog events = base::EventLog::discard();
-  base::SeededRandom random(1);
-  EventLoop loop;
-  std::array<int, 2> sv{};
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()), 0);
-  base::UniqueFd vmm(sv[1]);
-  auto made = StreamLink::from_connected(base::UniqueFd(sv[0]), kMtu);
-  ASSERT_TRUE(made.ok());
-  StreamLink& link = **made;
-  GuestStack stack(loop, link, policy, {policy::Endpoint{policy::IpAddress::v4(0x7F00'0001), 9}}, events,
-                   random);
+  stream_stack_test::StreamStackRig rig(kMtu);
+  ASSERT_TRUE(rig.link);
+  EventLoop& loop = rig.loop;
+  StreamLink& link = *rig.link;
+  const base::UniqueFd& vmm = rig.vmm;
+  GuestStack stack(loop, link, rig.policy, rig.upstreams, rig.events, rig.random);
   MemoryProbe memory;
 
   // A runt record (5 bytes: shorter than an Ethernet header), two empty

@@ -26,23 +26,13 @@
 #include "netstack/stats.h"
 #include "netstack/stats_reader.h"
 #include "policy/policy_file.h"
+#include "tests/support/temp_dir.h"
 
 namespace abox::netstack {
 namespace {
 
-class StatsServerTest : public testing::Test {
+class StatsServerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/abox-stats-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/stats.sock";
-  }
-  void TearDown() override {
-    ::unlink(path_.c_str());
-    ::rmdir(dir_.c_str());
-  }
-
   static base::UniqueFd connect_to(const std::string& path) {
     base::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un addr{};
@@ -67,8 +57,8 @@ class StatsServerTest : public testing::Test {
     return std::nullopt;
   }
 
-  std::string dir_;
-  std::string path_;
+  abox::testing::TempDir dir_{"abox-stats-test"};
+  std::string path_ = dir_.file("stats.sock");
 };
 
 TEST_F(StatsServerTest, EachConnectionGetsOneObjectAndIsClosed) {

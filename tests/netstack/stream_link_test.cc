@@ -4,10 +4,11 @@
 // anywhere), the bounded output queue, batched output (a burst costs a few
 // writes, not one per frame) and a peer that goes away.
 //
-// Each test uses its own path under /tmp (abox-stream-test-<pid>-<n>) and
-// removes it; the peer is the test itself, over a real unix socket. The last
-// test puts a StreamLink under a GuestStack on an EventLoop, to check that
-// output queued while the VMM does not read is flushed when it does.
+// Each test's socket is in a directory of its own (tests/support/temp_dir.h),
+// removed with it; the peer is the test itself, over a real unix socket.
+// The last test puts a StreamLink under a GuestStack on an EventLoop, to
+// check that output queued while the VMM does not read is flushed when it
+// does.
 #include "netstack/stream_link.h"
 
 #include <gtest/gtest.h>
@@ -36,18 +37,15 @@
 #include "netstack/event_loop.h"
 #include "netstack/guest_stack.h"
 #include "policy/policy_file.h"
+#include "tests/netstack/stream_stack_support.h"
 #include "tests/support/alloc_counter.h"
+#include "tests/support/temp_dir.h"
 
 namespace abox::netstack {
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 constexpr std::size_t kMtu = 1500;
-
-std::string test_path() {
-  static int next = 0;
-  return "/tmp/abox-stream-test-" + std::to_string(::getpid()) + "-" + std::to_string(next++) + ".sock";
-}
 
 base::UniqueFd connect_to(const std::string& path) {
   base::UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -83,30 +81,25 @@ Bytes record(const Bytes& f) {
   return r;
 }
 
-void write_all(int fd, const Bytes& b) {
-  std::size_t done = 0;
-  while (done < b.size()) {
-    const ssize_t n = ::send(fd, b.data() + done, b.size() - done, MSG_NOSIGNAL);
-    ASSERT_GT(n, 0) << std::strerror(errno);
-    done += static_cast<std::size_t>(n);
-  }
-}
+using stream_stack_test::write_all;
 
-// A listener at a fresh path, the test connected as the VMM, the link.
+// A listener at a fresh path, the test connected as the VMM, the link. The
+// listener, its socket file and the directory go when this returns; the
+// connection stays.
 struct Pair {
-  std::string path;
   base::UniqueFd vmm;
   std::unique_ptr<StreamLink> link;
 };
 Pair connected_pair(std::size_t mtu = kMtu) {
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   Pair p;
-  p.path = test_path();
-  auto listener = StreamListener::listen(p.path);
+  auto listener = StreamListener::listen(path);
   if (!listener) {
     ADD_FAILURE() << listener.error();
     return p;
   }
-  p.vmm = connect_to(p.path);
+  p.vmm = connect_to(path);
   auto link = (*listener)->accept(mtu);
   if (!link || !*link) {
     ADD_FAILURE() << "no peer accepted";
@@ -130,7 +123,8 @@ std::optional<Bytes> next_frame(StreamLink& link, int tries = 2) {
 }
 
 TEST(StreamListenerTest, SocketIsMode0600AndGoesWithTheListener) {
-  const std::string path = test_path();
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   {
     auto listener = StreamListener::listen(path);
     ASSERT_TRUE(listener) << listener.error();
@@ -145,7 +139,8 @@ TEST(StreamListenerTest, SocketIsMode0600AndGoesWithTheListener) {
 }
 
 TEST(StreamListenerTest, NoPeerYetIsNotAnError) {
-  auto listener = StreamListener::listen(test_path());
+  const abox::testing::TempDir dir("abox-stream-test");
+  auto listener = StreamListener::listen(dir.file("s.sock"));
   ASSERT_TRUE(listener) << listener.error();
   auto link = (*listener)->accept(kMtu);
   ASSERT_TRUE(link.ok()) << link.error();
@@ -153,7 +148,8 @@ TEST(StreamListenerTest, NoPeerYetIsNotAnError) {
 }
 
 TEST(StreamListenerTest, AStaleSocketFileIsReplaced) {
-  const std::string path = test_path();
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   {
     // A socket file nobody listens on any more, as a killed abox-net leaves.
     base::UniqueFd s(::socket(AF_UNIX, SOCK_STREAM, 0));
@@ -169,7 +165,8 @@ TEST(StreamListenerTest, AStaleSocketFileIsReplaced) {
 }
 
 TEST(StreamListenerTest, ALivePathIsRefusedAndItsListenerKeepsWaitingForItsVmm) {
-  const std::string path = test_path();
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   auto first = StreamListener::listen(path);
   ASSERT_TRUE(first) << first.error();
   auto second = StreamListener::listen(path);
@@ -188,14 +185,14 @@ TEST(StreamListenerTest, ALivePathIsRefusedAndItsListenerKeepsWaitingForItsVmm) 
 }
 
 TEST(StreamListenerTest, APathThatIsNotASocketIsRefusedAndKept) {
-  const std::string path = test_path();
+  const abox::testing::TempDir dir("abox-stream-test");
+  const std::string path = dir.file("s.sock");
   { std::ofstream(path) << "not a socket\n"; }
   auto listener = StreamListener::listen(path);
   ASSERT_FALSE(listener.ok());
   EXPECT_NE(listener.error().find("is not a socket"), std::string::npos) << listener.error();
   struct stat st {};
   EXPECT_EQ(::lstat(path.c_str(), &st), 0);
-  ::unlink(path.c_str());
 }
 
 TEST(StreamListenerTest, BadPathsAreClearErrors) {
@@ -555,28 +552,17 @@ Bytes echo_request(std::uint16_t seq, std::size_t payload) {
 }
 
 TEST(StreamLinkInAGuestStackTest, OutputHeldWhileTheVmmDoesNotReadIsFlushedWhenItReads) {
-  auto parsed = policy::parse_policy(
-      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"example.com\"]\nports = [443]\n",
-      "stream-test.toml");
-  ASSERT_TRUE(parsed.ok());
-  const policy::Policy policy = std::move(parsed).value();
-  base::EventLog events = base::EventLog::discard();
-  base::SeededRandom random(1);
-  EventLoop loop;
-
-  std::array<int, 2> sv{};
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()), 0);
-  base::UniqueFd vmm(sv[1]);
-  auto made = StreamLink::from_connected(base::UniqueFd(sv[0]), kMtu);
-  ASSERT_TRUE(made.ok());
-  StreamLink& link = **made;
+  stream_stack_test::StreamStackRig rig(kMtu);
+  ASSERT_TRUE(rig.link);
+  EventLoop& loop = rig.loop;
+  StreamLink& link = *rig.link;
+  const base::UniqueFd& vmm = rig.vmm;
   int small = 32 * 1024;  // small socket buffers: the queue fills soon
   ASSERT_EQ(::setsockopt(link.fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
   ASSERT_EQ(::setsockopt(vmm.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
   GuestConfig config;
   config.gateway_mac = kGatewayMac;
-  GuestStack stack(loop, link, policy, {policy::Endpoint{policy::IpAddress::v4(0x7F00'0001), 9}}, events,
-                   random, config);
+  GuestStack stack(loop, link, rig.policy, rig.upstreams, rig.events, rig.random, config);
 
   // The VMM only writes: an ARP request, then pings of 1400 bytes, which the
   // gateway answers into a socket nobody reads, until answers are dropped.

@@ -64,6 +64,61 @@ class TapLinkTest : public ::testing::Test {
   }
 };
 
+// A packet socket on `ifname` inside `ns` that carries a virtio_net_hdr
+// before each frame (PACKET_VNET_HDR), taking `protocol` (ETH_P_ALL to send,
+// ETH_P_IP to watch); empty if any step failed.
+base::UniqueFd vnet_packet_socket(const ScopedNetns& ns, const std::string& ifname, int protocol) {
+  return in_netns(ns.path(), [&] {
+    base::UniqueFd s(::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(protocol)));
+    int on = 1;
+    if (!s || ::setsockopt(s.get(), SOL_PACKET, PACKET_VNET_HDR, &on, sizeof on) != 0)
+      return base::UniqueFd();
+    sockaddr_ll at{};
+    at.sll_family = AF_PACKET;
+    at.sll_protocol = htons(protocol);
+    at.sll_ifindex = static_cast<int>(::if_nametoindex(ifname.c_str()));
+    if (at.sll_ifindex == 0 || ::bind(s.get(), reinterpret_cast<sockaddr*>(&at), sizeof at) != 0) {
+      return base::UniqueFd();
+    }
+    return s;
+  });
+}
+
+// An Ethernet frame of one IPv4 TCP segment (ACK, seq 1, ack 1) carrying
+// `payload` counting bytes: far larger than the MTU, as TSO and GSO make
+// them. The IP checksum is set; the TCP checksum is left 0 for the offload.
+struct BigTcpFrame {
+  Mac dst_mac, src_mac;
+  std::array<std::uint8_t, 4> src_ip, dst_ip;
+  std::uint16_t ip_id;
+  std::uint16_t src_port, dst_port;
+  std::size_t payload;
+};
+Frame big_tcp_frame(const BigTcpFrame& b) {
+  Frame f;
+  put_bytes(f, b.dst_mac);
+  put_bytes(f, b.src_mac);
+  put16(f, kEtherIpv4);
+  const auto ip_len = static_cast<std::uint16_t>(20 + 20 + b.payload);
+  put16(f, 0x4500);
+  put16(f, ip_len);
+  put16(f, b.ip_id);
+  put16(f, 0x4000);  // don't fragment
+  put16(f, 0x4006);  // TTL 64, TCP
+  put16(f, 0);       // the checksum, below
+  put_bytes(f, b.src_ip);
+  put_bytes(f, b.dst_ip);
+  const std::uint16_t ip_sum = inet_checksum(std::span(f).subspan(14, 20));
+  f[24] = static_cast<std::uint8_t>(ip_sum >> 8);
+  f[25] = static_cast<std::uint8_t>(ip_sum);
+  put16(f, b.src_port);
+  put16(f, b.dst_port);
+  const std::array<std::uint8_t, 16> tcp_rest = {0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0};
+  put_bytes(f, tcp_rest);
+  while (f.size() < 14u + ip_len) f.push_back(static_cast<std::uint8_t>(f.size()));
+  return f;
+}
+
 void expect_configured(const ScopedNetns& ns, std::size_t mtu) {
   const CommandResult addr = ns.ip("-j addr show eth0");
   ASSERT_EQ(addr.status, 0) << addr.output;
@@ -285,50 +340,17 @@ TEST_F(TapLinkTest, TsoSegmentFromTheGuestArrivesWhole) {
   ASSERT_TRUE(link);
   EXPECT_GE(link->max_receive_size(), 65535u);
 
-  base::UniqueFd sender = in_netns(ns.path(), [&] {
-    base::UniqueFd s(::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL)));
-    int on = 1;
-    if (!s || ::setsockopt(s.get(), SOL_PACKET, PACKET_VNET_HDR, &on, sizeof on) != 0)
-      return base::UniqueFd();
-    sockaddr_ll at{};
-    at.sll_family = AF_PACKET;
-    at.sll_protocol = htons(ETH_P_ALL);
-    at.sll_ifindex = static_cast<int>(::if_nametoindex(config.ifname.c_str()));
-    if (at.sll_ifindex == 0 || ::bind(s.get(), reinterpret_cast<sockaddr*>(&at), sizeof at) != 0) {
-      return base::UniqueFd();
-    }
-    return s;
-  });
+  base::UniqueFd sender = vnet_packet_socket(ns, config.ifname, ETH_P_ALL);
   ASSERT_TRUE(sender) << "packet socket with PACKET_VNET_HDR: " << std::strerror(errno);
 
-  constexpr std::size_t kPayload = 20000;
-  Frame f;
-  put_bytes(f, config.gateway_mac);
-  put_bytes(f, Mac{0x02, 0, 0, 0, 0, 0x15});
-  put16(f, kEtherIpv4);
-  const auto ip_len = static_cast<std::uint16_t>(20 + 20 + kPayload);
-  const std::array<std::uint8_t, 12> ip_start = {0x45,
-                                                 0,
-                                                 static_cast<std::uint8_t>(ip_len >> 8),
-                                                 static_cast<std::uint8_t>(ip_len),
-                                                 0,
-                                                 7,
-                                                 0x40,
-                                                 0,
-                                                 64,
-                                                 6,
-                                                 0,
-                                                 0};
-  put_bytes(f, ip_start);
-  put_bytes(f, ip4(config.guest_address));
-  put_bytes(f, std::array<std::uint8_t, 4>{93, 184, 216, 34});
-  const std::uint16_t ip_sum = inet_checksum(std::span(f).subspan(14, 20));
-  f[24] = static_cast<std::uint8_t>(ip_sum >> 8);
-  f[25] = static_cast<std::uint8_t>(ip_sum);
-  const std::array<std::uint8_t, 20> tcp = {0x9c, 0x40, 0,    80,   0,    0,    0, 1, 0, 0,
-                                            0,    1,    0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0};
-  put_bytes(f, tcp);
-  while (f.size() < 14 + ip_len) f.push_back(static_cast<std::uint8_t>(f.size()));
+  Frame f = big_tcp_frame({.dst_mac = config.gateway_mac,
+                           .src_mac = Mac{0x02, 0, 0, 0, 0, 0x15},
+                           .src_ip = ip4(config.guest_address),
+                           .dst_ip = {93, 184, 216, 34},
+                           .ip_id = 7,
+                           .src_port = 40000,
+                           .dst_port = 80,
+                           .payload = 20000});
   struct {                      // struct virtio_net_hdr, as the packet socket takes it
     std::uint8_t flags = 1;     // NEEDS_CSUM
     std::uint8_t gso_type = 1;  // TCPV4
@@ -375,50 +397,17 @@ TEST_F(TapLinkTest, GsoFrameToTheGuestArrivesAsOneTcpPacket) {
   auto link = create(ns, config);
   ASSERT_TRUE(link);
   ASSERT_TRUE(link->tx_tso());
-  base::UniqueFd watcher = in_netns(ns.path(), [&] {
-    base::UniqueFd s(::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_IP)));
-    int on = 1;
-    if (!s || ::setsockopt(s.get(), SOL_PACKET, PACKET_VNET_HDR, &on, sizeof on) != 0)
-      return base::UniqueFd();
-    sockaddr_ll at{};
-    at.sll_family = AF_PACKET;
-    at.sll_protocol = htons(ETH_P_IP);
-    at.sll_ifindex = static_cast<int>(::if_nametoindex(config.ifname.c_str()));
-    if (at.sll_ifindex == 0 || ::bind(s.get(), reinterpret_cast<sockaddr*>(&at), sizeof at) != 0) {
-      return base::UniqueFd();
-    }
-    return s;
-  });
+  base::UniqueFd watcher = vnet_packet_socket(ns, config.ifname, ETH_P_IP);
   ASSERT_TRUE(watcher);
 
-  constexpr std::size_t kPayload = 20000;
-  Frame f;
-  put_bytes(f, Mac{0x02, 0, 0, 0, 0, 0x15});  // the guest's MAC does not matter to a packet socket
-  put_bytes(f, config.gateway_mac);
-  put16(f, kEtherIpv4);
-  const auto ip_len = static_cast<std::uint16_t>(20 + 20 + kPayload);
-  const std::array<std::uint8_t, 12> ip_start = {0x45,
-                                                 0,
-                                                 static_cast<std::uint8_t>(ip_len >> 8),
-                                                 static_cast<std::uint8_t>(ip_len),
-                                                 0,
-                                                 9,
-                                                 0x40,
-                                                 0,
-                                                 64,
-                                                 6,
-                                                 0,
-                                                 0};
-  put_bytes(f, ip_start);
-  put_bytes(f, std::array<std::uint8_t, 4>{93, 184, 216, 34});
-  put_bytes(f, ip4(config.guest_address));
-  const std::uint16_t ip_sum = inet_checksum(std::span(f).subspan(14, 20));
-  f[24] = static_cast<std::uint8_t>(ip_sum >> 8);
-  f[25] = static_cast<std::uint8_t>(ip_sum);
-  const std::array<std::uint8_t, 20> tcp = {0, 80, 0x9c, 0x40, 0,    0,    0, 1, 0, 0,
-                                            0, 1,  0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0};
-  put_bytes(f, tcp);
-  while (f.size() < 14 + ip_len) f.push_back(static_cast<std::uint8_t>(f.size()));
+  const Frame f = big_tcp_frame({.dst_mac = Mac{0x02, 0, 0, 0, 0, 0x15},  // a packet socket takes any MAC
+                                 .src_mac = config.gateway_mac,
+                                 .src_ip = {93, 184, 216, 34},
+                                 .dst_ip = ip4(config.guest_address),
+                                 .ip_id = 9,
+                                 .src_port = 80,
+                                 .dst_port = 40000,
+                                 .payload = 20000});
   const std::array<std::span<const std::uint8_t>, 2> pieces = {std::span<const std::uint8_t>(f).first(54),
                                                                std::span<const std::uint8_t>(f).subspan(54)};
   OutFrame out{pieces};

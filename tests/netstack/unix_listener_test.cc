@@ -10,28 +10,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+
+#include "tests/support/temp_dir.h"
 
 namespace abox::netstack {
 namespace {
 
 class UnixListenerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/abox-unix-listener-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/s.sock";
-  }
-  void TearDown() override {
-    ::unlink(path_.c_str());
-    ::rmdir(path_.c_str());
-    ::rmdir(dir_.c_str());
-  }
-
   sockaddr_un address() const {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -51,8 +40,8 @@ class UnixListenerTest : public ::testing::Test {
     return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
   }
 
-  std::string dir_;
-  std::string path_;
+  abox::testing::TempDir dir_{"abox-unix-listener-test"};
+  std::string path_ = dir_.file("s.sock");
 };
 
 TEST_F(UnixListenerTest, AFreePathGetsAListeningSocketMode0600) {
@@ -116,7 +105,7 @@ TEST_F(UnixListenerTest, ADirectoryOrSymlinkIsRefusedAndKept) {
   EXPECT_TRUE(S_ISDIR(st.st_mode));
   ASSERT_EQ(::rmdir(path_.c_str()), 0);
   // A symlink to a stale socket is not followed, not removed.
-  const std::string target = dir_ + "/target.sock";
+  const std::string target = dir_.file("target.sock");
   {
     base::UniqueFd gone(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un addr{};
@@ -140,7 +129,7 @@ TEST_F(UnixListenerTest, BadPathsAreClearErrors) {
   auto long_path = listen_unix("/tmp/" + std::string(200, 'x'), 4, "test socket");
   ASSERT_FALSE(long_path.ok());
   EXPECT_NE(long_path.error().find("longer than 107 bytes"), std::string::npos) << long_path.error();
-  auto no_dir = listen_unix(dir_ + "/missing/s.sock", 4, "test socket");
+  auto no_dir = listen_unix(dir_.file("missing/s.sock"), 4, "test socket");
   ASSERT_FALSE(no_dir.ok());
   EXPECT_NE(no_dir.error().find("No such file or directory"), std::string::npos) << no_dir.error();
 }
