@@ -37,6 +37,11 @@ What abox-net is held to here, beyond its policy decisions:
   non-empty "reason", an SNI/Host deny names the peeked host somewhere, a
   denied name is {"kind":"deny","name":NAME}, an allowed flow is an admit
   event with the allowed "name"; no admit event to a refused destination;
+- a UDP flow whose ring receive ends without a datagram more than 16 times
+  in a row (ICMP port unreachable from a port nobody listens on) reads on
+  readiness from then on: one `udp` event naming the flow's name,
+  udp_ring_receive_fallbacks +1, and the flow still carries datagrams both
+  ways; errors with a datagram between them never add up to that;
 - SIGTERM: exits within 5 s, and its tap is gone from the guest.
 """
 import hashlib
