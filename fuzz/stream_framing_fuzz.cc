@@ -7,7 +7,10 @@
 // (frames_in, dropped_oversize, dropped_runt(), dropped_zero_length()) are
 // exactly those of an independent parse of the same bytes; a read of 0
 // bytes (the VMM closed) ends the link with ECONNRESET once every whole
-// frame was handed out, a torn one never.
+// frame was handed out, a torn one never. The link's input buffer is the
+// smallest it allows (four records of the largest frame, not 256 KiB): each
+// input costs little to set up, and frames straddle the buffer's refills
+// (make_room()) every few reads.
 // Input: byte 0 = MTU (bit 0: 68, else 1500) and read size (1 + byte0 / 2),
 // then the stream bytes. Seeds: fuzz/corpus/stream_framing/.
 #include <sys/socket.h>
@@ -72,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::array<int, 2> sv{};
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()) != 0) return 0;
   abox::base::UniqueFd peer(sv[1]);
-  auto made = StreamLink::from_connected(abox::base::UniqueFd(sv[0]), mtu);
+  auto made = StreamLink::from_connected(abox::base::UniqueFd(sv[0]), mtu, 0);
   check(made.ok());
   StreamLink& link = **made;
   const Expected want = parse(stream, link.max_frame_size());

@@ -90,6 +90,14 @@ class EventLoop {
   // it had just finished), so c must live until its last completion (for a
   // multishot request: the one without IORING_CQE_F_MORE).
   void cancel(Completion* c);
+  // Dispatches c's completions that are ready now, without waiting and
+  // outside a turn: submits what is queued, lets the kernel post what has
+  // finished, and hands c's completions to c->on_complete() (which may queue
+  // new requests: they go at the next submit). Everyone else's are kept for
+  // the next turn, as cancel_all() keeps them. Returns how many of c's it
+  // dispatched. For an owner that must take what waits now (a test, a
+  // fuzzer driving the stack by hand), never the loop's own path.
+  std::size_t complete_ready(Completion* c);
 
   // Deadline sources: asked each turn for their next deadline; the loop
   // wakes by the earliest, and in a turn where one is due it calls every

@@ -92,7 +92,7 @@ class GuestStack::LinkWatcher final : public EventLoop::Watcher {
       s_.link_full_ = false;
       s_.flush_link();
     }
-    s_.poll_link();
+    s_.receive_ready_frames();
   }
 
  private:
@@ -267,8 +267,9 @@ GuestStack::~GuestStack() {
 // large MTU); a smaller one is copied into a pbuf of its own size, so that a
 // small frame lwIP queues never holds 64 KiB (mem_trim does nothing with
 // MEM_LIBC_MALLOC, LWIP.md), and the big pbuf is read into again.
-void GuestStack::poll_link() {
-  // A ring read owns rx_pbuf_ while it is in flight: frames come that way.
+void GuestStack::receive_ready_frames() {
+  // A ring read owns rx_pbuf_ while it is in flight: frames come that way
+  // (the fd is watched then only for POLLOUT).
   if (ring_reader_ != nullptr) return;
   for (int i = 0; i < 256; ++i) {
     if (!ready_rx_pbuf()) break;  // out of memory: the frames wait in the link
@@ -281,6 +282,22 @@ void GuestStack::poll_link() {
     take_frame(*r);
   }
   loop_.wake_next_turn(link_handle_);
+}
+
+// On the ring, a receive() here would race the read in flight (which owns
+// rx_pbuf_, and on a stream the bytes it reads are the next frame's): the
+// frames come through that read instead, taken now if the kernel has it.
+void GuestStack::poll_link() {
+  if (ring_reader_ == nullptr) {
+    receive_ready_frames();
+    return;
+  }
+  for (int i = 0; i < 256 && link_alive_; ++i) {
+    // What an earlier read left (no pbuf then), and a read posted if none is.
+    take_buffered_frames();
+    post_link_read();
+    if (ring_reads_in_flight_ == 0 || loop_.complete_ready(ring_reader_.get()) == 0) return;
+  }
 }
 
 bool GuestStack::ready_rx_pbuf() {

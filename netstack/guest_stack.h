@@ -1,7 +1,7 @@
 // GuestStack: one guest's side of abox-net. How a frame goes through:
 //
 //   Link ──a read posted on the ring (on_link_read), or receive() on
-//          readiness (poll_link) ──▶ take_frame()
+//          readiness (receive_ready_frames) ──▶ take_frame()
 //     IPv4 UDP to port 67 ── DhcpServer (the fixed lease), reply straight to the Link
 //     IPv6 (and anything not IPv4/ARP) ── counted, dropped, logged once per kind
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
@@ -96,6 +96,9 @@ struct StackCounters {
   std::uint64_t dhcp_naks = 0;
   std::uint64_t dhcp_ignored = 0;    // DECLINE, RELEASE, to another server, relayed
   std::uint64_t dhcp_malformed = 0;  // UDP to port 67 that is not a valid client message
+  // UDP flows whose ring receive kept ending without a datagram, read on
+  // readiness from then on (udp_flow.cc).
+  std::uint64_t udp_ring_receive_fallbacks = 0;
 };
 
 // Live flows by state, counted when asked (GuestStack::flow_gauges()).
@@ -137,9 +140,14 @@ class GuestStack {
   // False once the link has failed for good (the guest's namespace or VM is gone).
   bool link_alive() const { return link_alive_; }
 
-  // Reads and handles every frame the link has waiting (the loop calls this
-  // when the link's fd is readable, unless the link is read on the ring;
-  // tests and the frames fuzzer call it directly).
+  // Reads and handles every frame the link has waiting now, without
+  // blocking, however the link is read (at most 256 reads): for tests and
+  // the frames fuzzer, which drive the stack by hand instead of turning the
+  // loop. On readiness that is receive() until nothing is waiting (what the
+  // loop itself calls when the fd is readable). On the ring it takes the
+  // read in flight if the kernel has finished it (EventLoop::complete_ready(),
+  // which leaves every other completion for the next turn), the frames that
+  // read brought, and posts the next read, until a read finds nothing.
   void poll_link();
   // True when the link's frames come by ring reads (GuestConfig).
   bool link_read_on_ring() const { return ring_reader_ != nullptr; }
@@ -191,6 +199,8 @@ class GuestStack {
   // The pbuf frames are read into (rx_pbuf_), made if needed; false when
   // out of memory.
   bool ready_rx_pbuf();
+  // Readiness: receive() until the link has nothing waiting (LinkWatcher).
+  void receive_ready_frames();
   // Handles the n-byte frame just read into rx_pbuf_.
   void take_frame(std::size_t n);
   // Ring reads: one read in flight at a time, posted again as each completes.
@@ -251,7 +261,7 @@ class GuestStack {
   std::vector<tcp_pcb*> sweep_time_wait_;
   std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
   std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
-  // The pbuf the next frame is read into (see poll_link()), and its size.
+  // The pbuf the next frame is read into (see receive_ready_frames()), and its size.
   pbuf* rx_pbuf_ = nullptr;
   std::uint16_t rx_size_;
   std::vector<std::uint8_t> rx_out_;  // a frame lwIP hands out, made contiguous when it must be

@@ -167,6 +167,8 @@ std::string run_stats_json(const RunStatsSources& from) {
   // What malloc_trim gave back after bursts (memory_trimmer.h).
   const TrimCounters trims = from.trimmer != nullptr ? from.trimmer->counters() : TrimCounters{};
   w.field("memory_trims", trims.trims).field("memory_trimmed_bytes", trims.released_bytes);
+  // UDP flows that left the ring receive for readiness (added at the end: names are stable).
+  w.field("udp_ring_receive_fallbacks", c.udp_ring_receive_fallbacks);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

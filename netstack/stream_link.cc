@@ -35,11 +35,14 @@ std::string errno_text(int err) {
 // ---------------------------------------------------------------------------
 // StreamLink.
 
-StreamLink::StreamLink(base::UniqueFd fd, std::size_t mtu)
-    : fd_(std::move(fd)), mtu_(mtu), in_(std::max(kReadChunk, 4 * (mtu + kEthernetHeader + kLengthPrefix))) {}
+StreamLink::StreamLink(base::UniqueFd fd, std::size_t mtu, std::size_t input_bytes)
+    : fd_(std::move(fd)),
+      mtu_(mtu),
+      in_(std::max(input_bytes, kMinInputRecords * (mtu + kEthernetHeader + kLengthPrefix))) {}
 
 base::Result<std::unique_ptr<StreamLink>, std::string> StreamLink::from_connected(base::UniqueFd&& fd_in,
-                                                                                  std::size_t mtu) {
+                                                                                  std::size_t mtu,
+                                                                                  std::size_t input_bytes) {
   base::UniqueFd fd = std::move(fd_in);
   if (!fd) return Err{std::string("stream socket is not open")};
   if (mtu < kMinMtu || mtu > kMaxMtu) {
@@ -50,7 +53,7 @@ base::Result<std::unique_ptr<StreamLink>, std::string> StreamLink::from_connecte
   if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl | O_NONBLOCK) != 0) {
     return Err{"cannot make the stream socket non-blocking: " + errno_text(errno)};
   }
-  return std::unique_ptr<StreamLink>(new StreamLink(std::move(fd), mtu));
+  return std::unique_ptr<StreamLink>(new StreamLink(std::move(fd), mtu, input_bytes));
 }
 
 void StreamLink::make_room() {

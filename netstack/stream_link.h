@@ -13,7 +13,8 @@
 // but a socket.
 //
 // Life of a frame from the guest: receive() reads the socket in large
-// chunks (kReadChunk) into one input buffer and hands out the frames in it,
+// chunks into one input buffer (kReadChunk bytes unless the maker asks for
+// another size) and hands out the frames in it,
 // one per call, copied to the caller's buffer; a frame cut across reads
 // stays in the buffer until its rest arrives. Read through the event loop's
 // ring (GuestStack's way, link.h), the one read in flight goes into the
@@ -68,8 +69,13 @@ class StreamLink final : public Link {
  public:
   static constexpr std::size_t kEthernetHeader = 14;
   static constexpr std::size_t kLengthPrefix = 4;
-  // Bytes asked of each read(): many frames per system call.
+  // The input buffer's default size, about what each read() asks for: many
+  // frames per system call.
   static constexpr std::size_t kReadChunk = 256 * 1024;
+  // The input buffer never holds fewer than this many records of the largest
+  // frame (length prefix included): make_room() then always leaves room for
+  // a whole one behind the torn rest of another.
+  static constexpr std::size_t kMinInputRecords = 4;
   // Frames or bytes queued since the last flush that make send_frame()
   // flush at once.
   static constexpr std::size_t kBatchFrames = 64;
@@ -79,9 +85,12 @@ class StreamLink final : public Link {
 
   // Wraps a connected stream socket (the accepted VMM, or one end of a
   // socketpair in tests) and makes it non-blocking. `mtu` is the IP MTU the
-  // link enforces both ways (68..65521).
-  static base::Result<std::unique_ptr<StreamLink>, std::string> from_connected(base::UniqueFd&& fd,
-                                                                               std::size_t mtu);
+  // link enforces both ways (68..65521). `input_bytes`: the input buffer's
+  // size, raised to kMinInputRecords records of the largest frame (the
+  // framing fuzzer asks for the least, so that frames straddle refills
+  // often and each input costs little memory).
+  static base::Result<std::unique_ptr<StreamLink>, std::string> from_connected(
+      base::UniqueFd&& fd, std::size_t mtu, std::size_t input_bytes = kReadChunk);
 
   StreamLink(const StreamLink&) = delete;
   StreamLink& operator=(const StreamLink&) = delete;
@@ -117,6 +126,8 @@ class StreamLink final : public Link {
   std::uint64_t dropped_runt() const { return dropped_runt_; }
   // Zero-length records from the peer.
   std::uint64_t dropped_zero_length() const { return dropped_zero_length_; }
+  // The input buffer's size (see from_connected()).
+  std::size_t input_bytes() const { return in_.size(); }
   // Bytes waiting in the output queue.
   std::size_t queued() const { return out_.size(); }
   // Frames waiting in the output queue (taken by send(), not yet counted in
@@ -132,7 +143,7 @@ class StreamLink final : public Link {
   std::uint64_t read_calls() const { return read_calls_; }
 
  private:
-  StreamLink(base::UniqueFd fd, std::size_t mtu);
+  StreamLink(base::UniqueFd fd, std::size_t mtu, std::size_t input_bytes);
   // Reads once into the input buffer. 0: nothing to read (EAGAIN).
   base::Result<std::size_t, int> fill();
   // Ends the link with err (once): what is queued is counted as lost.

@@ -93,6 +93,8 @@ bool UdpFlow::start() {
   return true;
 }
 
+// Only ends in a row count: from_host() starts the count again, so errors
+// scattered over a long-lived flow (an ICMP error now and then) never trip it.
 void UdpFlow::receive_ended(int res) {
   if (retired_) return;
   // Whatever ended it (ECONNREFUSED from an ICMP error, -ENOBUFS): post it again.
@@ -100,6 +102,7 @@ void UdpFlow::receive_ended(int res) {
     receive_->post(host_.get());
     return;
   }
+  ++stack_.mutable_counters().udp_ring_receive_fallbacks;
   if (stack_.events().reserve_line())
     stack_.events().write_reserved(
         "udp", {{"reason", "ring receives keep ending without data; reading on readiness"},

@@ -37,12 +37,18 @@ What abox-net is held to here, beyond its policy decisions:
   non-empty "reason", an SNI/Host deny names the peeked host somewhere, a
   denied name is {"kind":"deny","name":NAME}, an allowed flow is an admit
   event with the allowed "name"; no admit event to a refused destination;
+- a UDP flow whose ring receive ends without a datagram more than 16 times
+  in a row (ICMP port unreachable from a port nobody listens on) reads on
+  readiness from then on: one `udp` event naming the flow's name,
+  udp_ring_receive_fallbacks +1, and the flow still carries datagrams both
+  ways; errors with a datagram between them never add up to that;
 - SIGTERM: exits within 5 s, and its tap is gone from the guest.
 """
 import hashlib
 import json
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -60,6 +66,8 @@ IPERF_ADDR, TOOLS_ADDR = nr.ADDR["iperf"], nr.ADDR["tools"]
 FAST = 3.0  # a refusal must come well before any client timeout (curl: 10 s)
 PEEK_MS = 3000  # [timeouts] peek_ms in the policy: a flow that names nothing waits at most this
 UDP_ECHO_PORT, UDP_DENIED_PORT = 9003, 9004  # UDP echo servers on tools; only 9003 is allowed
+UDP_LATE_PORT = 9005  # allowed for UDP; a case starts and stops its echo server itself
+UDP_LATE_GUEST_PORT = 40905  # that case's guest port: every client run is the same flow
 STREAM_BYTES = 1 << 30  # checksummed, each way
 IPERF_BYTES = "1G"  # iperf3 -n, each way
 CONCURRENT = 200
@@ -70,7 +78,7 @@ INDEX = {WEB: f"abox e2e: {WEB} {TOKEN}\n", OTHER: f"abox e2e: {OTHER} {TOKEN}\n
 
 # Where legitimate flows go (the policy's names on their ports).
 ALLOWED_DSTS = {(WEB_ADDR, 80), (WEB_ADDR, 443), (IPERF_ADDR, nr.IPERF_PORT), (TOOLS_ADDR, nr.STREAM_PORT), (TOOLS_ADDR, UDP_ECHO_PORT),
-                (TOOLS_ADDR, nr.RESET_PORT), (TOOLS_ADDR, nr.HALFCLOSE_PORT)}
+                (TOOLS_ADDR, UDP_LATE_PORT), (TOOLS_ADDR, nr.RESET_PORT), (TOOLS_ADDR, nr.HALFCLOSE_PORT)}
 
 # A [[broker]] name: abox-net never connects to its address, it hands the
 # flow to the broker's socket (a recorder in this test), so nothing listens there.
@@ -97,7 +105,7 @@ ports = ["{nr.STREAM_PORT}-{nr.HALFCLOSE_PORT}"]
 
 [[allow]]
 names = ["{TOOLS}"]
-ports = [{UDP_ECHO_PORT}]
+ports = [{UDP_ECHO_PORT}, {UDP_LATE_PORT}]
 protocols = ["udp"]
 
 [[broker]]
@@ -360,6 +368,32 @@ def client_udp(host, port, count):
     return {"echoed": echoed, "errors": errors, "addr": addr}
 
 
+def client_udp_from(host, port, sport, count, wait):
+    """Sends `count` datagrams from guest port `sport` (so that every run of
+    this client is one flow in abox-net), each followed by a wait of up to
+    `wait` seconds for its echo; counts the echoes."""
+    addr = _resolve(host)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("", int(sport)))
+    s.settimeout(float(wait))
+    echoed = 0
+    errors = []
+    for i in range(int(count)):
+        msg = f"late {i} {TOKEN}".encode()
+        try:
+            s.sendto(msg, (addr, int(port)))
+            while True:  # an echo of an earlier datagram may come first
+                if s.recv(2048) == msg:
+                    echoed += 1
+                    break
+        except socket.timeout:
+            pass
+        except OSError as e:
+            errors.append(e.errno)
+    s.close()
+    return {"echoed": echoed, "errors": errors[:5]}
+
+
 def client_reply_close(host, port, count):
     """`count` connections that each ask for a short reply the server sends
     and closes right behind (the request/response-then-close shape of
@@ -445,6 +479,7 @@ def udp_echo_server(addr, port):
 
 
 CLIENTS = {"resolve": client_resolve, "probe": client_probe, "stream": client_stream, "udp": client_udp,
+           "udp-from": client_udp_from,
            "udp-sizes": client_udp_sizes, "reply-close": client_reply_close, "udp-echo-server": udp_echo_server,
            "concurrent": client_concurrent, "halfclose": client_halfclose, "reset": client_reset}
 
@@ -628,6 +663,99 @@ def udp_to_an_allowed_port_works_and_other_udp_is_refused(t):
              deny=dict(addr=TOOLS_ADDR, port=UDP_DENIED_PORT, proto="udp"))
     got = t.client("udp", TOOLS, UDP_ECHO_PORT, 5)
     assert got["echoed"] >= 4, got
+
+
+def _fallback_events(t):
+    """The events that say a UDP flow to TOOLS left its ring receive."""
+    found = []
+    with open(t.rig.path("events.jsonl")) as f:
+        for line in f:
+            if "reading on readiness" in line:
+                e = json.loads(line)
+                if e.get("kind") == "udp" and e.get("name") == TOOLS:
+                    found.append(e)
+    return found
+
+
+def _counters(t):
+    """abox-net's counters now: SIGUSR1 prints them as a line on its stderr
+    (abox-net.log); waits (bounded) for a line that was not there before."""
+    log = t.rig.path("abox-net.log")
+
+    def lines():
+        with open(log, errors="replace") as f:
+            return [x for x in f if x.startswith('{"frames_in"')]
+    before = len(lines())
+    t.abox.send_signal(signal.SIGUSR1)
+    for _ in range(100):
+        now = lines()
+        if len(now) > before:
+            return json.loads(now[-1])
+        time.sleep(0.05)
+    raise AssertionError("no counters line within 5 s of SIGUSR1")
+
+
+@case
+def udp_flow_falls_back_to_readiness_after_icmp_errors(t):
+    # A UDP flow's host socket is read by one multishot ring receive. Each
+    # datagram to a port nobody listens on brings an ICMP port unreachable,
+    # which ends that receive with ECONNREFUSED; after 16 ends in a row with
+    # no datagram between them, abox-net reads the flow on readiness (a `udp`
+    # event, udp_ring_receive_fallbacks). Only ends in a row count: the
+    # datagram that arrives between two runs of errors starts the count again.
+    # Whichever way the flow is read, its datagrams must still go both ways.
+    ring = not t.control and os.environ.get("ABOX_NET_IO", "ring") == "ring"
+    # The ICMP errors come from inet, which would rate-limit them to one a
+    # second after a burst of six.
+    t.rig.run(["sysctl", "-qw", "net.ipv4.icmp_ratelimit=0"], ns=t.rig.inet, check=True, timeout=10)
+    assert not t.rig.listening(t.rig.inet, UDP_LATE_PORT, "u"), f"something listens on UDP {UDP_LATE_PORT}"
+
+    def server_up():
+        p = t.rig.spawn("udp-late", [sys.executable, os.path.abspath(__file__), "--client", "udp-echo-server",
+                                     TOOLS_ADDR, str(UDP_LATE_PORT)], ns=t.rig.inet)
+        t.rig.wait_for("udp-late echo server", lambda: t.rig.listening(t.rig.inet, UDP_LATE_PORT, "u"), proc=p,
+                       log="udp-late")
+        return p
+
+    def server_down(p):
+        p.terminate()
+        p.wait(timeout=5)
+        t.rig.wait_for("udp-late echo server gone", lambda: not t.rig.listening(t.rig.inet, UDP_LATE_PORT, "u"))
+
+    def unanswered(count):  # each brings one ICMP error, spaced so that none merges with the next
+        got = t.client("udp-from", TOOLS, UDP_LATE_PORT, UDP_LATE_GUEST_PORT, count, 0.1)
+        assert got["echoed"] == 0, got
+
+    def answered():
+        got = t.client("udp-from", TOOLS, UDP_LATE_PORT, UDP_LATE_GUEST_PORT, 5, 1)
+        assert got["echoed"] >= 4, got  # UDP may lose one
+
+    before = _counters(t)["udp_ring_receive_fallbacks"] if not t.control else 0
+    unanswered(10)
+    p = server_up()
+    answered()
+    server_down(p)
+    unanswered(10)  # 20 errors on this flow, but never more than 10 in a row
+    if not t.control:
+        time.sleep(0.3)
+        assert not _fallback_events(t), f"fell back after scattered errors: {_fallback_events(t)}"
+        assert _counters(t)["udp_ring_receive_fallbacks"] == before
+    unanswered(16)  # 26 in a row
+    if ring:
+        for _ in range(50):
+            if _fallback_events(t):
+                break
+            time.sleep(0.1)
+        events = _fallback_events(t)
+        assert len(events) == 1 and events[0].get("errno") == 111, f"fallback events: {events}"
+    p = server_up()
+    answered()  # now read on readiness (ring), or as before (syscalls, the kernel router)
+    server_down(p)
+    if not t.control:
+        after = _counters(t)["udp_ring_receive_fallbacks"]
+        assert after == before + (1 if ring else 0), (before, after)
+        return "fell back once, then echoed on readiness" if ring else "no ring receive to fall back from"
+    return None
 
 
 @case

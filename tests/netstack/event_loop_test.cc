@@ -8,7 +8,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -133,6 +135,52 @@ TEST(EventLoopRequest, CancelAllTakesBackOnlyTheOwnersRequests) {
   std::uint8_t left = 0;
   EXPECT_EQ(::read(a.read_end.get(), &left, 1), 1) << "a cancelled read still took the byte";
   EXPECT_EQ(left, 3);
+}
+
+// complete_ready() takes one owner's finished requests outside a turn: one
+// that finished after it was submitted (posted by the kernel only when asked
+// for events) and one queued, not yet submitted, whose data is there; a read
+// with nothing to read stays in the kernel. Another's completion and a
+// watcher's wake-up are kept for the next turn.
+TEST(EventLoopRequest, CompleteReadyDispatchesOnlyTheOwnersFinishedRequests) {
+  EventLoop loop;
+  Pipe a = Pipe::make();
+  Pipe b = Pipe::make();
+  Pipe c = Pipe::make();
+  Pipe w = Pipe::make();
+  Recorder mine;
+  Recorder other;
+  CountingWatcher watcher;
+  loop.watch(w.read_end.get(), POLLIN, &watcher);
+  std::array<std::uint8_t, 8> buf1{};
+  std::array<std::uint8_t, 8> buf2{};
+  std::array<std::uint8_t, 8> buf3{};
+  std::array<std::uint8_t, 8> buf4{};
+  post_read(loop, mine, a.read_end.get(), buf1);
+  post_read(loop, other, b.read_end.get(), buf3);
+  loop.run_once(base::Millis(0));  // both wait in the kernel
+  a.put(1);
+  b.put(2);
+  w.put(3);
+  c.put(4);
+  post_read(loop, mine, c.read_end.get(), buf2);  // data already there
+  post_read(loop, mine, -1, buf4);                // no such fd: fails at once
+  EXPECT_EQ(loop.complete_ready(&mine), 3u);
+  ASSERT_EQ(mine.results.size(), 3u);
+  std::vector<int> got = mine.results;
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<int>{-EBADF, 1, 1}));
+  EXPECT_EQ(buf1[0], 1);
+  EXPECT_EQ(buf2[0], 4);
+  EXPECT_TRUE(other.results.empty());
+  EXPECT_EQ(watcher.wakes, 0);
+  EXPECT_EQ(loop.complete_ready(&mine), 0u) << "nothing more of mine has finished";
+  for (int i = 0; i < 20 && (other.results.empty() || watcher.wakes == 0); ++i)
+    loop.run_once(base::Millis(50));
+  ASSERT_EQ(other.results.size(), 1u);
+  EXPECT_EQ(other.results[0], 1);
+  EXPECT_GE(watcher.wakes, 1);
+  EXPECT_EQ(mine.results.size(), 3u);
 }
 
 TEST(EventLoopRequest, CancelAllWithNothingInFlightIsANoOp) {

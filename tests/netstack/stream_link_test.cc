@@ -305,6 +305,48 @@ TEST(StreamLinkTest, LengthsAndFramesCutAtEveryByteArriveWhole) {
   for (std::uint8_t i = 0; i < 5; ++i) EXPECT_EQ(got[i], frame(20 + i, i));
 }
 
+// The input buffer a maker may shrink (the framing fuzzer does) is never
+// less than four records of the largest frame, and frames cut anywhere
+// across its refills (make_room() moving a torn rest to the front) still
+// arrive whole and in order. The default stays kReadChunk.
+TEST(StreamLinkTest, TheSmallestInputBufferHandsOutFramesThatStraddleItsRefills) {
+  std::array<int, 2> sv{};
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()), 0);
+  base::UniqueFd vmm(sv[1]);
+  auto made = StreamLink::from_connected(base::UniqueFd(sv[0]), 68, 0);
+  ASSERT_TRUE(made.ok());
+  StreamLink& link = **made;
+  EXPECT_EQ(link.input_bytes(), StreamLink::kMinInputRecords * (68 + 14 + 4));
+  std::array<int, 2> sv2{};
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv2.data()), 0);
+  base::UniqueFd other(sv2[1]);
+  auto plain = StreamLink::from_connected(base::UniqueFd(sv2[0]), kMtu);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->input_bytes(), StreamLink::kReadChunk);
+
+  Bytes all;
+  std::vector<Bytes> sent;
+  for (std::uint8_t i = 0; i < 60; ++i) {
+    sent.push_back(frame(14 + (i * 11) % 69, i));  // 14..82 bytes: up to the largest frame
+    const Bytes r = record(sent.back());
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  Bytes buf(link.max_frame_size());
+  std::vector<Bytes> got;
+  for (std::size_t at = 0; at < all.size(); at += 37) {  // 37: prime to every record size
+    write_all(vmm.get(), Bytes(all.begin() + static_cast<long>(at),
+                               all.begin() + static_cast<long>(std::min(all.size(), at + 37))));
+    for (int i = 0; i < 100; ++i) {
+      auto r = link.receive(buf);
+      ASSERT_TRUE(r.ok());
+      if (*r == 0) break;
+      got.emplace_back(buf.begin(), buf.begin() + static_cast<long>(*r));
+    }
+  }
+  EXPECT_EQ(got, sent);
+  EXPECT_EQ(link.counters().frames_in, sent.size());
+}
+
 TEST(StreamLinkTest, OutputIsQueuedWhileThePeerDoesNotReadBoundedAndFlushedInOrder) {
   Pair p = connected_pair(65520);
   ASSERT_TRUE(p.link);
@@ -627,6 +669,81 @@ TEST(StreamLinkInAGuestStackTest, OutputHeldWhileTheVmmDoesNotReadIsFlushedWhenI
   EXPECT_TRUE(in.empty());
   EXPECT_TRUE(stack.link_alive());
 }
+
+// GuestStack::poll_link() takes what the link has waiting now, without a
+// loop turn, whether the link is read on the ring (the read in flight, once
+// the kernel has finished it) or on readiness: every whole frame is handled
+// (the gateway answers the pings), a frame torn across writes waits for its
+// rest, a call with nothing waiting returns at once, and the loop reads the
+// link as before afterwards.
+class PollLinkTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PollLinkTest, TakesWhatWaitsNowWithoutTurningTheLoop) {
+  auto parsed = policy::parse_policy(
+      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"example.com\"]\nports = [443]\n",
+      "stream-test.toml");
+  ASSERT_TRUE(parsed.ok());
+  const policy::Policy policy = std::move(parsed).value();
+  base::EventLog events = base::EventLog::discard();
+  base::SeededRandom random(1);
+  EventLoop loop;
+  std::array<int, 2> sv{};
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()), 0);
+  base::UniqueFd vmm(sv[1]);
+  auto made = StreamLink::from_connected(base::UniqueFd(sv[0]), kMtu);
+  ASSERT_TRUE(made.ok());
+  StreamLink& link = **made;
+  GuestConfig config;
+  config.gateway_mac = kGatewayMac;
+  config.link_on_ring = GetParam();
+  GuestStack stack(loop, link, policy, {policy::Endpoint{policy::IpAddress::v4(0x7F00'0001), 9}}, events,
+                   random, config);
+  ASSERT_EQ(stack.link_read_on_ring(), GetParam());
+
+  stack.poll_link();  // nothing waits
+  EXPECT_EQ(stack.counters().frames_in, 0u);
+  Bytes burst = record(arp_request());
+  for (std::uint16_t seq = 0; seq < 3; ++seq) {
+    const Bytes r = record(echo_request(seq, 100));
+    burst.insert(burst.end(), r.begin(), r.end());
+  }
+  const Bytes torn = record(echo_request(3, 100));
+  burst.insert(burst.end(), torn.begin(), torn.begin() + 30);
+  write_all(vmm.get(), burst);
+  stack.poll_link();
+  EXPECT_EQ(stack.counters().frames_in, 4u);
+  write_all(vmm.get(), Bytes(torn.begin() + 30, torn.end()));
+  stack.poll_link();
+  EXPECT_EQ(stack.counters().frames_in, 5u);
+
+  // Answered: one echo reply per ping, in order.
+  ASSERT_TRUE(link.flush().ok());
+  std::array<std::uint8_t, 65536> in{};
+  const ssize_t n = ::recv(vmm.get(), in.data(), in.size(), MSG_DONTWAIT);
+  ASSERT_GT(n, 0);
+  std::vector<int> replies;
+  for (std::size_t at = 0; static_cast<std::size_t>(n) - at >= 4;) {
+    const std::size_t len = (std::size_t{in[at]} << 24) | (std::size_t{in[at + 1]} << 16) |
+                            (std::size_t{in[at + 2]} << 8) | in[at + 3];
+    const std::size_t f = at + 4;
+    ASSERT_LE(f + len, static_cast<std::size_t>(n));
+    if (len >= 42 && in[f + 12] == 0x08 && in[f + 13] == 0x00 && in[f + 23] == 1 && in[f + 34] == 0)
+      replies.push_back((in[f + 40] << 8) | in[f + 41]);
+    at = f + len;
+  }
+  EXPECT_EQ(replies, (std::vector<int>{0, 1, 2, 3}));
+
+  // The loop goes on reading the link.
+  write_all(vmm.get(), record(echo_request(4, 100)));
+  for (int turn = 0; turn < 100 && stack.counters().frames_in < 6; ++turn) loop.run_once(base::Millis(10));
+  EXPECT_EQ(stack.counters().frames_in, 6u);
+  EXPECT_TRUE(stack.link_alive());
+}
+
+INSTANTIATE_TEST_SUITE_P(RingAndReadiness, PollLinkTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Ring" : "Readiness";
+                         });
 
 }  // namespace
 }  // namespace abox::netstack
