@@ -181,6 +181,10 @@ bool Connection::step_exchange() {
       }
       [[fallthrough]];
     case TlsIo::failed: {
+      // A kept connection the provider closed as the request went out (its
+      // idle close crossing our send): not one byte of an answer came, so
+      // the request goes once more on a fresh connection.
+      if (response_raw_.empty() && !response_head_done_ && retry_on_fresh_connection()) return true;
       std::string detail = upstream_->error_text();
       drop_upstream();
       if (!response_started_) {

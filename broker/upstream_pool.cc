@@ -1,6 +1,9 @@
 #include "broker/upstream_pool.h"
 
 #include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 
 namespace abox::broker {
 
@@ -17,13 +20,28 @@ UpstreamPool::~UpstreamPool() {
 
 std::unique_ptr<TlsStream> UpstreamPool::take(std::size_t binding) {
   auto& list = idle_.at(binding);
-  if (list.empty()) return nullptr;
-  Idle i = std::move(list.back());
-  list.pop_back();
-  loop_.unwatch(i.stream->fd());
-  loop_.cancel(i.timer);
-  ++reused_;
-  return std::move(i.stream);
+  while (!list.empty()) {
+    Idle i = std::move(list.back());
+    list.pop_back();
+    loop_.unwatch(i.stream->fd());
+    loop_.cancel(i.timer);
+    // The watch drops a connection that turned readable, but only when the
+    // loop gets to that event: one that came in the same turn as the request
+    // taking it is seen here. An idle connection has nothing to say.
+    if (!quiet(i.stream->fd())) {
+      loop_.defer([s = std::shared_ptr<TlsStream>(std::move(i.stream))] {});
+      continue;
+    }
+    ++reused_;
+    return std::move(i.stream);
+  }
+  return nullptr;
+}
+
+bool UpstreamPool::quiet(int fd) {
+  std::uint8_t byte = 0;
+  ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 void UpstreamPool::give(std::size_t binding, std::unique_ptr<TlsStream> stream) {

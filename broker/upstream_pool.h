@@ -7,9 +7,11 @@
 // watched for readability: the provider closing it (or sending anything
 // unasked) drops it at once. Each idles at most kIdleTimeout, and at most
 // kPerBinding wait per binding; past that the oldest goes.
-// take() hands out the most recently used one (the least likely to be stale).
-// A request sent on a pooled connection that fails before any response byte
-// is retried once on a fresh connection by the caller (connection.cc).
+// take() hands out the most recently used one (the least likely to be stale)
+// that has nothing to read: one the provider closed in the same turn is
+// dropped there. A request sent on a pooled connection that fails, or ends,
+// before any response byte is retried once on a fresh connection by the
+// caller (connection.cc, connection_upstream.cc).
 #pragma once
 
 #include <cstddef>
@@ -48,6 +50,8 @@ class UpstreamPool {
     std::uint64_t serial = 0;
   };
   void drop(std::size_t binding, std::uint64_t serial);
+  // Nothing to read and no end seen on fd (an idle connection's only state).
+  static bool quiet(int fd);
 
   BrokerLoop& loop_;
   std::vector<std::deque<Idle>> idle_;  // per binding, oldest first

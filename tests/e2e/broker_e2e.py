@@ -311,6 +311,33 @@ def provider_dropping_a_kept_connection_breaks_nothing(env):
 
 
 @case
+def request_the_provider_drops_on_a_kept_connection_is_sent_again(env):
+    # The provider answers, keeps the connection, then reads the next request
+    # on it and closes without a word: not one byte of an answer. The broker
+    # sends that request once more on a fresh connection (the provider sees
+    # it twice, the same body both times) and the guest gets the answer.
+    before = env.provider_log()
+    conn = http.client.HTTPSConnection(API, 443, context=tls_context(env), timeout=10)
+    try:
+        conn.request("GET", "/v1/drop-next", headers={"x-api-key": env.nonces[API]})
+        resp = conn.getresponse()
+        assert resp.status == 200, (resp.status, resp.read())
+        resp.read()
+        conn.request("POST", "/v1/messages?after-drop=1", body=b'{"n":1}',
+                     headers={"x-api-key": env.nonces[API], "content-type": "application/json"})
+        resp = conn.getresponse()
+        body = resp.read()
+        assert resp.status == 200, (resp.status, body)
+        assert b"msg_1" in body, body
+    finally:
+        conn.close()
+    got = env.provider_log()[len(before):]
+    assert [(g["path"].split("?")[0], g.get("dropped", False)) for g in got] == [
+        ("/v1/drop-next", False), ("/v1/messages", True), ("/v1/messages", False)], got
+    assert got[1]["body"] == got[2]["body"] == '{"n":1}', got
+
+
+@case
 def chunked_request_body_is_forwarded(env):
     before = env.provider_log()
     body = b"7\r\n{\"a\":1}\r\n3\r\n, 2\r\n0\r\n\r\n"

@@ -22,6 +22,10 @@ Routes (any method):
   /v1/error      503 with Retry-After: 5
   /v1/close-after  200, then the connection is closed without a word (no
                  "Connection: close"): a provider dropping a kept connection
+  /v1/drop-next  200, the connection kept; the next request on it is read,
+                 recorded with "dropped": true, and the connection closed
+                 without an answer: a provider's idle close crossing the
+                 client's next request, made certain
   /v1/ws         with "Upgrade: echo": 101, then the x-api-key it received
                  as a first line (a provider that leaks it), then an echo of
                  every line until EOF
@@ -74,10 +78,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-    def _record(self, body):
+    def _record(self, body, dropped=False):
         entry = {"method": self.command, "path": self.path,
                  "headers": [[k, v] for k, v in self.headers.items()],
                  "body": body.decode("latin-1")}
+        if dropped:
+            entry["dropped"] = True
         with LOCK, open(self.server.log_path, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
@@ -106,6 +112,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _handle(self):
         body = self._read_body()
+        if getattr(self, "drop_next", False):
+            self._record(body, dropped=True)
+            self.close_connection = True
+            return
         self._record(body)
         path = self.path.split("?")[0]
         if path == "/v1/echo":
@@ -159,6 +169,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif path == "/v1/close-after":
             self._send(200, b'{"closing":true}')
             self.close_connection = True
+        elif path == "/v1/drop-next":
+            self._send(200, b'{"next":"dropped"}')
+            self.drop_next = True
         elif path == "/v1/redirect":
             self._send(302, b"", "text/plain", [("Location", "https://elsewhere.example.test/v1/messages")])
         elif path == "/v1/ratelimit":
