@@ -103,7 +103,22 @@ TEST(EventLoopRequest, ClosedWriterCompletesWithEndOfFile) {
 // cancel_all() takes back every request of one Completion, waits for them,
 // and never calls it; another's completion that arrives meanwhile, and a
 // watcher's wake-up, are kept for the next turn.
-TEST(EventLoopRequest, CancelAllTakesBackOnlyTheOwnersRequests) {
+// Two owners of requests on one loop (`mine`, `other`, reading pipes a and
+// b) and a watcher of pipe w: for the calls that act on one owner's
+// requests outside a turn and must keep everyone else's for the next one.
+class EventLoopOwners : public ::testing::Test {
+ protected:
+  EventLoopOwners() { loop.watch(w.read_end.get(), POLLIN, &watcher); }
+  // Turns the loop until other's completion and the watcher's wake-up came
+  // (bounded), then checks both did, other's with `value`.
+  void expect_the_others_kept_for_the_next_turn(int value) {
+    for (int i = 0; i < 20 && (other.results.empty() || watcher.wakes == 0); ++i)
+      loop.run_once(base::Millis(50));
+    ASSERT_EQ(other.results.size(), 1u);
+    EXPECT_EQ(other.results[0], value);
+    EXPECT_GE(watcher.wakes, 1);
+  }
+
   EventLoop loop;
   Pipe a = Pipe::make();
   Pipe b = Pipe::make();
@@ -111,7 +126,9 @@ TEST(EventLoopRequest, CancelAllTakesBackOnlyTheOwnersRequests) {
   Recorder mine;
   Recorder other;
   CountingWatcher watcher;
-  loop.watch(w.read_end.get(), POLLIN, &watcher);
+};
+
+TEST_F(EventLoopOwners, CancelAllTakesBackOnlyTheOwnersRequests) {
   std::array<std::uint8_t, 8> buf1{};
   std::array<std::uint8_t, 8> buf2{};
   std::array<std::uint8_t, 8> buf3{};
@@ -126,12 +143,8 @@ TEST(EventLoopRequest, CancelAllTakesBackOnlyTheOwnersRequests) {
   EXPECT_EQ(in_flight, 0u);
   EXPECT_TRUE(mine.results.empty());
   a.put(3);  // nobody reads pipe a any more
-  for (int i = 0; i < 20 && (other.results.empty() || watcher.wakes == 0); ++i)
-    loop.run_once(base::Millis(50));
+  expect_the_others_kept_for_the_next_turn(1);
   EXPECT_TRUE(mine.results.empty());
-  ASSERT_EQ(other.results.size(), 1u);
-  EXPECT_EQ(other.results[0], 1);
-  EXPECT_GE(watcher.wakes, 1);
   std::uint8_t left = 0;
   EXPECT_EQ(::read(a.read_end.get(), &left, 1), 1) << "a cancelled read still took the byte";
   EXPECT_EQ(left, 3);
@@ -142,16 +155,8 @@ TEST(EventLoopRequest, CancelAllTakesBackOnlyTheOwnersRequests) {
 // for events) and one queued, not yet submitted, whose data is there; a read
 // with nothing to read stays in the kernel. Another's completion and a
 // watcher's wake-up are kept for the next turn.
-TEST(EventLoopRequest, CompleteReadyDispatchesOnlyTheOwnersFinishedRequests) {
-  EventLoop loop;
-  Pipe a = Pipe::make();
-  Pipe b = Pipe::make();
+TEST_F(EventLoopOwners, CompleteReadyDispatchesOnlyTheOwnersFinishedRequests) {
   Pipe c = Pipe::make();
-  Pipe w = Pipe::make();
-  Recorder mine;
-  Recorder other;
-  CountingWatcher watcher;
-  loop.watch(w.read_end.get(), POLLIN, &watcher);
   std::array<std::uint8_t, 8> buf1{};
   std::array<std::uint8_t, 8> buf2{};
   std::array<std::uint8_t, 8> buf3{};
@@ -175,11 +180,7 @@ TEST(EventLoopRequest, CompleteReadyDispatchesOnlyTheOwnersFinishedRequests) {
   EXPECT_TRUE(other.results.empty());
   EXPECT_EQ(watcher.wakes, 0);
   EXPECT_EQ(loop.complete_ready(&mine), 0u) << "nothing more of mine has finished";
-  for (int i = 0; i < 20 && (other.results.empty() || watcher.wakes == 0); ++i)
-    loop.run_once(base::Millis(50));
-  ASSERT_EQ(other.results.size(), 1u);
-  EXPECT_EQ(other.results[0], 1);
-  EXPECT_GE(watcher.wakes, 1);
+  expect_the_others_kept_for_the_next_turn(1);
   EXPECT_EQ(mine.results.size(), 3u);
 }
 
