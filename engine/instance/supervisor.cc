@@ -28,6 +28,7 @@ using namespace std::chrono_literals;
 constexpr auto kNetworkReadyTimeout = 20s;
 constexpr auto kBrokerReadyTimeout = 20s;
 constexpr auto kChildStopGrace = 3s;
+constexpr auto kEchoGrace = 500ms;
 constexpr std::uint32_t kOutputCredit = 256 * 1024;
 constexpr std::size_t kMaxChildLine = 64 * 1024;
 constexpr std::uint64_t kChildLogBytes = 1 << 20;
@@ -112,6 +113,7 @@ InstanceSupervisor::InstanceSupervisor(boost::asio::io_context& io, InstanceConf
       events_extra_fd_(events_extra_fd),
       step_timer_(io),
       run_timer_(io),
+      cause_timer_(io),
       stop_timer_(io) {}
 
 InstanceSupervisor::~InstanceSupervisor() {
@@ -570,9 +572,24 @@ void InstanceSupervisor::on_forged_frame(std::string_view reason) {
 
 void InstanceSupervisor::on_closed(std::string_view reason) {
   if (stopping_ && reason.empty()) return;  // the guest powering off as asked
-  std::string why =
-      reason.empty() ? "the guest closed the control channel before the command ended" : std::string(reason);
-  fail(command_started() ? InstanceOutcome::Kind::kCrashed : InstanceOutcome::Kind::kCouldNotStart, why);
+  auto kind = command_started() ? InstanceOutcome::Kind::kCrashed : InstanceOutcome::Kind::kCouldNotStart;
+  if (!reason.empty()) {
+    fail(kind, std::string(reason));  // the guest broke the protocol
+    return;
+  }
+  fail_unless_vmm_died(kind, "the guest closed the control channel before the command ended");
+}
+
+void InstanceSupervisor::fail_unless_vmm_died(InstanceOutcome::Kind kind, std::string reason) {
+  // A VMM that dies closes the control channel and abox-net's socket a moment
+  // before its own pidfd says so: give the VMM's death the first word, so the
+  // reason names it and not one of its echoes.
+  cause_timer_.expires_after(kEchoGrace);
+  cause_timer_.async_wait(
+      [this, kind, reason = std::move(reason), alive = alive_](const boost::system::error_code& ec) {
+        if (!*alive || ec) return;
+        fail(kind, reason);
+      });
 }
 
 void InstanceSupervisor::on_child_exit(Child& c, const ExitStatus& status) {

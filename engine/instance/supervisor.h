@@ -148,6 +148,7 @@ class InstanceSupervisor final : private ControlSession::Listener {
 
   void transition(InstanceState s, std::string_view reason = {});
   void fail(InstanceOutcome::Kind kind, std::string reason);
+  void fail_unless_vmm_died(InstanceOutcome::Kind kind, std::string reason);
   void begin_stop();
   void stop_children_after_vmm();
   void check_done();
@@ -187,9 +188,10 @@ class InstanceSupervisor final : private ControlSession::Listener {
   std::unique_ptr<HostOutput> out_, err_;
   std::unique_ptr<HostInput> in_;
 
-  boost::asio::steady_timer step_timer_;  // the current start-up step's deadline
-  boost::asio::steady_timer run_timer_;   // --timeout
-  boost::asio::steady_timer stop_timer_;  // grace before the kills
+  boost::asio::steady_timer step_timer_;   // the current start-up step's deadline
+  boost::asio::steady_timer run_timer_;    // --timeout
+  boost::asio::steady_timer cause_timer_;  // an echo of a VMM death waits for the VMM's pidfd
+  boost::asio::steady_timer stop_timer_;   // grace before the kills
 
   InstanceOutcome outcome_;
   bool outcome_set_ = false;
