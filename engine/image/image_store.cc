@@ -101,67 +101,114 @@ std::vector<std::string> ImageStore::recipes() const {
   return out;
 }
 
-base::Result<std::vector<ImageStore::Input>, std::string> ImageStore::inputs(const std::string& name) const {
-  if (!valid_image_name(name)) return base::Err{"image name '" + name + "': use 1-64 of A-Z a-z 0-9 . _ -"};
-  std::string recipe = layout_.recipes_dir + "/" + name;
-  std::error_code ec;
-  if (!fs::exists(recipe + "/build.sh", ec)) {
-    std::string known;
-    for (const auto& r : recipes()) known += (known.empty() ? "" : ", ") + r;
-    return base::Err{"no recipe for an image named '" + name + "' (in " + layout_.recipes_dir +
-                     "; known: " + (known.empty() ? "none" : known) + ")"};
-  }
-  std::vector<Input> in;
-  std::vector<std::string> recipe_files;
-  for (const auto& e : fs::recursive_directory_iterator(recipe, ec)) {
-    if (e.is_regular_file(ec)) recipe_files.push_back(fs::relative(e.path(), recipe).string());
-  }
-  std::sort(recipe_files.begin(), recipe_files.end());
-  for (const auto& f : recipe_files) in.push_back({"recipe/" + f, recipe + "/" + f});
-  in.push_back({"box-guest", layout_.box_guest});
-  in.push_back({"busybox", find_program("busybox")});
-  in.push_back({"kernel/vmlinux", layout_.kernel_dir + "/vmlinux"});
-  in.push_back({"kernel/VERSION", layout_.kernel_dir + "/VERSION"});
-  in.push_back({"modules.list", layout_.modules_list});
-  std::ifstream list(layout_.modules_list);
-  std::string line;
-  while (std::getline(list, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::string base = line.substr(line.rfind('/') + 1);
-    in.push_back({"kernel/modules/" + base, layout_.kernel_dir + "/modules/" + base});
-  }
-  for (const auto& i : in) {
-    struct stat st {};
-    if (i.path.empty() || ::stat(i.path.c_str(), &st) != 0) {
-      std::string hint = i.role == "box-guest" ? " (build it: cmake --build build --target box-guest)"
-                         : i.role == "busybox" ? " (install busybox-static)"
-                         : i.role.starts_with("kernel") ? " (scripts/setup.sh fetches the guest kernel)"
-                                                        : "";
-      return base::Err{"image " + name + ": missing " + i.role + (i.path.empty() ? "" : " at " + i.path) +
-                       hint};
-    }
-  }
-  return in;
+std::vector<std::string> ImageStore::recipe_env() const {
+  return {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+          "LC_ALL=C",
+          "BOX_GUEST=" + layout_.box_guest,
+          "BUSYBOX=" + find_program("busybox"),
+          "KERNEL_DIR=" + layout_.kernel_dir,
+          "MODULES_LIST=" + layout_.modules_list};
 }
 
-std::string ImageStore::stat_keys(const std::vector<Input>& in) const {
+base::Result<std::vector<std::string>, std::string> ImageStore::inputs(const std::string& name) const {
+  if (!valid_image_name(name)) return base::Err{"image name '" + name + "': use 1-64 of A-Z a-z 0-9 . _ -"};
+  std::string recipe = layout_.recipes_dir + "/" + name + "/build.sh";
+  std::error_code ec;
+  if (!fs::exists(recipe, ec)) {
+    std::string known;
+    for (const auto& r : recipes()) known += (known.empty() ? "" : ", ") + r;
+    return base::Err{"no recipe for an image named '" + name + "' (in " + layout_.recipes_dir + "; known: " +
+                     (known.empty() ? "none" : known) + ")"};
+  }
+  // The recipe names what it is made from (one source of truth); the kernel
+  // is copied beside its initramfs here, so it is an input too.
+  auto out = make_pipe();
+  auto null = open_dev_null();
+  ChildSpec spec;
+  spec.program = find_program("bash");
+  spec.argv = {spec.program, recipe, "--print-inputs"};
+  spec.env = recipe_env();
+  spec.fds = {{0, null.get()}, {1, out.write.get()}, {2, out.write.get()}};
+  auto child = ChildProcess::spawn(spec);
+  if (!child.ok()) return base::Err{"could not run the recipe: " + child.error()};
+  out.write.reset();
+  std::vector<std::string> paths;
+  std::string last;
+  LineSplitter lines(4096, [&](std::string_view l) {
+    last = std::string(l);
+    if (!l.empty()) paths.emplace_back(l);
+  });
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(out.read.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    lines.feed(std::span(reinterpret_cast<const std::uint8_t*>(buf), static_cast<std::size_t>(n)));
+  }
+  lines.finish();
+  auto status = child->wait();
+  if (status.signalled || status.value != 0) {
+    std::string hint = last.find("box-guest") != std::string::npos
+                           ? " (build it: cmake --build build --target box-guest)"
+                           : last.find("kernel") != std::string::npos ? " (scripts/setup.sh fetches the guest kernel)" : "";
+    return base::Err{"image " + name + ": " + last + hint};
+  }
+  paths.push_back(layout_.kernel_dir + "/vmlinux");
+  paths.push_back(layout_.kernel_dir + "/VERSION");
+  for (const auto& p : paths) {
+    struct stat st{};
+    if (::stat(p.c_str(), &st) != 0) return base::Err{"image " + name + ": missing input " + p};
+  }
+  return paths;
+}
+
+std::string ImageStore::stat_keys(const std::vector<std::string>& in) const {
   std::string keys;
-  for (const auto& i : in) {
-    struct stat st {};
-    ::stat(i.path.c_str(), &st);
-    keys += i.role + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+  for (const auto& p : in) {
+    struct stat st{};
+    ::stat(p.c_str(), &st);
+    keys += p + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
             std::to_string(st.st_mtim.tv_nsec) + ";";
   }
   return keys;
+}
+
+base::Result<std::string, std::string> ImageStore::content_hash(const std::vector<std::string>& in) const {
+  base::Sha256 h;
+  for (const auto& p : in) {
+    // The file's name (not where it sits on this machine), its size and its
+    // bytes: the same inputs give the same hash on any machine, and no two
+    // different lists of files give the same stream.
+    struct stat st{};
+    ::stat(p.c_str(), &st);
+    std::string head = p.substr(p.rfind('/') + 1) + '\0' + std::to_string(st.st_size) + '\0';
+    h.update(base::as_bytes(head));
+    if (auto r = hash_file(h, p); !r.ok()) return base::Err{r.error()};
+  }
+  return hex(h.finish());
 }
 
 ImageFreshness ImageStore::freshness(const std::string& name) const {
   std::string dir = root_ + "/" + name;
   auto meta = read_meta(dir + "/image.meta");
   if (meta.empty()) return ImageFreshness::kMissing;
-  auto in = inputs(name);
-  if (!in.ok()) return ImageFreshness::kStale;
-  return meta["inputs"] == stat_keys(*in) ? ImageFreshness::kCurrent : ImageFreshness::kStale;
+  // The recorded inputs as they are now: a stat() each, no recipe run.
+  std::vector<std::string> recorded;
+  std::string list = meta["inputs"];
+  for (std::size_t at = 0; at < list.size();) {
+    auto end = list.find(';', at);
+    if (end == std::string::npos) break;
+    std::string entry = list.substr(at, end - at);
+    auto colon = entry.find(':');
+    recorded.push_back(entry.substr(0, colon));
+    at = end + 1;
+  }
+  if (recorded.empty() || meta["layout"] != layout_key()) return ImageFreshness::kStale;
+  return meta["inputs"] == stat_keys(recorded) ? ImageFreshness::kCurrent : ImageFreshness::kStale;
+}
+
+std::string ImageStore::layout_key() const {
+  return layout_.recipes_dir + "|" + layout_.box_guest + "|" + layout_.kernel_dir + "|" + layout_.modules_list;
 }
 
 base::Result<ImageInfo, std::string> ImageStore::find(const std::string& name) const {
@@ -191,13 +238,8 @@ base::Result<ImageInfo, std::string> ImageStore::build(const std::string& name,
   if (ec) return base::Err{root_ + ": " + ec.message()};
 
   progress("hashing the recipe's inputs");
-  base::Sha256 h;
-  for (const auto& i : *in) {
-    h.update(base::as_bytes(i.role));
-    h.update(base::as_bytes(std::string_view("\0", 1)));
-    if (auto r = hash_file(h, i.path); !r.ok()) return base::Err{r.error()};
-  }
-  std::string hash = hex(h.finish());
+  auto hash = content_hash(*in);
+  if (!hash.ok()) return base::Err{hash.error()};
 
   std::string tmpl = root_ + "/.build-" + name + "-XXXXXX";
   std::vector<char> tmp_buf(tmpl.begin(), tmpl.end());
@@ -212,12 +254,7 @@ base::Result<ImageInfo, std::string> ImageStore::build(const std::string& name,
   ChildSpec spec;
   spec.program = find_program("bash");
   spec.argv = {spec.program, recipe + "/build.sh", tmp};
-  spec.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-              "LC_ALL=C",
-              "BOX_GUEST=" + layout_.box_guest,
-              "BUSYBOX=" + find_program("busybox"),
-              "KERNEL_DIR=" + layout_.kernel_dir,
-              "MODULES_LIST=" + layout_.modules_list};
+  spec.env = recipe_env();
   spec.fds = {{0, null.get()}, {1, out.write.get()}, {2, out.write.get()}};
   auto child = ChildProcess::spawn(spec);
   if (!child.ok()) {
@@ -259,9 +296,10 @@ base::Result<ImageInfo, std::string> ImageStore::build(const std::string& name,
     return base::Err{"copying the kernel: " + ec.message()};
   }
   std::ostringstream meta;
-  meta << "name=" << name << "\nhash=" << hash << "\ninitramfs=" << initramfs
+  meta << "name=" << name << "\nhash=" << *hash << "\ninitramfs=" << initramfs
        << "\nbuilt=" << base::format_utc_millis(std::chrono::system_clock::now())
-       << "\nkernel=" << first_line(layout_.kernel_dir + "/VERSION") << "\ninputs=" << stat_keys(*in) << "\n";
+       << "\nkernel=" << first_line(layout_.kernel_dir + "/VERSION") << "\nlayout=" << layout_key()
+       << "\ninputs=" << stat_keys(*in) << "\n";
   {
     std::ofstream f(tmp + "/image.meta", std::ios::trunc);
     f << meta.str();
@@ -282,7 +320,7 @@ base::Result<ImageInfo, std::string> ImageStore::build(const std::string& name,
     return base::Err{"could not put the image in place at " + dir};
   }
   if (had_old) fs::remove_all(old, ec);
-  progress("built " + name + " (" + hash.substr(0, 12) + ")");
+  progress("built " + name + " (" + hash->substr(0, 12) + ")");
   return find(name);
 }
 

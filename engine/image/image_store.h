@@ -7,11 +7,13 @@
 //                         their sizes and times, when built, the kernel version
 //
 // An image is built from its recipe, guest/image/NAME/build.sh (installed:
-// PREFIX/share/abox/images/NAME/), whose inputs are named: the recipe's own
-// files, box-guest, busybox, the kernel and its modules. The image's hash is
-// the SHA-256 of all of them, so a change to any input (box-guest rebuilt, a
-// new kernel) makes it stale and `abox run` builds it again; checking costs a
-// stat() per input (their sizes and times are kept beside the hash). Builds
+// PREFIX/share/abox/images/NAME/), which names its own inputs
+// (`build.sh --print-inputs`: its files, box-guest, busybox, the modules);
+// the kernel is one more. The image's hash is the SHA-256 of all of them
+// (names and bytes), so a change to any input (box-guest rebuilt, a new
+// kernel) makes it stale and `abox run` builds it again; checking costs a
+// stat() per input (their sizes and times are kept beside the hash), and an
+// input touched but not changed costs a hash, not a build. Builds
 // go to a temporary folder and are renamed into place, so a failed or
 // interrupted build leaves the old image as it was.
 #pragma once
@@ -61,12 +63,12 @@ class ImageStore {
   base::Result<void, std::string> remove(const std::string& name) const;
 
  private:
-  struct Input {
-    std::string role;  // "recipe/build.sh", "box-guest", "kernel/vmlinux", ...
-    std::string path;
-  };
-  base::Result<std::vector<Input>, std::string> inputs(const std::string& name) const;
-  std::string stat_keys(const std::vector<Input>& in) const;
+  // Every file the image is made from: what the recipe's --print-inputs names, and the kernel.
+  base::Result<std::vector<std::string>, std::string> inputs(const std::string& name) const;
+  std::string stat_keys(const std::vector<std::string>& in) const;
+  base::Result<std::string, std::string> content_hash(const std::vector<std::string>& in) const;
+  std::vector<std::string> recipe_env() const;
+  std::string layout_key() const;
 
   std::string root_;
   Layout layout_;
