@@ -40,6 +40,12 @@ std::optional<SocketAddress> parse_address_port(std::string_view text) {
   }
   auto p = parse_port(port);
   if (!p || host.empty() || host.size() > 45) return std::nullopt;
+  // inet_pton reads a C string: a NUL inside would end the address early.
+  for (char c : host) {
+    const bool address_char =
+        (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '.' || c == ':';
+    if (!address_char) return std::nullopt;
+  }
   std::string h(host);
   SocketAddress a;
   if (v6) {
