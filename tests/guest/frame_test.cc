@@ -135,8 +135,9 @@ TEST(ControlFrame, ReplayedAndSkippedSequenceNumbersAreRefused) {
 
 TEST(ControlFrame, LengthsThatLieBreakTheStreamForGood) {
   for (std::uint32_t length : {0u, 1u, 40u, static_cast<std::uint32_t>(kMaxFrameBytes - 3), 0xffffffffu}) {
-    std::vector<std::uint8_t> wire = {static_cast<std::uint8_t>(length >> 24), static_cast<std::uint8_t>(length >> 16),
-                                      static_cast<std::uint8_t>(length >> 8), static_cast<std::uint8_t>(length)};
+    std::vector<std::uint8_t> wire = {
+        static_cast<std::uint8_t>(length >> 24), static_cast<std::uint8_t>(length >> 16),
+        static_cast<std::uint8_t>(length >> 8), static_cast<std::uint8_t>(length)};
     wire.resize(64, 0);
     FrameReader r(Direction::kGuestToHost);
     auto c = feed(r, wire, 1000);

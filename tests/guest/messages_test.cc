@@ -100,7 +100,8 @@ TEST(ControlMessages, GuestMessagesRoundTripAndRefuseEveryTruncation) {
   expect_every_truncation_and_extension_refused(rep, decode_selftest_report);
 
   expect_every_truncation_and_extension_refused(Started{42}, decode_started);
-  expect_every_truncation_and_extension_refused(StartFailed{StartFailure::kNotFound, 2, "nope"}, decode_start_failed);
+  expect_every_truncation_and_extension_refused(StartFailed{StartFailure::kNotFound, 2, "nope"},
+                                                decode_start_failed);
   expect_every_truncation_and_extension_refused(Exited{false, 7}, decode_exited);
   expect_every_truncation_and_extension_refused(LogLine{"dhcp: lease 10.0.2.15"}, decode_log);
   expect_every_truncation_and_extension_refused(Credit{65536}, decode_credit);
