@@ -170,7 +170,8 @@ base::Result<DhcpReply, DhcpReplyError> parse_bootp(std::span<const std::uint8_t
         if (*len != 4) return Err{DhcpReplyError::kBadOptionLength};
         const std::uint32_t mask = *v.u32be();
         const std::uint32_t inverted = ~mask;
-        if ((inverted & (inverted + 1)) != 0) return Err{DhcpReplyError::kMaskNotContiguous};
+        // A /0 is no subnet: the kernel takes prefixes of 1-32 only.
+        if (mask == 0 || (inverted & (inverted + 1)) != 0) return Err{DhcpReplyError::kBadMask};
         reply.prefix_len = static_cast<std::uint8_t>(__builtin_popcount(mask));
         break;
       }
@@ -274,8 +275,8 @@ std::string_view dhcp_reply_error_name(DhcpReplyError e) {
       return "message type is not OFFER, ACK or NAK";
     case DhcpReplyError::kNoServerId:
       return "no server identifier";
-    case DhcpReplyError::kMaskNotContiguous:
-      return "subnet mask is not contiguous";
+    case DhcpReplyError::kBadMask:
+      return "subnet mask is 0 or not contiguous";
     case DhcpReplyError::kMtuTooSmall:
       return "MTU under 68";
     case DhcpReplyError::kUnusableAddress:

@@ -24,7 +24,8 @@
 //   options: pads skipped, every length inside the message, an end option
 //     required; 52 (overload: options in sname/file) refused; the options
 //     read (53, 54, 1, 3, 6, 26, 51) each at most once with a valid length;
-//     53 one of OFFER, ACK, NAK; 54 required; the mask contiguous; the MTU
+//     53 one of OFFER, ACK, NAK; 54 required; the mask contiguous and not
+//     0 (a prefix of 1-32); the MTU
 //     at least 68; yiaddr a usable unicast address in an OFFER or ACK.
 // Every other option is skipped unread. At most 3 DNS servers are kept.
 #pragma once
@@ -93,7 +94,7 @@ enum class DhcpReplyError : std::uint8_t {
   kNoMessageType,
   kNotServerMessage,
   kNoServerId,
-  kMaskNotContiguous,
+  kBadMask,
   kMtuTooSmall,
   kUnusableAddress,
 };

@@ -300,7 +300,9 @@ TEST(DhcpPacket, BootpAndOptionNastyCases) {
   EXPECT_EQ(only({{53, {1}}, {54, server}}), DhcpReplyError::kNotServerMessage);  // a DISCOVER
   EXPECT_EQ(only({{53, {2}}}), DhcpReplyError::kNoServerId);
   EXPECT_EQ(only({{53, {2}}, {54, {10, 0, 2}}}), DhcpReplyError::kBadOptionLength);
-  EXPECT_EQ(only({{53, {2}}, {54, server}, {1, {255, 0, 255, 0}}}), DhcpReplyError::kMaskNotContiguous);
+  EXPECT_EQ(only({{53, {2}}, {54, server}, {1, {255, 0, 255, 0}}}), DhcpReplyError::kBadMask);
+  EXPECT_EQ(only({{53, {2}}, {54, server}, {1, {0, 0, 0, 0}}}), DhcpReplyError::kBadMask)
+      << "a /0 (found by fuzzing)";
   EXPECT_EQ(only({{53, {2}}, {54, server}, {1, {255, 255}}}), DhcpReplyError::kBadOptionLength);
   EXPECT_EQ(only({{53, {2}}, {54, server}, {3, {10, 0, 2, 2, 10}}}), DhcpReplyError::kBadOptionLength);
   EXPECT_EQ(only({{53, {2}}, {54, server}, {6, {}}}), DhcpReplyError::kBadOptionLength);
