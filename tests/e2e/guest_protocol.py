@@ -363,7 +363,7 @@ class HostChannel:
                 raise TimeoutError(f"no frame from the guest within {timeout:.0f} s")
             ready, _, _ = select.select([self.sock], [], [], left)
             if ready:
-                data = self.sock.recv(1 << 20)
+                data = self.sock.recv(65536)  # every frame is taken before the next read: the reader's bound holds
                 if not data:
                     raise EOFError("the guest closed the control channel")
                 self.reader.feed(data)
