@@ -29,19 +29,35 @@ void round_trip(const std::optional<M>& m, std::span<const std::uint8_t> payload
   if (!m) return;
   std::vector<std::uint8_t> again;
   encode(*m, again);
-  if (again.size() != payload.size() || !std::equal(again.begin(), again.end(), payload.begin())) std::abort();
+  if (again.size() != payload.size() || !std::equal(again.begin(), again.end(), payload.begin()))
+    std::abort();
 }
 
 void decode_payload(std::uint8_t type, std::span<const std::uint8_t> p) {
   switch (static_cast<GuestMessage>(type)) {
-    case GuestMessage::kHello: round_trip(decode_hello(p), p); break;
-    case GuestMessage::kSelftestReport: round_trip(decode_selftest_report(p), p); break;
-    case GuestMessage::kStarted: round_trip(decode_started(p), p); break;
-    case GuestMessage::kStartFailed: round_trip(decode_start_failed(p), p); break;
-    case GuestMessage::kExited: round_trip(decode_exited(p), p); break;
-    case GuestMessage::kLog: round_trip(decode_log(p), p); break;
-    case GuestMessage::kStdinCredit: round_trip(decode_credit(p), p); break;
-    default: break;
+    case GuestMessage::kHello:
+      round_trip(decode_hello(p), p);
+      break;
+    case GuestMessage::kSelftestReport:
+      round_trip(decode_selftest_report(p), p);
+      break;
+    case GuestMessage::kStarted:
+      round_trip(decode_started(p), p);
+      break;
+    case GuestMessage::kStartFailed:
+      round_trip(decode_start_failed(p), p);
+      break;
+    case GuestMessage::kExited:
+      round_trip(decode_exited(p), p);
+      break;
+    case GuestMessage::kLog:
+      round_trip(decode_log(p), p);
+      break;
+    case GuestMessage::kStdinCredit:
+      round_trip(decode_credit(p), p);
+      break;
+    default:
+      break;
   }
 }
 

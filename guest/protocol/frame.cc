@@ -17,16 +17,20 @@ void put_be(std::uint8_t* p, std::uint64_t v, int bytes) {
 
 std::string_view frame_error_name(FrameError e) {
   switch (e) {
-    case FrameError::kLengthTooSmall: return "frame_length_too_small";
-    case FrameError::kLengthTooLarge: return "frame_length_too_large";
-    case FrameError::kBadSequence: return "frame_bad_sequence";
-    case FrameError::kBadMac: return "frame_bad_mac";
+    case FrameError::kLengthTooSmall:
+      return "frame_length_too_small";
+    case FrameError::kLengthTooLarge:
+      return "frame_length_too_large";
+    case FrameError::kBadSequence:
+      return "frame_bad_sequence";
+    case FrameError::kBadMac:
+      return "frame_bad_mac";
   }
   return "frame_error";
 }
 
-base::Sha256Digest frame_mac(const ChannelKey& key, Direction direction, std::uint32_t length, std::uint8_t type,
-                             std::uint64_t seq, std::span<const std::uint8_t> payload) {
+base::Sha256Digest frame_mac(const ChannelKey& key, Direction direction, std::uint32_t length,
+                             std::uint8_t type, std::uint64_t seq, std::span<const std::uint8_t> payload) {
   std::array<std::uint8_t, 1 + 4 + 1 + 8> head{};
   head[0] = static_cast<std::uint8_t>(direction);
   put_be(head.data() + 1, length, 4);
@@ -35,7 +39,8 @@ base::Sha256Digest frame_mac(const ChannelKey& key, Direction direction, std::ui
   return base::hmac_sha256(key, {head, payload});
 }
 
-void FrameWriter::append(std::vector<std::uint8_t>& out, std::uint8_t type, std::span<const std::uint8_t> payload) {
+void FrameWriter::append(std::vector<std::uint8_t>& out, std::uint8_t type,
+                         std::span<const std::uint8_t> payload) {
   if (payload.size() > kMaxPayload) {
     std::fprintf(stderr, "abox: control frame payload of %zu bytes\n", payload.size());
     std::abort();
@@ -67,7 +72,9 @@ std::span<std::uint8_t> FrameReader::space() {
   return std::span(buffer_).subspan(end_);
 }
 
-void FrameReader::commit(std::size_t n) { end_ += std::min(n, buffer_.size() - end_); }
+void FrameReader::commit(std::size_t n) {
+  end_ += std::min(n, buffer_.size() - end_);
+}
 
 base::Result<std::optional<Frame>, FrameError> FrameReader::next() {
   if (broken_) return base::Err{*broken_};
@@ -92,7 +99,8 @@ base::Result<std::optional<Frame>, FrameError> FrameReader::next() {
   auto seq_lo = r.u32be();
   auto payload = r.bytes(*length - 1 - 8 - kMacBytes);
   auto mac = r.bytes(kMacBytes);
-  if (!type || !seq_hi || !seq_lo || !payload || !mac) return std::optional<Frame>{};  // cannot happen: length checked
+  if (!type || !seq_hi || !seq_lo || !payload || !mac)
+    return std::optional<Frame>{};  // cannot happen: length checked
   start_ += 4 + *length;
   std::uint64_t seq = (std::uint64_t{*seq_hi} << 32) | *seq_lo;
 

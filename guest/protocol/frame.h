@@ -51,10 +51,10 @@ struct Frame {
 };
 
 enum class FrameError {
-  kLengthTooSmall,   // shorter than type + seq + mac
-  kLengthTooLarge,   // over kMaxFrameBytes: the stream cannot be followed
-  kBadSequence,      // not the next number: replayed, reordered or dropped
-  kBadMac,           // the MAC does not verify (or is not zeros before keying)
+  kLengthTooSmall,  // shorter than type + seq + mac
+  kLengthTooLarge,  // over kMaxFrameBytes: the stream cannot be followed
+  kBadSequence,     // not the next number: replayed, reordered or dropped
+  kBadMac,          // the MAC does not verify (or is not zeros before keying)
 };
 std::string_view frame_error_name(FrameError e);
 
@@ -110,7 +110,7 @@ class FrameReader {
 };
 
 // The MAC of one frame (exposed for tests and for the fuzz target's seeds).
-base::Sha256Digest frame_mac(const ChannelKey& key, Direction direction, std::uint32_t length, std::uint8_t type,
-                             std::uint64_t seq, std::span<const std::uint8_t> payload);
+base::Sha256Digest frame_mac(const ChannelKey& key, Direction direction, std::uint32_t length,
+                             std::uint8_t type, std::uint64_t seq, std::span<const std::uint8_t> payload);
 
 }  // namespace abox::guest

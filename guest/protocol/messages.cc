@@ -9,7 +9,9 @@ namespace {
 
 // ---- writing ----
 
-void put_u8(std::vector<std::uint8_t>& out, std::uint8_t v) { out.push_back(v); }
+void put_u8(std::vector<std::uint8_t>& out, std::uint8_t v) {
+  out.push_back(v);
+}
 void put_u16(std::vector<std::uint8_t>& out, std::uint16_t v) {
   out.push_back(static_cast<std::uint8_t>(v >> 8));
   out.push_back(static_cast<std::uint8_t>(v));
@@ -70,54 +72,81 @@ class Fields {
   bool ok_ = true;
 };
 
-bool valid_probe_kind(std::uint8_t k) { return k >= 1 && k <= 4; }
-bool valid_outcome(std::uint8_t o) { return o <= 2; }
+bool valid_probe_kind(std::uint8_t k) {
+  return k >= 1 && k <= 4;
+}
+bool valid_outcome(std::uint8_t o) {
+  return o <= 2;
+}
 
 }  // namespace
 
 std::string_view guest_message_name(std::uint8_t type) {
   switch (static_cast<GuestMessage>(type)) {
-    case GuestMessage::kHello: return "hello";
-    case GuestMessage::kSelftestReport: return "selftest_report";
-    case GuestMessage::kStarted: return "started";
-    case GuestMessage::kStdout: return "stdout";
-    case GuestMessage::kStderr: return "stderr";
-    case GuestMessage::kExited: return "exited";
-    case GuestMessage::kLog: return "log";
-    case GuestMessage::kStdinCredit: return "stdin_credit";
-    case GuestMessage::kStartFailed: return "start_failed";
+    case GuestMessage::kHello:
+      return "hello";
+    case GuestMessage::kSelftestReport:
+      return "selftest_report";
+    case GuestMessage::kStarted:
+      return "started";
+    case GuestMessage::kStdout:
+      return "stdout";
+    case GuestMessage::kStderr:
+      return "stderr";
+    case GuestMessage::kExited:
+      return "exited";
+    case GuestMessage::kLog:
+      return "log";
+    case GuestMessage::kStdinCredit:
+      return "stdin_credit";
+    case GuestMessage::kStartFailed:
+      return "start_failed";
   }
   return "unknown";
 }
 
 std::string_view host_message_name(std::uint8_t type) {
   switch (static_cast<HostMessage>(type)) {
-    case HostMessage::kSetup: return "setup";
-    case HostMessage::kGo: return "go";
-    case HostMessage::kStdin: return "stdin";
-    case HostMessage::kStdinEof: return "stdin_eof";
-    case HostMessage::kOutputCredit: return "output_credit";
-    case HostMessage::kSignal: return "signal";
-    case HostMessage::kPoweroff: return "poweroff";
+    case HostMessage::kSetup:
+      return "setup";
+    case HostMessage::kGo:
+      return "go";
+    case HostMessage::kStdin:
+      return "stdin";
+    case HostMessage::kStdinEof:
+      return "stdin_eof";
+    case HostMessage::kOutputCredit:
+      return "output_credit";
+    case HostMessage::kSignal:
+      return "signal";
+    case HostMessage::kPoweroff:
+      return "poweroff";
   }
   return "unknown";
 }
 
 std::string_view probe_kind_name(ProbeKind k) {
   switch (k) {
-    case ProbeKind::kDeniedName: return "denied_name";
-    case ProbeKind::kDirectAddress: return "direct_address";
-    case ProbeKind::kForeignResolver: return "foreign_resolver";
-    case ProbeKind::kNonceInEnv: return "nonce_in_env";
+    case ProbeKind::kDeniedName:
+      return "denied_name";
+    case ProbeKind::kDirectAddress:
+      return "direct_address";
+    case ProbeKind::kForeignResolver:
+      return "foreign_resolver";
+    case ProbeKind::kNonceInEnv:
+      return "nonce_in_env";
   }
   return "unknown";
 }
 
 std::string_view probe_outcome_name(ProbeOutcome o) {
   switch (o) {
-    case ProbeOutcome::kPassed: return "passed";
-    case ProbeOutcome::kFailed: return "failed";
-    case ProbeOutcome::kSkipped: return "skipped";
+    case ProbeOutcome::kPassed:
+      return "passed";
+    case ProbeOutcome::kFailed:
+      return "failed";
+    case ProbeOutcome::kSkipped:
+      return "skipped";
   }
   return "unknown";
 }
@@ -170,7 +199,9 @@ std::optional<SelftestReport> decode_selftest_report(std::span<const std::uint8_
   return m;
 }
 
-void encode(const Started& m, std::vector<std::uint8_t>& out) { put_u32(out, m.pid); }
+void encode(const Started& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.pid);
+}
 
 std::optional<Started> decode_started(std::span<const std::uint8_t> p) {
   Fields f(p);
@@ -190,7 +221,8 @@ std::optional<StartFailed> decode_start_failed(std::span<const std::uint8_t> p) 
   StartFailed m;
   std::uint8_t reason = 0;
   std::uint32_t error = 0;
-  if (!f.u8(reason) || !f.u32(error) || !f.str(m.detail, kMaxShortText) || !f.done() || reason < 1 || reason > 4)
+  if (!f.u8(reason) || !f.u32(error) || !f.str(m.detail, kMaxShortText) || !f.done() || reason < 1 ||
+      reason > 4)
     return std::nullopt;
   m.reason = static_cast<StartFailure>(reason);
   m.error = static_cast<std::int32_t>(error);
@@ -213,7 +245,9 @@ std::optional<Exited> decode_exited(std::span<const std::uint8_t> p) {
   return m;
 }
 
-void encode(const LogLine& m, std::vector<std::uint8_t>& out) { put_str(out, m.text); }
+void encode(const LogLine& m, std::vector<std::uint8_t>& out) {
+  put_str(out, m.text);
+}
 
 std::optional<LogLine> decode_log(std::span<const std::uint8_t> p) {
   Fields f(p);
@@ -222,7 +256,9 @@ std::optional<LogLine> decode_log(std::span<const std::uint8_t> p) {
   return m;
 }
 
-void encode(const Credit& m, std::vector<std::uint8_t>& out) { put_u32(out, m.bytes); }
+void encode(const Credit& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.bytes);
+}
 
 std::optional<Credit> decode_credit(std::span<const std::uint8_t> p) {
   Fields f(p);
@@ -291,7 +327,9 @@ std::optional<Setup> decode_setup(std::span<const std::uint8_t> p) {
   return m;
 }
 
-void encode(const Signal& m, std::vector<std::uint8_t>& out) { put_u8(out, m.signo); }
+void encode(const Signal& m, std::vector<std::uint8_t>& out) {
+  put_u8(out, m.signo);
+}
 
 std::optional<Signal> decode_signal(std::span<const std::uint8_t> p) {
   Fields f(p);

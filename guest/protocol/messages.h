@@ -51,7 +51,7 @@ std::string_view guest_message_name(std::uint8_t type);
 std::string_view host_message_name(std::uint8_t type);
 
 // Caps on what a decoder accepts.
-inline constexpr std::size_t kMaxShortText = 256;      // names, versions, details
+inline constexpr std::size_t kMaxShortText = 256;  // names, versions, details
 inline constexpr std::size_t kMaxLogText = 4096;
 inline constexpr std::size_t kMaxEnvEntries = 256;
 inline constexpr std::size_t kMaxArgs = 1024;
@@ -62,10 +62,10 @@ inline constexpr std::size_t kMaxCaPem = 16 * 1024;
 
 struct Hello {
   std::uint16_t version = kProtocolVersion;
-  std::string agent;           // box-guest's version string
-  std::uint64_t uptime_ms = 0; // the guest kernel's uptime when box-guest said hello
-  bool network_up = false;     // DHCP gave a lease and the interface is configured
-  std::string network;         // "10.0.2.15/24 via 10.0.2.2 dns 10.0.2.2 mtu 65520", or what failed
+  std::string agent;            // box-guest's version string
+  std::uint64_t uptime_ms = 0;  // the guest kernel's uptime when box-guest said hello
+  bool network_up = false;      // DHCP gave a lease and the interface is configured
+  std::string network;          // "10.0.2.15/24 via 10.0.2.2 dns 10.0.2.2 mtu 65520", or what failed
 };
 
 enum class ProbeKind : std::uint8_t {
@@ -128,15 +128,15 @@ struct Probe {
 
 struct Setup {
   ChannelKey key{};
-  std::string ca_pem;              // the instance CA the guest's TLS clients trust ("" without bindings)
-  std::vector<EnvEntry> env;       // the command's environment (nonces included)
-  std::string workdir;             // "" = the user's home
+  std::string ca_pem;         // the instance CA the guest's TLS clients trust ("" without bindings)
+  std::vector<EnvEntry> env;  // the command's environment (nonces included)
+  std::string workdir;        // "" = the user's home
   std::uint32_t uid = 1000;
   std::uint32_t gid = 1000;
-  std::vector<std::string> argv;   // at least one
-  std::vector<Probe> probes;       // the self-test; empty = none
-  std::uint32_t output_credit = 0; // stdout+stderr bytes the guest may send before more credit
-  bool stdin_open = false;         // false: the command's stdin is /dev/null
+  std::vector<std::string> argv;    // at least one
+  std::vector<Probe> probes;        // the self-test; empty = none
+  std::uint32_t output_credit = 0;  // stdout+stderr bytes the guest may send before more credit
+  bool stdin_open = false;          // false: the command's stdin is /dev/null
 };
 
 struct Signal {
@@ -165,6 +165,8 @@ std::optional<Credit> decode_credit(std::span<const std::uint8_t> p);
 std::optional<Setup> decode_setup(std::span<const std::uint8_t> p);
 std::optional<Signal> decode_signal(std::span<const std::uint8_t> p);
 // Empty messages (Go, StdinEof, Poweroff): true when the payload is empty.
-inline bool decode_empty(std::span<const std::uint8_t> p) { return p.empty(); }
+inline bool decode_empty(std::span<const std::uint8_t> p) {
+  return p.empty();
+}
 
 }  // namespace abox::guest

@@ -22,7 +22,9 @@ std::string hex(std::span<const std::uint8_t> d) {
   return out;
 }
 
-std::string sha_hex(std::string_view s) { return hex(sha256(as_bytes(s))); }
+std::string sha_hex(std::string_view s) {
+  return hex(sha256(as_bytes(s)));
+}
 
 std::string hmac_hex(std::string_view key, std::string_view data) {
   return hex(hmac_sha256(as_bytes(key), {as_bytes(data)}));
@@ -33,7 +35,8 @@ TEST(Sha256, FipsVectors) {
   EXPECT_EQ(sha_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(sha_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  EXPECT_EQ(sha_hex(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  EXPECT_EQ(sha_hex(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 TEST(Sha256, SplitUpdatesGiveTheSameDigest) {
@@ -75,8 +78,10 @@ TEST(HmacSha256, Rfc4231Vectors) {
 
 TEST(HmacSha256, PartsAreConcatenated) {
   auto key = as_bytes("k");
-  EXPECT_EQ(hmac_sha256(key, {as_bytes("hello "), as_bytes("world")}), hmac_sha256(key, {as_bytes("hello world")}));
-  EXPECT_NE(hmac_sha256(key, {as_bytes("hello world")}), hmac_sha256(as_bytes("K"), {as_bytes("hello world")}));
+  EXPECT_EQ(hmac_sha256(key, {as_bytes("hello "), as_bytes("world")}),
+            hmac_sha256(key, {as_bytes("hello world")}));
+  EXPECT_NE(hmac_sha256(key, {as_bytes("hello world")}),
+            hmac_sha256(as_bytes("K"), {as_bytes("hello world")}));
 }
 
 TEST(EqualInConstantTime, ComparesLengthAndBytes) {
