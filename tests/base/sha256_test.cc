@@ -60,8 +60,9 @@ TEST(Sha256, EmptyUpdatesMidBlockChangeNothing) {
   h.update(std::span<const std::uint8_t>());
   h.update(as_bytes(""));
   EXPECT_EQ(hex(h.finish()), sha_hex("abc"));
-  EXPECT_EQ(hex(hmac_sha256(as_bytes("key"), {as_bytes("ab"), std::span<const std::uint8_t>(), as_bytes("c")})),
-            hmac_hex("key", "abc"));
+  EXPECT_EQ(
+      hex(hmac_sha256(as_bytes("key"), {as_bytes("ab"), std::span<const std::uint8_t>(), as_bytes("c")})),
+      hmac_hex("key", "abc"));
 }
 
 TEST(HmacSha256, Rfc4231Vectors) {
