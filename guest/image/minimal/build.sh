@@ -7,8 +7,8 @@
 # Writes OUT_DIR/initramfs.cpio (or initramfs.cpio.gz with --compression
 # gzip) atomically and prints its path on stdout; one progress line per step
 # on stderr. --print-inputs prints every file the image is made from, one a
-# line, and builds nothing: `abox image build` hashes them (with the options)
-# to name its cache entry.
+# line, and builds nothing (the set abox's image store hashes to tell a
+# stale image, engine/image/image_store.h).
 #
 # Options (each also read from the environment variable in brackets):
 #   --box-guest PATH      the static box-guest binary [BOX_GUEST] (required)
@@ -17,6 +17,8 @@
 #   --kernel-dir DIR      where scripts/setup.sh put the guest kernel [KERNEL_DIR]
 #                         (default .cache/guest-kernel); the modules of
 #                         guest/modules.list come from DIR/modules/
+#   --modules-list FILE   the modules to pack, in load order [MODULES_LIST]
+#                         (default guest/modules.list beside this recipe)
 #   --compression none|gzip  [ABOX_INITRAMFS_COMPRESSION] (default none: it
 #                         boots faster under TCG, see guest/README.md)
 #
@@ -35,7 +37,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)
-modules_list=$root/guest/modules.list
+modules_list=${MODULES_LIST:-$root/guest/modules.list}
 
 box_guest=${BOX_GUEST:-}
 busybox=${BUSYBOX:-/bin/busybox}
@@ -45,7 +47,7 @@ out_dir=
 print_inputs=0
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 while (($#)); do
@@ -53,6 +55,7 @@ while (($#)); do
     --box-guest) box_guest=${2:?}; shift 2 ;;
     --busybox) busybox=${2:?}; shift 2 ;;
     --kernel-dir) kernel_dir=${2:?}; shift 2 ;;
+    --modules-list) modules_list=${2:?}; shift 2 ;;
     --compression) compression=${2:?}; shift 2 ;;
     --print-inputs) print_inputs=1; shift ;;
     -h | --help) usage ;;
