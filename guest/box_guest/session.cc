@@ -50,6 +50,12 @@ void Session::send_message(GuestMessage type, const M& m) {
 void Session::log(const std::string& text) {
   console_line(text);
   if (!writer_.keyed()) return;  // before setup only hello may be sent
+  // A host that sends frames worth a log line and never reads could grow the
+  // queue without end: past the high-water mark the line stays on the console.
+  if (out_.size() - out_head_ >= kOutputHighWater) {
+    if (logs_dropped_++ == 0) console_line("the output queue is full: log lines go to the console only");
+    return;
+  }
   LogLine line{text.size() > kMaxLogText ? text.substr(0, kMaxLogText) : text};
   send_message(GuestMessage::kLog, line);
 }

@@ -27,8 +27,9 @@
 // instance, as with `docker run`.
 //
 // Bounded memory: the frame reader's one buffer; an output queue that the
-// pipes stop filling at kOutputHighWater (so at most that plus one frame);
-// the stdin window (flow_control.h).
+// pipes and log lines stop filling at kOutputHighWater (so at most that plus
+// one frame; a log line that finds it full goes to the console only); the
+// stdin window (flow_control.h).
 #pragma once
 
 #include <poll.h>
@@ -121,6 +122,7 @@ class Session {
   std::size_t stdin_dropped_ = 0;
 
   int bad_frames_ = 0;
+  std::size_t logs_dropped_ = 0;  // log lines kept off the channel by a full output queue
   std::optional<std::string> ended_;
 };
 

@@ -383,6 +383,23 @@ TEST(Session, ABackgroundJobDoesNotHoldExitedBack) {
   EXPECT_EQ(o.exited->value, 0u);
 }
 
+TEST(Session, LogLinesStopAtTheOutputHighWaterWhenTheHostDoesNotRead) {
+  SessionRig rig;
+  rig.expect(GuestMessage::kHello);
+  rig.send_setup(rig.setup({"/bin/true"}));
+  // Each earns a log line ("a go with a payload: ignored"); the host reads nothing meanwhile.
+  constexpr int kFrames = 20000;
+  for (int i = 0; i < kFrames; ++i) rig.send(HostMessage::kGo, {1});
+  // Now read all the session still has for us (it keeps running: nothing ended it).
+  while (rig.next(1000)) {
+  }
+  EXPECT_GT(rig.logs.size(), 0u);
+  EXPECT_LT(rig.logs.size(), static_cast<std::size_t>(kFrames))
+      << "every line was queued: the queue is unbounded";
+  rig.send(HostMessage::kPoweroff);
+  EXPECT_EQ(rig.ended(), "the host asked to power off");
+}
+
 TEST(Session, AFrameTooLongForTheStreamEndsIt) {
   SessionRig rig;
   rig.expect(GuestMessage::kHello);
