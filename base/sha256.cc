@@ -65,6 +65,7 @@ void Sha256::compress(const std::uint8_t* block) {
 }
 
 void Sha256::update(std::span<const std::uint8_t> bytes) {
+  if (bytes.empty()) return;  // its data() may be null, which memcpy must not get even for 0 bytes
   total_bytes_ += bytes.size();
   std::size_t i = 0;
   if (buffered_ > 0) {

@@ -52,6 +52,19 @@ TEST(Sha256, SplitUpdatesGiveTheSameDigest) {
   }
 }
 
+TEST(Sha256, EmptyUpdatesMidBlockChangeNothing) {
+  // An empty span has no data pointer: nothing may be copied from it (UBSan
+  // caught a memcpy from null here, through a frame with an empty payload).
+  Sha256 h;
+  h.update(as_bytes("abc"));
+  h.update(std::span<const std::uint8_t>());
+  h.update(as_bytes(""));
+  EXPECT_EQ(hex(h.finish()), sha_hex("abc"));
+  EXPECT_EQ(
+      hex(hmac_sha256(as_bytes("key"), {as_bytes("ab"), std::span<const std::uint8_t>(), as_bytes("c")})),
+      hmac_hex("key", "abc"));
+}
+
 TEST(HmacSha256, Rfc4231Vectors) {
   // Test case 1: a 20-byte key of 0x0b.
   EXPECT_EQ(hmac_hex(std::string(20, '\x0b'), "Hi There"),
