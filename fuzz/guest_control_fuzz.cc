@@ -6,9 +6,10 @@
 //   even: a byte stream into a keyed FrameReader, in reads of varying size
 //         (taken from the input); nothing may be delivered that does not
 //         verify, and the reader never holds more than kMaxFrameBytes;
-//   odd:  one payload of the guest-to-host message type (byte 2), through its
-//         decoder; what decodes must encode back to the same bytes (one
-//         payload, one reading).
+//   odd:  one payload of a message type (byte 2: below 128 a guest-to-host
+//         type, what the supervisor decodes; from 128 the host-to-guest type
+//         byte-128, what box-guest decodes), through its decoder; what
+//         decodes must encode back to the same bytes (one payload, one reading).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,25 @@ void round_trip(const std::optional<M>& m, std::span<const std::uint8_t> payload
   encode(*m, again);
   if (again.size() != payload.size() || !std::equal(again.begin(), again.end(), payload.begin()))
     std::abort();
+}
+
+// What box-guest decodes from the host (a host is trusted, but its decoder
+// runs on whatever reaches the port, and must never read out of bounds).
+void decode_host_payload(std::uint8_t type, std::span<const std::uint8_t> p) {
+  switch (static_cast<HostMessage>(type)) {
+    case HostMessage::kSetup:
+      round_trip(decode_setup(p), p);
+      break;
+    case HostMessage::kOutputCredit:
+      round_trip(decode_credit(p), p);
+      break;
+    case HostMessage::kSignal:
+      round_trip(decode_signal(p), p);
+      break;
+    default:
+      (void)decode_empty(p);
+      break;
+  }
 }
 
 void decode_payload(std::uint8_t type, std::span<const std::uint8_t> p) {
@@ -67,7 +87,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < 2) return 0;
   std::span<const std::uint8_t> in(data, size);
   if (in[0] % 2 == 1) {
-    decode_payload(in[1], in.subspan(2));
+    if (in[1] >= 128) {
+      decode_host_payload(static_cast<std::uint8_t>(in[1] - 128), in.subspan(2));
+    } else {
+      decode_payload(in[1], in.subspan(2));
+    }
     return 0;
   }
   FrameReader reader(Direction::kGuestToHost);

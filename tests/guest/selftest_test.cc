@@ -221,7 +221,7 @@ TEST(Selftest, ForeignResolverSilenceOrIcmpPasses) {
 
   r = run.one(ProbeKind::kForeignResolver, "127.0.0.1:" + std::to_string(closed_port(SOCK_DGRAM)));
   EXPECT_EQ(r.outcome, ProbeOutcome::kPassed);
-  EXPECT_TRUE(has(r.detail, "no reply within 300 ms; Connection refused (ICMP)")) << r.detail;
+  EXPECT_TRUE(has(r.detail, "no reply: Connection refused (ICMP)")) << r.detail;
 }
 
 TEST(Selftest, NonceInEnvNeverEchoesTheValue) {
