@@ -117,8 +117,8 @@ base::Result<std::vector<std::string>, std::string> ImageStore::inputs(const std
   if (!fs::exists(recipe, ec)) {
     std::string known;
     for (const auto& r : recipes()) known += (known.empty() ? "" : ", ") + r;
-    return base::Err{"no recipe for an image named '" + name + "' (in " + layout_.recipes_dir + "; known: " +
-                     (known.empty() ? "none" : known) + ")"};
+    return base::Err{"no recipe for an image named '" + name + "' (in " + layout_.recipes_dir +
+                     "; known: " + (known.empty() ? "none" : known) + ")"};
   }
   // The recipe names what it is made from (one source of truth); the kernel
   // is copied beside its initramfs here, so it is an input too.
@@ -148,15 +148,16 @@ base::Result<std::vector<std::string>, std::string> ImageStore::inputs(const std
   lines.finish();
   auto status = child->wait();
   if (status.signalled || status.value != 0) {
-    std::string hint = last.find("box-guest") != std::string::npos
-                           ? " (build it: cmake --build build --target box-guest)"
-                           : last.find("kernel") != std::string::npos ? " (scripts/setup.sh fetches the guest kernel)" : "";
+    std::string hint =
+        last.find("box-guest") != std::string::npos ? " (build it: cmake --build build --target box-guest)"
+        : last.find("kernel") != std::string::npos  ? " (scripts/setup.sh fetches the guest kernel)"
+                                                    : "";
     return base::Err{"image " + name + ": " + last + hint};
   }
   paths.push_back(layout_.kernel_dir + "/vmlinux");
   paths.push_back(layout_.kernel_dir + "/VERSION");
   for (const auto& p : paths) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(p.c_str(), &st) != 0) return base::Err{"image " + name + ": missing input " + p};
   }
   return paths;
@@ -165,7 +166,7 @@ base::Result<std::vector<std::string>, std::string> ImageStore::inputs(const std
 std::string ImageStore::stat_keys(const std::vector<std::string>& in) const {
   std::string keys;
   for (const auto& p : in) {
-    struct stat st{};
+    struct stat st {};
     ::stat(p.c_str(), &st);
     keys += p + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
             std::to_string(st.st_mtim.tv_nsec) + ";";
@@ -179,7 +180,7 @@ base::Result<std::string, std::string> ImageStore::content_hash(const std::vecto
     // The file's name (not where it sits on this machine), its size and its
     // bytes: the same inputs give the same hash on any machine, and no two
     // different lists of files give the same stream.
-    struct stat st{};
+    struct stat st {};
     ::stat(p.c_str(), &st);
     std::string head = p.substr(p.rfind('/') + 1) + '\0' + std::to_string(st.st_size) + '\0';
     h.update(base::as_bytes(head));
@@ -208,7 +209,8 @@ ImageFreshness ImageStore::freshness(const std::string& name) const {
 }
 
 std::string ImageStore::layout_key() const {
-  return layout_.recipes_dir + "|" + layout_.box_guest + "|" + layout_.kernel_dir + "|" + layout_.modules_list;
+  return layout_.recipes_dir + "|" + layout_.box_guest + "|" + layout_.kernel_dir + "|" +
+         layout_.modules_list;
 }
 
 base::Result<ImageInfo, std::string> ImageStore::find(const std::string& name) const {
