@@ -351,7 +351,7 @@ void Connection::on_head(const RequestHead& head) {
     refuse(400, to_string(body_->error()), describe(body_->error()));
     return;
   }
-  scrubber_.reset(key);
+  relay_.start(key);
   // The whole body is read before anything goes upstream, so the broker
   // answers "Expect: 100-continue" itself (the provider's own 100, if it
   // sends one, is then not forwarded twice).

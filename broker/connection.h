@@ -24,8 +24,10 @@
 //   upstream_handshake  TLS verified against the roots, hostname checked
 //   exchange   the rewritten head (key added, guest credentials dropped) and
 //              the body go up; the response streams back as it arrives,
-//              every byte through the KeyScrubber; its head is parsed only to
-//              count it and to find where it ends
+//              through the ResponseRelay: its head is parsed to count it and
+//              to find where the body ends, and the body is decoded, scrubbed
+//              of the key as the guest's client will read it, and framed
+//              again (response_relay.h)
 //   tunnel     after a 101 on a binding with allow_upgrade: bytes both ways
 //   (a pooled upstream connection skips resolve, connect and handshake)
 //   closing    flush what is queued for the guest, then close
@@ -55,9 +57,9 @@
 #include "base/unique_fd.h"
 #include "broker/body_decoder.h"
 #include "broker/injection_gate.h"
-#include "broker/key_scrubber.h"
 #include "broker/nonce.h"
 #include "broker/response_head.h"
+#include "broker/response_relay.h"
 #include "broker/runtime.h"
 #include "broker/tls_stream.h"
 
@@ -121,7 +123,11 @@ class Connection {
   void try_next_address();
   void on_upstream_handshake_done();
   bool process_response();
-  void forward_to_guest(std::string_view bytes);
+  // Queues relayed_ (what relay_ made of the provider's bytes) for the
+  // guest, and counts it and the keys scrubbed from it.
+  void send_relayed();
+  // After a 101: response_raw_ through the relay to the guest.
+  void relay_tunnel_bytes();
   void finish_response();
 
   void refuse(int status, std::string_view reason, std::string_view detail);
@@ -178,14 +184,15 @@ class Connection {
   std::string response_raw_;  // upstream plaintext not processed yet
   bool response_head_done_ = false;
   ResponseHead response_head_;
-  std::optional<BodyDecoder> response_body_;
   bool response_started_ = false;  // a byte of the response reached the guest
   bool close_guest_after_ = true;  // the guest's connection closes after this response
   std::string guest_head_;         // the response head as the guest gets it
   std::uint64_t request_bytes_up_ = 0;
   std::uint64_t response_bytes_down_ = 0;
-  KeyScrubber scrubber_;
-  std::string scrubbed_;
+  // Heads and bodies go to the guest scrubbed as its client decodes them.
+  ResponseRelay relay_;
+  std::string relayed_;  // the relay's output, queued for the guest by send_relayed()
+  std::uint64_t scrubbed_reported_ = 0;
 
   BrokerLoop::TimerId timer_ = 0;
   base::MonoTime last_activity_;

@@ -65,7 +65,7 @@ enum class ResponseHeadStatus : std::uint8_t { need_more, complete };
 // The head as the guest gets it: the provider's head with its own
 // connection-level headers (connection, keep-alive, proxy-connection) taken
 // out, since the provider's connection is the broker's, and Trailer (the
-// broker drops trailer fields: connection_upstream.cc), plus
+// broker drops trailer fields: response_relay.h), plus
 // "Connection: close" when the broker closes the guest's connection after
 // this response. `raw` must be a head parse_response_head() completed
 // (head_bytes long): its lines are known to be well formed. Appends to out.

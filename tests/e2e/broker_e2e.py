@@ -450,6 +450,98 @@ def reflection_never_carries_the_key_back(env):
     assert len(got) == 2 and all(provider.record_headers(g).get("x-api-key") == KEY for g in got)
 
 
+def decode_chunked(body):
+    """A client's reading of a chunked body (extensions skipped, trailer
+    fields returned): (payload, trailer lines, ended)."""
+    out, at = b"", 0
+    while True:
+        eol = body.find(b"\r\n", at)
+        if eol < 0:
+            return out, [], False
+        size = int(body[at:eol].split(b";")[0], 16)
+        at = eol + 2
+        if size == 0:
+            rest = body[at:]
+            if rest.startswith(b"\r\n"):
+                return out, [], True
+            end = rest.find(b"\r\n\r\n")
+            return out, (rest[:end].split(b"\r\n") if end >= 0 else []), end >= 0
+        out += body[at:at + size]
+        at += size + 2
+
+
+def echo_chunked_variants(key):
+    """The /v1/echo-chunked queries: a chunk boundary at every offset of the
+    key (also with extensions, and with a TLS record split elsewhere in the
+    key), and every byte its own chunk."""
+    n = len(key)
+    return ([f"at={k}" for k in range(1, n)] + [f"at={k}&ext=1" for k in range(1, n)] +
+            [f"at={k}&split={(k * 7) % (n - 1) + 1}" for k in range(1, n)] + ["onebyte=1", "onebyte=1&ext=1"])
+
+
+@case
+def chunk_framing_inside_an_echoed_key_never_hides_it_from_the_scrubber(env):
+    # Issue 14: a provider echoes the request's headers in a chunked body
+    # whose chunk-size line falls inside the key ("...sk-te\r\n1d\r\nst-..."):
+    # the framed bytes never hold the key, a client's decoding does. Every
+    # offset, on an x-api-key and on an authorization: Bearer binding, read
+    # by python's http.client (keep-alive), our own decoding of the raw
+    # bytes, curl and Node's fetch: the key is never in what they decode,
+    # the masked key is.
+    before = env.provider_log()
+    masked = b"*" * len(KEY)
+    for host, nonce_header, nonce, key, method in (
+            (API, "x-api-key", env.nonces[API], KEY, "GET"),
+            (BEARER, "authorization", f"Bearer {env.nonces[BEARER]}", KEY2, "POST")):
+        variants = echo_chunked_variants(key)
+        conn = http.client.HTTPSConnection(host, 443, context=tls_context(env), timeout=10)
+        try:
+            for v in variants:
+                conn.request(method, f"/v1/echo-chunked?{v}", body=b"" if method == "POST" else None,
+                             headers={nonce_header: nonce})
+                resp = conn.getresponse()
+                body = resp.read()
+                assert resp.status == 200 and resp.getheader("transfer-encoding") == "chunked", (v, resp.status)
+                assert key.encode() not in body, f"{host} {v}: the client decoded the key"
+                assert b"*" * len(key) in body, f"{host} {v}: no masked key in {body!r}"
+        finally:
+            conn.close()
+        # The provider got the key each time (so each echo held it).
+        echoed = [provider.record_headers(g) for g in env.provider_log()[len(before):]
+                  if g["path"].startswith("/v1/echo-chunked")]
+        echoed = [h.get(nonce_header) for h in echoed if h.get("host") == host]
+        assert len(echoed) == len(variants) and set(echoed) == {key if host == API else f"Bearer {key}"}, \
+            (host, len(echoed), set(echoed))
+    # The raw bytes, decoded here: no key on the wire, none decoded, no
+    # extension and no trailer passed on.
+    for v in ("at=1", "at=20&ext=1", "at=41&split=3", "onebyte=1&ext=1"):
+        raw = raw_exchange(env, request(env, method="GET", path=f"/v1/echo-chunked?{v}", body=None))
+        assert KEY.encode() not in raw, v
+        payload, trailer, ended = decode_chunked(raw.split(b"\r\n\r\n", 1)[1])
+        assert ended and not trailer and KEY.encode() not in payload and masked in payload, (v, raw[-300:])
+        assert b"abox-test" not in raw, f"{v}: a chunk extension reached the client"
+    for k in range(1, len(KEY)):
+        r = curl(env, "-H", f"x-api-key: {env.nonces[API]}", f"https://{API}/v1/echo-chunked?at={k}")
+        assert r.returncode == 0 and KEY.encode() not in r.stdout and masked in r.stdout, (k, r.stdout, r.stderr)
+    script = r"""
+(async () => {
+  const out = [];
+  for (const v of JSON.parse(process.argv[3])) {
+    const res = await fetch(process.argv[1] + v, {headers: {'x-api-key': process.argv[2]}});
+    out.push([v, res.status, await res.text()]);
+  }
+  console.log(JSON.stringify(out));
+})().catch(e => { console.log(JSON.stringify({error: String(e)})); process.exit(1); });
+"""
+    r = subprocess.run(["node", "-e", script, f"https://{API}/v1/echo-chunked?", env.nonces[API],
+                        json.dumps(echo_chunked_variants(KEY))],
+                       capture_output=True, timeout=120, env=dict(os.environ, NODE_EXTRA_CA_CERTS=env.ca))
+    results = json.loads(r.stdout.decode().strip().splitlines()[-1])
+    assert isinstance(results, list) and len(results) == len(echo_chunked_variants(KEY)), (results, r.stderr[-500:])
+    for v, status, text in results:
+        assert status == 200 and KEY not in text and "*" * len(KEY) in text, (v, status, text)
+
+
 @case
 def host_differs_from_sni(env):
     before = env.provider_log()

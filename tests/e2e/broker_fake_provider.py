@@ -9,6 +9,14 @@ Routes (any method):
   /v1/echo       200, the request's headers echoed back in the body (the
                  reflection case: a provider that repeats what it was sent)
   /v1/echo-head  200, the request's headers echoed back as response headers
+  /v1/echo-chunked?at=K[&ext=1][&onebyte=1][&split=S]
+                 200, the /v1/echo body sent chunked, with a chunk boundary K
+                 bytes into the key it received (x-api-key, or authorization
+                 after "Bearer "): the framed bytes never hold the key, a
+                 client's decoding does. ext=1: every chunk-size line carries
+                 an extension; onebyte=1: every byte its own chunk; split=S:
+                 the bytes are written in two TLS records, 20 ms apart, the
+                 first ending S bytes into the key
   /v1/sse        an SSE stream: event "one", then it waits (at most 10 s) for
                  the file <log>.go before event "two" (or "late" when the file
                  never came): a client that sees "one" before it creates the
@@ -121,6 +129,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/v1/echo":
             text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
             self._send(200, text, "text/plain")
+        elif path == "/v1/echo-chunked":
+            self._echo_chunked()
         elif path == "/v1/echo-head":
             extra = [(f"x-echo-{k}", v) for k, v in self.headers.items()]
             self._send(200, b"echoed in headers\n", "text/plain", extra)
@@ -180,6 +190,36 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._send(503, b'{"error":"overloaded"}', extra=[("Retry-After", "5")])
         else:
             self._send(200, b'{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}]}')
+
+    def _echo_chunked(self):
+        query = dict(p.split("=", 1) for p in self.path.partition("?")[2].split("&") if "=" in p)
+        text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
+        key = self.headers.get("x-api-key") or self.headers.get("authorization", "").removeprefix("Bearer ")
+        key_at = text.find(key.encode()) if key else -1
+        at = key_at + int(query.get("at", "1")) if key_at >= 0 else len(text) // 2
+        cuts = list(range(1, len(text))) if query.get("onebyte") == "1" else [at]
+        ext = b";abox-test=\"a;b\";x" if query.get("ext") == "1" else b""
+        split = key_at + int(query["split"]) if "split" in query and key_at >= 0 else None
+        wire, frm, split_at = b"", 0, None
+        for cut in cuts + [len(text)]:
+            wire += b"%x%s\r\n" % (cut - frm, ext)
+            if split is not None and frm <= split < cut:
+                split_at = len(wire) + split - frm
+            wire += text[frm:cut] + b"\r\n"
+            frm = cut
+        wire += b"0%s\r\n\r\n" % ext
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        if split_at is not None:
+            self.wfile.write(wire[:split_at])
+            self.wfile.flush()
+            time.sleep(0.02)  # the broker reads the first record on its own
+            wire = wire[split_at:]
+        self.wfile.write(wire)
+        self.wfile.flush()
 
     def _chunk(self, data):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
