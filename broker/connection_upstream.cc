@@ -232,6 +232,14 @@ bool Connection::process_response() {
         continue;
       }
       ++account.statuses[status];
+      if (response_head_.content_coded && response_head_.framing != ResponseFraming::none) {
+        // Asked for identity (upstream_head.h), sent gzip or the like: the
+        // guest would decode what the scrubber cannot read. Not one byte of
+        // it goes on; the provider's connection is not kept.
+        drop_upstream();
+        fail_upstream(GateReason::upstream_content_encoding, "Content-Encoding other than identity");
+        return false;
+      }
       if (status == 429) ++account.rate_limited;
       if (status >= 500) ++account.server_errors;
       if (!response_head_.retry_after.empty()) account.last_retry_after = response_head_.retry_after;

@@ -204,6 +204,8 @@ std::string_view to_string(GateReason r) {
       return "upstream_connect_failed";
     case GateReason::upstream_tls_unverified:
       return "upstream_tls_unverified";
+    case GateReason::upstream_content_encoding:
+      return "upstream_content_encoding";
   }
   return "unknown";
 }
@@ -254,6 +256,8 @@ std::string_view describe(GateReason r) {
       return "the upstream could not be reached";
     case GateReason::upstream_tls_unverified:
       return "the upstream certificate did not verify";
+    case GateReason::upstream_content_encoding:
+      return "the upstream sent a content-coded body, which the key scrubber cannot read";
   }
   return "unknown reason";
 }
@@ -266,6 +270,7 @@ int http_status(GateReason r) {
     case GateReason::upstream_address_reserved:
     case GateReason::upstream_connect_failed:
     case GateReason::upstream_tls_unverified:
+    case GateReason::upstream_content_encoding:
       return 502;
     default:
       return 403;

@@ -289,7 +289,7 @@ TEST_F(InjectionGateTest, ConditionOrder) {
 }
 
 TEST_F(InjectionGateTest, EveryReasonHasANameASentenceAndAStatus) {
-  for (int r = 0; r <= static_cast<int>(GateReason::upstream_tls_unverified); ++r) {
+  for (int r = 0; r <= static_cast<int>(GateReason::upstream_content_encoding); ++r) {
     auto reason_code = static_cast<GateReason>(r);
     EXPECT_NE(to_string(reason_code), "unknown");
     EXPECT_NE(describe(reason_code), "unknown reason");
@@ -298,6 +298,7 @@ TEST_F(InjectionGateTest, EveryReasonHasANameASentenceAndAStatus) {
   }
   EXPECT_EQ(http_status(GateReason::host_mismatch), 403);
   EXPECT_EQ(http_status(GateReason::upstream_tls_unverified), 502);
+  EXPECT_EQ(http_status(GateReason::upstream_content_encoding), 502);
 }
 
 // ---- the head that goes upstream ---------------------------------------------------------
@@ -324,6 +325,7 @@ TEST_F(InjectionGateTest, UpstreamHeadDropsGuestCredentialsAndAddsTheKey) {
             "Host: api.anthropic.com\r\n"
             "anthropic-version: 2023-06-01\r\n"
             "Transfer-Encoding: chunked\r\n"
+            "Accept-Encoding: identity\r\n"
             "x-api-key: sk-real-0123456789\r\n"
             "\r\n");
   // The upstream head is itself a valid head, with the key exactly once.
@@ -346,7 +348,7 @@ TEST_F(InjectionGateTest, UpstreamHeadWithABearerKey) {
   write_upstream_head(head_, KeyPlacement{d.binding->header, d.key_prefix}, kRealKey, out);
   EXPECT_EQ(out,
             "POST /v1/responses HTTP/1.1\r\nHost: api.openai.com\r\nContent-Length: 2\r\n"
-            "authorization: Bearer sk-real-0123456789\r\n\r\n");
+            "Accept-Encoding: identity\r\nauthorization: Bearer sk-real-0123456789\r\n\r\n");
 }
 
 TEST(UpstreamHead, GuestCredentialHeadersInAnySpelling) {

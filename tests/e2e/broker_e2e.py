@@ -543,6 +543,34 @@ def chunk_framing_inside_an_echoed_key_never_hides_it_from_the_scrubber(env):
 
 
 @case
+def content_coded_echo_is_refused_not_passed_on(env):
+    # Issue 14: the scrubber must see what the client decodes, and a key
+    # inside gzip is out of its sight. The broker asks the provider for
+    # identity whatever the guest accepts, and refuses a coded body (as a
+    # content or a transfer coding) with 502: not a byte of it reaches the
+    # client, which would have decompressed the key.
+    before = env.provider_log()
+    for path, reason in (("/v1/echo-gzip", "upstream_content_encoding"), ("/v1/echo-te-gzip", "upstream_connect_failed")):
+        r = curl(env, "--compressed", "-i", "-H", f"x-api-key: {env.nonces[API]}", f"https://{API}{path}")
+        out = r.stdout
+        assert r.returncode == 0, (path, r.returncode, r.stderr)
+        status, headers = status_and_headers(out)
+        assert status == 502 and headers.get("abox-refused") == reason, (path, out[:400])
+        assert b"gzip" not in out.split(b"\r\n\r\n", 1)[1], out
+        raw = raw_exchange(env, request(env, method="GET", path=path, body=None,
+                                        headers=[("Accept-Encoding", "gzip")]))
+        assert status_and_headers(raw)[0] == 502, raw[:300]
+        assert b"\x1f\x8b" not in raw, f"{path}: gzip bytes reached the client"
+    # The provider was asked for identity, whatever curl offered.
+    got = env.provider_log()[len(before):]
+    assert len(got) == 4, got
+    assert {provider.record_headers(g).get("accept-encoding") for g in got} == {"identity"}, got
+    # An ordinary request with curl --compressed still works.
+    r = curl(env, "--compressed", "-H", f"x-api-key: {env.nonces[API]}", f"https://{API}/v1/messages")
+    assert r.returncode == 0 and b"msg_1" in r.stdout, (r.stdout, r.stderr)
+
+
+@case
 def host_differs_from_sni(env):
     before = env.provider_log()
     resp = raw_exchange(env, request(env, host="evil.example.test"))

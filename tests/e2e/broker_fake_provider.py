@@ -9,6 +9,11 @@ Routes (any method):
   /v1/echo       200, the request's headers echoed back in the body (the
                  reflection case: a provider that repeats what it was sent)
   /v1/echo-head  200, the request's headers echoed back as response headers
+  /v1/echo-gzip  200, the /v1/echo body gzip-compressed (Content-Encoding:
+                 gzip) whatever the request's Accept-Encoding said: a key
+                 inside gzip is out of a scrubber's sight, not a client's
+  /v1/echo-te-gzip  the same as a transfer coding: "Transfer-Encoding:
+                 gzip, chunked"
   /v1/echo-chunked?at=K[&ext=1][&onebyte=1][&split=S]
                  200, the /v1/echo body sent chunked, with a chunk boundary K
                  bytes into the key it received (x-api-key, or authorization
@@ -43,6 +48,7 @@ The e2e suites import this module to read the log back (read_records,
 record_headers, record_header_names), so the record's format is written and
 read in one place.
 """
+import gzip
 import http.server
 import json
 import os
@@ -129,6 +135,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/v1/echo":
             text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
             self._send(200, text, "text/plain")
+        elif path == "/v1/echo-gzip":
+            text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
+            self._send(200, gzip.compress(text), "text/plain", [("Content-Encoding", "gzip")])
+        elif path == "/v1/echo-te-gzip":
+            text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "gzip, chunked")
+            self.end_headers()
+            self._chunk(gzip.compress(text))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
         elif path == "/v1/echo-chunked":
             self._echo_chunked()
         elif path == "/v1/echo-head":
