@@ -36,7 +36,18 @@
 //
 // Bounds: the head (http_head_bytes), the body (http_body_bytes), response
 // bytes queued for the guest (max_buffered_bytes: upstream reads pause past
-// it), and one timer (handshake, connect or idle timeout).
+// it), and one timer, due at the earlier of two clocks:
+//   - a time-out from the last byte either way (connect while reaching the
+//     provider, idle otherwise), and
+//   - a deadline from a fixed point, which no byte moves: the hand-off line
+//     and TLS handshake from accept (tls_handshake_ms: closed), the request
+//     head from its first byte (http_head_ms), the body from the end of the
+//     head (http_body_ms); a head or body past its deadline is answered 408
+//     with `abox-refused: head_timeout` / `body_timeout` and closed. A peer
+//     that sends a byte a second keeps an idle timer alive for ever, not a
+//     deadline. The head's "first byte" is the first TLS byte that arrives
+//     after the previous request (TlsStream::bytes_received()), so a head
+//     trickled inside one TLS record is timed too.
 //
 // Upstream connections are kept for the next request when a response ends
 // cleanly (upstream_pool.h).
@@ -102,6 +113,10 @@ class Connection {
   bool step_handoff();
   bool step_handshake();
   bool step_head();
+  // Enters the head state: the idle timer runs until the head's first byte.
+  void enter_head_state();
+  // Starts the head's deadline once a byte of it has arrived.
+  void start_head_deadline_at_first_byte();
   bool step_body();
   bool step_connect_result();
   bool step_upstream_handshake();
@@ -136,8 +151,15 @@ class Connection {
   void close_now();
   void drop_upstream();
   void update_interest();
+  // The idle (or connect) time-out, from now and from every later byte.
   void arm_timer(base::Millis timeout);
+  enum class Deadline : std::uint8_t { none, handshake, head, body };
+  void set_deadline(Deadline what, base::Millis after);
+  void clear_deadline() { deadline_what_ = Deadline::none; }
+  // (Re)schedules the loop timer for the earlier of the two.
+  void schedule_timer();
   void on_timer();
+  void on_deadline();
   void count_refusal(std::string_view reason);
 
   InstanceRuntime& rt_;
@@ -195,8 +217,12 @@ class Connection {
   std::uint64_t scrubbed_reported_ = 0;
 
   BrokerLoop::TimerId timer_ = 0;
+  base::MonoTime timer_due_;
   base::MonoTime last_activity_;
   base::Millis timeout_{0};
+  Deadline deadline_what_ = Deadline::none;
+  base::MonoTime deadline_;
+  std::size_t head_start_bytes_ = 0;  // guest TLS bytes received when the head state began
 };
 
 }  // namespace abox::broker

@@ -348,8 +348,7 @@ void Connection::finish_response() {
     begin_closing();
     return;
   }
-  state_ = State::head;
-  arm_timer(rt_.limits.idle_timeout);
+  enter_head_state();
 }
 
 bool Connection::step_tunnel() {

@@ -29,12 +29,14 @@ Every wait is bounded; every process started is stopped by pid at the end.
 import http.client
 import json
 import os
+import select
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -106,6 +108,9 @@ http_body_bytes = 65536
 
 [timeouts]
 connect_ms = 2000
+tls_handshake_ms = 2000
+http_head_ms = 3000
+http_body_ms = 3000
 """
 
 CREDENTIALS = f"""[credentials]
@@ -802,8 +807,8 @@ def handshakes_in_progress_are_bounded(env):
 
 @case
 def silent_client_is_closed_after_the_handshake_timeout(env):
-    # The broker closes it (handshake timeout, connect_ms = 2 s); the socket's
-    # own 15 s timeout fails the case if it never does.
+    # The broker closes it (tls_handshake_ms = 2 s); the socket's own 15 s
+    # timeout fails the case if it never does.
     with socket.create_connection(("127.0.0.1", 443), timeout=15) as s:
         try:
             data = s.recv(1)
@@ -811,6 +816,183 @@ def silent_client_is_closed_after_the_handshake_timeout(env):
             data = b""
         assert data == b"", data
     assert read_stats(env)["service"]["handshakes_in_progress"] == 0
+
+
+class TricklingClient:
+    """A client that sends its bytes one a second, TLS done by hand
+    (ssl.MemoryBIO) so that it can trickle the bytes of one TLS record as
+    well as one record per byte, and tell an answer from a session ticket."""
+
+    def __init__(self, env, sni=API):
+        self.sock = socket.create_connection(("127.0.0.1", 443), timeout=10)
+        self.inc, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = tls_context(env).wrap_bio(self.inc, self.out, server_hostname=sni)
+        self.answer = b""
+        self.closed = False
+        self.sent = 0
+
+    def client_hello(self):
+        try:
+            self.tls.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        return self.out.read()
+
+    def handshake(self):
+        for _ in range(20):
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.out.read())
+                data = self.sock.recv(65536)
+                assert data, "the broker closed during the handshake"
+                self.inc.write(data)
+        self.sock.sendall(self.out.read())
+
+    def records(self, plaintext):
+        """`plaintext` as the TLS records that carry it."""
+        self.tls.write(plaintext)
+        return self.out.read()
+
+    def _pump(self, tls_up):
+        try:
+            data = self.sock.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            data = b""
+        if not data:
+            self.closed = True
+            return
+        if not tls_up:
+            return
+        self.inc.write(data)
+        while True:
+            try:
+                chunk = self.tls.read(65536)
+            except ssl.SSLWantReadError:
+                return  # a session ticket, or half a record
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                self.closed = True
+                return
+            if not chunk:
+                return
+            self.answer += chunk
+
+    def trickle(self, wire, tls_up=True, should_stop=lambda: False):
+        """Sends `wire` a byte a second until the broker answers or closes;
+        then reads to the close (bounded). Returns the bytes sent."""
+        for i in range(len(wire)):
+            if should_stop():
+                break
+            try:
+                self.sock.sendall(wire[i:i + 1])
+            except (BrokenPipeError, ConnectionResetError):
+                self.closed = True
+                break
+            self.sent = i + 1
+            if select.select([self.sock], [], [], 1.0)[0]:
+                self._pump(tls_up)
+            if self.answer or self.closed:
+                break
+        deadline = time.monotonic() + 10
+        while not self.closed and time.monotonic() < deadline:
+            if select.select([self.sock], [], [], 0.5)[0]:
+                self._pump(tls_up)
+        self.sock.close()
+        return self.sent
+
+
+@case
+def trickled_heads_bodies_and_handshakes_meet_their_deadlines(env):
+    # Issue 14: every byte resets an idle timer, so only a deadline bounds a
+    # client that sends one byte a second. The test policy's deadlines are
+    # 2 s (TLS handshake), 3 s (head), 3 s (body); each trickler sends far
+    # more than fits in them (a byte a second), and while they trickle,
+    # another connection is served. Each gets what its deadline says: 408
+    # with abox-refused and Connection: close for a head (one TLS record per
+    # byte, and the bytes of one record) and a body, the connection closed
+    # for a handshake; the provider sees none of them.
+    before_log = env.provider_log()
+    before = read_stats(env)["service"]
+    head = request(env, path="/v1/messages?trickle=head", body=b'{"a":1}')
+    body_head = request(env, path="/v1/messages?trickle=body", body=b"x" * 60)
+    body_head, body = body_head[:-60], body_head[-60:]
+    results, stop = {}, threading.Event()
+
+    def head_one_record_per_byte():
+        c = TricklingClient(env)
+        c.handshake()
+        wire = b"".join(c.records(head[i:i + 1]) for i in range(len(head)))
+        per_byte = len(wire) // len(head)
+        sent = c.trickle(wire, should_stop=stop.is_set)
+        results["head_records"] = (sent // per_byte, len(head), c.answer, c.closed)
+
+    def head_inside_one_record():
+        c = TricklingClient(env)
+        c.handshake()
+        wire = c.records(head)
+        results["head_one_record"] = (c.trickle(wire, should_stop=stop.is_set), len(wire), c.answer, c.closed)
+
+    def body_trickled():
+        c = TricklingClient(env)
+        c.handshake()
+        c.sock.sendall(c.records(body_head))
+        wire = b"".join(c.records(body[i:i + 1]) for i in range(len(body)))
+        per_byte = len(wire) // len(body)
+        sent = c.trickle(wire, should_stop=stop.is_set)
+        results["body"] = (sent // per_byte, len(body), c.answer, c.closed)
+
+    def handshake_trickled():
+        c = TricklingClient(env)
+        hello = c.client_hello()
+        results["handshake"] = (c.trickle(hello, tls_up=False, should_stop=stop.is_set), len(hello), c.answer,
+                                c.closed)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in
+               (head_one_record_per_byte, head_inside_one_record, body_trickled, handshake_trickled)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    served_meanwhile = 0
+    try:
+        for _ in range(40):  # bounded: at most 40 requests, 20 s
+            if not all(t.is_alive() for t in threads):
+                break
+            r = curl(env, "-H", f"x-api-key: {env.nonces[API]}", "-w", "\n%{http_code}",
+                     f"https://{API}/v1/messages?served=meanwhile")
+            if all(t.is_alive() for t in threads):
+                assert r.returncode == 0 and r.stdout.endswith(b"\n200"), (r.stdout, r.stderr)
+                served_meanwhile += 1
+            time.sleep(0.5)
+    finally:
+        # 20 s is several times every deadline: a trickler still sending
+        # then was not stopped by one.
+        for t in threads:
+            t.join(timeout=max(0.0, started + 20 - time.monotonic()))
+        stop.set()
+        for t in threads:
+            t.join(timeout=15)
+    assert served_meanwhile >= 1, "no request was served while the tricklers were open"
+    for name in ("head_records", "head_one_record", "body", "handshake"):
+        assert name in results, f"{name}: no answer and no close within 20 s"
+    for name in ("head_records", "head_one_record", "body"):
+        sent, total, answer, closed = results[name]
+        status, headers = status_and_headers(answer)
+        reason = "body_timeout" if name == "body" else "head_timeout"
+        assert status == 408 and headers.get("abox-refused") == reason, (name, answer[:300])
+        assert headers.get("connection") == "close" and closed, (name, headers, closed)
+        assert sent < total, f"{name}: all {total} bytes went before the answer: not a deadline"
+    sent, total, answer, closed = results["handshake"]
+    assert closed and not answer and sent < total, ("handshake", sent, total, closed)
+    got = [g["path"] for g in env.provider_log()[len(before_log):]]
+    assert not [p for p in got if "trickle" in p], got
+    after = read_stats(env)["service"]
+    assert after["head_timeouts"] - before["head_timeouts"] == 2, after
+    assert after["body_timeouts"] - before["body_timeouts"] == 1, after
+    assert after["handshake_timeouts"] - before["handshake_timeouts"] == 1, after
+    refused = [e for e in env.events() if e.get("kind") == "broker_refused" and e.get("status") == 408]
+    assert {e.get("reason") for e in refused} >= {"head_timeout", "body_timeout"}, refused[-3:]
+    assert any(e.get("kind") == "broker_timeout" and e.get("what") == "handshake" for e in env.events())
 
 
 def read_stats(env):
