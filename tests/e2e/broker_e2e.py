@@ -628,9 +628,13 @@ def nonce_in_the_wrong_places(env):
     assert_refused(env, raw_exchange(env, request(env, nonce=other_instance)), 403, "nonce_unknown")
     # Another binding's nonce of this instance.
     assert_refused(env, raw_exchange(env, request(env, nonce=env.nonces[BEARER])), 403, "nonce_other_binding")
-    # In the wrong header (and none where the binding says).
-    resp = raw_exchange(env, request(env, nonce_header="authorization", nonce=f"Bearer {n}"))
-    assert status_and_headers(resp)[0] == 403, resp[:200]
+    # In the wrong header (and none where the binding says, nor in
+    # authorization: Bearer, the other place a nonce is taken).
+    resp = raw_exchange(env, request(env, nonce_header="proxy-authorization", nonce=f"Bearer {n}"))
+    assert_refused(env, resp, 403, "nonce_missing")
+    # In both places at once.
+    resp = raw_exchange(env, request(env, headers=[("Authorization", f"Bearer {n}")]))
+    assert_refused(env, resp, 403, "nonce_duplicate")
     # In another header besides the right one.
     resp = raw_exchange(env, request(env, headers=[("X-Extra", n)]))
     assert_refused(env, resp, 403, "nonce_in_other_header")

@@ -5,7 +5,14 @@ request it receives, one JSON line each (method, path, headers, body), so the
 test can assert what reached the provider and what did not.
 
 Routes (any method):
-  /v1/messages   200 with a small JSON body
+  /v1/messages   200 with a small JSON body; with "stream": true in a JSON
+                 body, an Anthropic-style SSE stream (message_start ...
+                 message_stop) whose last text delta echoes the key received,
+                 a chunk boundary in the middle of it (the official SDKs'
+                 streaming path, and the scrubber on a split key)
+  /v1/chat/completions  an OpenAI-style chat completion; streamed (SSE,
+                 "data: [DONE]" last, the key echoed the same way) with
+                 "stream": true
   /v1/echo       200, the request's headers echoed back in the body (the
                  reflection case: a provider that repeats what it was sent)
   /v1/echo-head  200, the request's headers echoed back as response headers
@@ -135,6 +142,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/v1/echo":
             text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
             self._send(200, text, "text/plain")
+        elif path in ("/v1/messages", "/v1/chat/completions") and self._wants_stream(body):
+            self._sdk_stream(path)
+        elif path == "/v1/chat/completions":
+            self._send(200, json.dumps({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "abox-test",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode())
         elif path == "/v1/echo-gzip":
             text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
             self._send(200, gzip.compress(text), "text/plain", [("Content-Encoding", "gzip")])
@@ -209,10 +224,67 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._send(200, b'{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}]}')
 
+    @staticmethod
+    def _wants_stream(body):
+        try:
+            return json.loads(body or b"{}").get("stream") is True
+        except (ValueError, AttributeError):
+            return False
+
+    def _received_key(self):
+        return self.headers.get("x-api-key") or self.headers.get("authorization", "").removeprefix("Bearer ")
+
+    def _sdk_stream(self, path):
+        """The SSE stream an SDK's streaming call reads, one event per chunk;
+        the last text delta echoes the key, its chunk split inside it."""
+        key = self._received_key()
+        if path == "/v1/messages":
+            def ev(kind, data):
+                return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+            def delta(text):
+                return ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                  "delta": {"type": "text_delta", "text": text}})
+            events = [
+                ev("message_start", {"type": "message_start", "message": {
+                    "id": "msg_s", "type": "message", "role": "assistant", "content": [], "model": "abox-test",
+                    "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+                ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                           "content_block": {"type": "text", "text": ""}}),
+                delta("Hello"), delta(" world"), delta(f" key={key}"),
+                ev("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn",
+                                                                        "stop_sequence": None},
+                                     "usage": {"output_tokens": 3}}),
+                ev("message_stop", {"type": "message_stop"}),
+            ]
+        else:
+            def chunk(delta, finish=None):
+                data = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "abox-test",
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                return f"data: {json.dumps(data)}\n\n".encode()
+            events = [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hello"}),
+                      chunk({"content": " world"}), chunk({"content": f" key={key}"}), chunk({}, "stop"),
+                      b"data: [DONE]\n\n"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            at = event.find(key.encode()) if key else -1
+            if at >= 0:  # split inside the key: the broker must scrub the decoded stream
+                self._chunk(event[:at + len(key) // 2])
+                self._chunk(event[at + len(key) // 2:])
+            else:
+                self._chunk(event)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
     def _echo_chunked(self):
         query = dict(p.split("=", 1) for p in self.path.partition("?")[2].split("&") if "=" in p)
         text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
-        key = self.headers.get("x-api-key") or self.headers.get("authorization", "").removeprefix("Bearer ")
+        key = self._received_key()
         key_at = text.find(key.encode()) if key else -1
         at = key_at + int(query.get("at", "1")) if key_at >= 0 else len(text) // 2
         cuts = list(range(1, len(text))) if query.get("onebyte") == "1" else [at]
