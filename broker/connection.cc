@@ -151,6 +151,10 @@ void Connection::drive() {
   for (int guard = 0; guard < 10'000 && state_ != State::closed; ++guard) {
     if (!step()) break;
   }
+  // A step that began closing returns false; with nothing left to flush no
+  // readiness would ever come back for it (the provider ending a tunnel
+  // kept the guest's connection open until the idle time-out).
+  if (state_ == State::closing) step_closing();
   if (state_ != State::closed) update_interest();
 }
 

@@ -232,12 +232,15 @@ bool Connection::process_response() {
         continue;
       }
       ++account.statuses[status];
-      if (response_head_.content_coded && response_head_.framing != ResponseFraming::none) {
-        // Asked for identity (upstream_head.h), sent gzip or the like: the
-        // guest would decode what the scrubber cannot read. Not one byte of
-        // it goes on; the provider's connection is not kept.
+      if (response_head_.content_coded &&
+          (response_head_.framing != ResponseFraming::none || status == 101)) {
+        // Asked for identity and no WebSocket extension (upstream_head.h),
+        // sent gzip or permessage-deflate anyway: the guest would decode what
+        // the scrubber cannot read. Not one byte of it goes on; the
+        // provider's connection is not kept.
         drop_upstream();
-        fail_upstream(GateReason::upstream_content_encoding, "Content-Encoding other than identity");
+        fail_upstream(GateReason::upstream_content_encoding,
+                      status == 101 ? "a WebSocket extension" : "Content-Encoding other than identity");
         return false;
       }
       if (status == 429) ++account.rate_limited;

@@ -304,7 +304,8 @@ std::string_view describe(GateReason r) {
     case GateReason::upstream_tls_unverified:
       return "the upstream certificate did not verify";
     case GateReason::upstream_content_encoding:
-      return "the upstream sent a content-coded body, which the key scrubber cannot read";
+      return "the upstream sent a compressed body or tunnel (Content-Encoding, a WebSocket extension), which "
+             "the key scrubber cannot read";
   }
   return "unknown reason";
 }

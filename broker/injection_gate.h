@@ -84,7 +84,8 @@ enum class GateReason : std::uint8_t {
   upstream_connect_failed,    // no connection to any address
   upstream_tls_unverified,    // the certificate did not verify (chain or hostname)
   // the response (reported by the broker's response path)
-  upstream_content_encoding,  // a content-coded body (gzip ...): the scrubber could not read it
+  upstream_content_encoding,  // a coded body (gzip ...) or tunnel (permessage-deflate): unreadable to the
+                              // scrubber
 };
 
 std::string_view to_string(GateReason r);  // "host_mismatch"

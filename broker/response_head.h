@@ -12,9 +12,10 @@
 //     broker never offers one, and the guest's client would undo it after
 //     the scrubber saw coded bytes); both together is refused (a smuggling
 //     shape on the way back);
-//   - Content-Encoding other than "identity" sets content_coded (the broker
-//     asks for identity and refuses a coded body: a key inside gzip is out
-//     of the scrubber's sight, not the guest's).
+//   - Content-Encoding other than "identity", or any Sec-WebSocket-Extensions
+//     (permessage-deflate), sets content_coded (the broker asks for neither
+//     and refuses a coded body or tunnel: a key inside deflate is out of the
+//     scrubber's sight, not the guest's).
 // It extracts the status, how the body ends (length, chunked, at close, or
 // none for 1xx/204/304 and HEAD requests), Retry-After as sent (for
 // accounting), whether the server closes after this response, and whether
@@ -59,7 +60,7 @@ struct ResponseHead {
   std::string retry_after;  // as sent (at most 64 bytes kept), empty when absent
   bool connection_close = false;
   bool http10 = false;
-  bool content_coded = false;  // a Content-Encoding other than identity
+  bool content_coded = false;  // a Content-Encoding other than identity, or a WebSocket extension
   std::size_t head_bytes = 0;  // status line through the empty line
 };
 

@@ -9,7 +9,8 @@
 //     most the limit and ends in CRLF CRLF, the framing is consistent, and
 //     the upstream head built from it (write_upstream_head) parses again to
 //     the same method, target, framing and number of fields, minus the
-//     dropped credential, hop-by-hop and Accept-Encoding headers, plus the
+//     dropped credential, hop-by-hop, Accept-Encoding and
+//     Sec-WebSocket-Extensions headers, plus the
 //     key header and "Accept-Encoding: identity";
 //   - the body decodes to the same payload and the same verdict whether it
 //     arrives whole or in pieces; each feed() makes progress; the payload
@@ -103,7 +104,7 @@ void check_head(const RequestHead& head, Bytes input, const HeadLimits& limits) 
   for (const auto& f : head.fields()) {
     check(!f.name.empty() && inside(f.name, input) && inside(f.value, input));
     if (is_guest_credential_header(f.name) || is_hop_by_hop_header(f.name) || iequals(f.name, "x-key") ||
-        iequals(f.name, "accept-encoding")) {
+        iequals(f.name, "accept-encoding") || iequals(f.name, "sec-websocket-extensions")) {
       ++credentials;
     }
   }

@@ -102,6 +102,11 @@ TEST(ResponseHead, ContentCodingIsNoted) {
     ASSERT_TRUE(parse(text, head).ok()) << ce;
     EXPECT_TRUE(head.content_coded) << ce;
   }
+  ASSERT_TRUE(parse("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Extensions: "
+                    "permessage-deflate\r\n\r\n",
+                    head)
+                  .ok());
+  EXPECT_TRUE(head.content_coded) << "a WebSocket extension codes the tunnel";
   for (std::string_view ok : {"HTTP/1.1 200 OK\r\nContent-Encoding: Identity\r\nContent-Length: 3\r\n\r\n",
                               "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"}) {
     ASSERT_TRUE(parse(ok, head).ok()) << ok;

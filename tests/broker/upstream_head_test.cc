@@ -56,6 +56,19 @@ TEST(UpstreamHead, TheProviderIsAskedForNoContentCoding) {
             "x-api-key: sk\r\n\r\n");
 }
 
+TEST(UpstreamHead, NoWebSocketExtensionIsOffered) {
+  // permessage-deflate would compress the tunnel past the scrubber's sight.
+  std::string text =
+      "GET /v1/ws HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+      "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\nSec-WebSocket-Key: abc=\r\n"
+      "x-api-key: n\r\n\r\n";
+  RequestHead head = parse_ok(text);
+  std::string out;
+  write_upstream_head(head, KeyPlacement{"x-api-key", ""}, "sk", out);
+  EXPECT_EQ(out.find("xtensions"), std::string::npos) << out;
+  EXPECT_NE(out.find("Sec-WebSocket-Key: abc=\r\n"), std::string::npos) << out;
+}
+
 TEST(UpstreamHead, HopByHopNamesInAnySpelling) {
   for (auto name : {"Connection", "KEEP-ALIVE", "proxy-connection", "TE"})
     EXPECT_TRUE(is_hop_by_hop_header(name));

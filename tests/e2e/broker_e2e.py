@@ -690,6 +690,25 @@ def upgrade_on_a_binding_that_allows_it_is_tunnelled_and_scrubbed(env):
 
 
 @case
+def websocket_compression_is_never_negotiated(env):
+    # permessage-deflate would compress the tunnel past the scrubber's sight:
+    # the guest's offer is not passed on, and a provider that names the
+    # extension anyway gets its 101 refused (502), nothing of it forwarded.
+    before = env.provider_log()
+    ask = (f"GET /v1/ws{{}} HTTP/1.1\r\nHost: {WS}\r\nx-api-key: {env.nonces[WS]}\r\nUpgrade: websocket\r\n"
+           "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+           "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n")
+    resp = raw_exchange(env, ask.format("").encode(), sni=WS)
+    status, headers = status_and_headers(resp)
+    assert status == 101 and "sec-websocket-extensions" not in headers, resp[:400]
+    resp = raw_exchange(env, ask.format("?deflate=always").encode(), sni=WS)
+    assert_refused(env, resp, 502, "upstream_content_encoding")
+    assert b"permessage-deflate" not in resp, resp
+    got = env.provider_log()[len(before):]
+    assert len(got) == 2 and all("sec-websocket-extensions" not in provider.record_header_names(g) for g in got), got
+
+
+@case
 def redirect_is_passed_through_not_followed(env):
     before = env.provider_log()
     resp = raw_exchange(env, request(env, method="GET", path="/v1/redirect", body=None))

@@ -48,14 +48,19 @@ Routes (any method):
                  client's next request, made certain
   /v1/ws         with "Upgrade: echo": 101, then the x-api-key it received
                  as a first line (a provider that leaks it), then an echo of
-                 every line until EOF
+                 every line until EOF; with "Upgrade: websocket": 101 (the
+                 handshake only), accepting the Sec-WebSocket-Extensions
+                 offered, or naming permessage-deflate whatever was offered
+                 with ?deflate=always, then the close
 Usage: broker_fake_provider.py ADDR PORT CERT KEY LOG
 
 The e2e suites import this module to read the log back (read_records,
 record_headers, record_header_names), so the record's format is written and
 read in one place.
 """
+import base64
 import gzip
+import hashlib
 import http.server
 import json
 import os
@@ -195,6 +200,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\nX-Checksum: 5d41402a\r\nSet-Cookie: stolen=1\r\nContent-Length: 9999\r\n"
                              b"Connection: close\r\nX-Key: %s\r\n\r\n" % key.encode())
             self.wfile.flush()
+        elif path == "/v1/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
+            accept = base64.b64encode(hashlib.sha1(
+                self.headers.get("Sec-WebSocket-Key", "").encode() + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+            offered = self.headers.get("Sec-WebSocket-Extensions")
+            extensions = "permessage-deflate" if "deflate=always" in self.path else offered
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept.decode())
+            if extensions:
+                self.send_header("Sec-WebSocket-Extensions", extensions)
+            self.end_headers()
+            self.wfile.flush()
+            self.close_connection = True
         elif path == "/v1/ws" and self.headers.get("Upgrade", "").lower() == "echo":
             self.send_response(101)
             self.send_header("Upgrade", "echo")
