@@ -262,7 +262,8 @@ TEST_F(InjectionGateTest, BearerNonceInAuthorizationForAnotherBindingsHeader) {
     EXPECT_EQ(d.key_prefix, "") << "the key goes in x-api-key, the binding's form";
   }
   // The key goes upstream in the binding's header, and authorization is not passed on.
-  ASSERT_TRUE(decide(bearer_only("Bearer " + anthropic_nonce())).allowed());
+  const std::string text = bearer_only("Bearer " + anthropic_nonce());  // head_ points into it
+  ASSERT_TRUE(decide(text).allowed());
   std::string out;
   write_upstream_head(head_, KeyPlacement{"x-api-key", ""}, kRealKey, out);
   EXPECT_NE(out.find("\r\nx-api-key: sk-real-0123456789\r\n"), std::string::npos) << out;
