@@ -28,7 +28,9 @@
 //              to find where the body ends, and the body is decoded, scrubbed
 //              of the key as the guest's client will read it, and framed
 //              again (response_relay.h)
-//   tunnel     after a 101 on a binding with allow_upgrade: bytes both ways
+//   tunnel     after a 101 on a binding with allow_upgrade: bytes both ways,
+//              the provider's through the relay (WebSocket messages scrubbed
+//              across their fragments)
 //   (a pooled upstream connection skips resolve, connect and handshake)
 //   closing    flush what is queued for the guest, then close
 // After a response ends the upstream connection is closed and, unless either
@@ -141,8 +143,9 @@ class Connection {
   // Queues relayed_ (what relay_ made of the provider's bytes) for the
   // guest, and counts it and the keys scrubbed from it.
   void send_relayed();
-  // After a 101: response_raw_ through the relay to the guest.
-  void relay_tunnel_bytes();
+  // After a 101: response_raw_ through the relay to the guest; false when
+  // the tunnel was cut (a bad WebSocket frame).
+  bool relay_tunnel_bytes();
   void finish_response();
 
   void refuse(int status, std::string_view reason, std::string_view detail);

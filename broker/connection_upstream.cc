@@ -267,10 +267,10 @@ bool Connection::process_response() {
           return false;
         }
         state_ = State::tunnel;
-        // The tunnel's bytes are the payload as the guest reads them.
-        relay_.begin_body(ResponseFraming::until_close, 0);
-        relay_tunnel_bytes();
-        return true;
+        // WebSocket messages are scrubbed across their fragments; any other
+        // protocol's bytes as a stream.
+        relay_.begin_tunnel(response_head_.websocket);
+        return relay_tunnel_bytes();
       }
       // The body is decoded, scrubbed and framed again (response_relay.h).
       relay_.begin_body(response_head_.framing, response_head_.content_length);
@@ -301,12 +301,21 @@ bool Connection::process_response() {
   return progress;
 }
 
-void Connection::relay_tunnel_bytes() {
-  if (response_raw_.empty()) return;
-  auto used = relay_.body(bytes_of(response_raw_), relayed_);  // until_close: takes every byte
-  (void)used;
+bool Connection::relay_tunnel_bytes() {
+  if (response_raw_.empty()) return true;
+  auto used = relay_.tunnel(bytes_of(response_raw_), relayed_);
   response_raw_.clear();
   send_relayed();
+  if (!used.ok()) {
+    ++rt_.accounting.service().upstream_failures;
+    rt_.events.emit("broker_upstream_cut",
+                    {{"binding", binding_->name},
+                     {"detail", std::string("bad WebSocket frame: ") + std::string(used.error())}});
+    drop_upstream();
+    begin_closing();
+    return false;
+  }
+  return true;
 }
 
 void Connection::send_relayed() {
@@ -378,7 +387,7 @@ bool Connection::step_tunnel() {
   if (guest_->queued_bytes() < rt_.limits.max_buffered_bytes) {
     switch (upstream_->read(response_raw_, 64 * 1024)) {
       case TlsIo::done:
-        relay_tunnel_bytes();
+        if (!relay_tunnel_bytes()) return false;
         progress = true;
         break;
       case TlsIo::would_block:

@@ -181,6 +181,8 @@ base::Result<ResponseHeadStatus, ResponseError> parse_response_head(std::span<co
       chunked = true;
     } else if (iequal(name, "content-encoding")) {
       if (!iequal(value, "identity")) head.content_coded = true;
+    } else if (iequal(name, "upgrade")) {
+      if (iequal(value, "websocket")) head.websocket = true;
     } else if (iequal(name, "sec-websocket-extensions")) {
       head.content_coded = true;  // e.g. permessage-deflate: the tunnel's payload compressed
     } else if (iequal(name, "retry-after")) {

@@ -61,6 +61,7 @@ struct ResponseHead {
   bool connection_close = false;
   bool http10 = false;
   bool content_coded = false;  // a Content-Encoding other than identity, or a WebSocket extension
+  bool websocket = false;      // "Upgrade: websocket" (a 101's tunnel is WebSocket frames)
   std::size_t head_bytes = 0;  // status line through the empty line
 };
 

@@ -20,6 +20,8 @@ std::string_view chars_of(std::span<const std::uint8_t> b) {
 }  // namespace
 
 void ResponseRelay::start(std::string_view key) {
+  key_ = key;
+  tunnel_is_websocket_ = false;
   scrubber_.reset(key);
   framing_ = ResponseFraming::none;
   decoder_.reset();
@@ -93,7 +95,24 @@ base::Result<std::size_t, HttpError> ResponseRelay::body(std::span<const std::ui
 
 void ResponseRelay::end_of_stream(std::string& out) {
   // Any other body was cut by the close: nothing more (no fake end).
-  if (framing_ == ResponseFraming::until_close) scrubber_.finish(out);
+  if (framing_ == ResponseFraming::until_close && !tunnel_is_websocket_) scrubber_.finish(out);
+}
+
+void ResponseRelay::begin_tunnel(bool websocket) {
+  begin_body(ResponseFraming::until_close, 0);
+  tunnel_is_websocket_ = websocket;
+  if (websocket) websocket_.start(key_);
+}
+
+base::Result<std::size_t, std::string_view> ResponseRelay::tunnel(std::span<const std::uint8_t> in,
+                                                                  std::string& out) {
+  if (!tunnel_is_websocket_) {
+    scrubber_.feed(chars_of(in), out);
+    return in.size();
+  }
+  auto used = websocket_.feed(in, out);
+  if (!used.ok()) return base::Err{to_string(used.error())};
+  return *used;
 }
 
 }  // namespace abox::broker

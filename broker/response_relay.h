@@ -16,8 +16,11 @@
 //     one stream across every chunk boundary and read split, and what the
 //     scrubber lets out of one call written as one chunk of the broker's
 //     own; the body ends "0\r\n\r\n" (no extension, no trailer);
-//   - until the provider closes, and after a 101 (the tunnel): the bytes
-//     are the payload; end_of_stream() lets the held tail out at the close.
+//   - until the provider closes: the bytes are the payload; end_of_stream()
+//     lets the held tail out at the close;
+//   - after a 101 (tunnel()): WebSocket frames are decoded and each message
+//     scrubbed across its fragments (websocket_relay.h); any other
+//     protocol's bytes are scrubbed as one stream.
 // The scrubber holds back only a tail that could still begin the key (an
 // SSE event ends "\n\n", which begins no key), so streaming is not delayed.
 //
@@ -57,6 +60,7 @@
 #include "broker/http_request.h"
 #include "broker/key_scrubber.h"
 #include "broker/response_head.h"
+#include "broker/websocket_relay.h"
 
 namespace abox::broker {
 
@@ -77,16 +81,28 @@ class ResponseRelay {
   [[nodiscard]] base::Result<std::size_t, HttpError> body(std::span<const std::uint8_t> in, std::string& out);
   bool body_done() const;
   // The provider's stream ended. A body that ends at the close (until_close,
-  // the tunnel) is complete: the scrubber's held tail (which cannot be the
-  // key any more) goes out. Any other body was cut: nothing is written.
+  // a byte-stream tunnel) is complete: the scrubber's held tail (which
+  // cannot be the key any more) goes out. Any other body was cut: nothing is
+  // written (nor the rest of a WebSocket message, which a client drops).
   void end_of_stream(std::string& out);
 
-  std::uint64_t scrubbed() const { return scrubber_.scrubbed(); }
+  // After a 101: the tunnel's bytes from the provider. A WebSocket tunnel
+  // ("Upgrade: websocket") is decoded frame by frame and its messages
+  // scrubbed across fragments (websocket_relay.h); any other is a byte
+  // stream, scrubbed as one. An error says why the tunnel must be cut.
+  void begin_tunnel(bool websocket);
+  [[nodiscard]] base::Result<std::size_t, std::string_view> tunnel(std::span<const std::uint8_t> in,
+                                                                   std::string& out);
+
+  std::uint64_t scrubbed() const { return scrubber_.scrubbed() + websocket_.scrubbed(); }
   // Trailer fields of a chunked body, checked and dropped.
   std::size_t trailer_fields() const { return decoder_ ? decoder_->trailer_fields() : 0; }
 
  private:
   KeyScrubber scrubber_;
+  std::string_view key_;
+  bool tunnel_is_websocket_ = false;
+  WebSocketRelay websocket_;
   ResponseFraming framing_ = ResponseFraming::none;
   std::optional<BodyDecoder> decoder_;
   std::string run_;  // chunked: one call's scrubbed payload, before its chunk-size line

@@ -13,7 +13,11 @@
 //   0 chunked: the payload framed as chunks of the given sizes;
 //   1 raw: the recipe's bytes as they are, as a chunked body (mostly
 //     malformed: the relay must refuse cleanly);
-//   2 Content-Length, 3 until the close (also the tunnel after a 101).
+//   2 Content-Length, 3 until the close (also a byte-stream tunnel).
+// With the trailer bit, modes 1 and 3 are a WebSocket tunnel instead (the
+// broker's relay after a 101 "Upgrade: websocket"): 3 frames the payload as
+// one text message in fragments of the given sizes, a ping between every
+// two; 1 takes the recipe's bytes as frames as they are.
 // Whatever the input: no crash, no hang, and
 //   - each body() call uses at most its input and moves on;
 //   - what the guest gets is valid chunked framing (chunked modes), ends
@@ -23,7 +27,10 @@
 //     every key occurrence masked, the key nowhere in it;
 //   - Content-Length and until-close bodies come out the same length;
 //   - in raw mode, the verdict and the decoded bytes are the same whether
-//     the input came whole or in pieces, and never hold the key.
+//     the input came whole or in pieces, and never hold the key;
+//   - WebSocket: what the guest gets reads (tests/support/websocket_client.h)
+//     as whole frames; the message joined from its fragments is the payload
+//     with every key masked; control payloads hold no key either.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -33,6 +40,7 @@
 #include "base/byte_reader.h"
 #include "broker/response_relay.h"
 #include "tests/support/chunked_client.h"
+#include "tests/support/websocket_client.h"
 
 namespace {
 
@@ -117,6 +125,35 @@ Outcome run_relay(abox::broker::ResponseFraming framing, std::uint64_t length, s
   return o;
 }
 
+Outcome run_tunnel(std::string_view key, std::string_view wire, Sizes* reads) {
+  using namespace abox::broker;
+  ResponseRelay relay;
+  relay.start(key);
+  relay.begin_tunnel(true);
+  Outcome o;
+  for (std::size_t at = 0; at < wire.size();) {
+    std::size_t n = reads ? std::min(reads->next(wire.size()), wire.size() - at) : wire.size() - at;
+    auto used = relay.tunnel(abox::base::as_bytes(wire.substr(at, n)), o.out);
+    if (!used.ok()) {
+      o.ok = false;
+      break;
+    }
+    if (*used != n) fail("a tunnel read not used whole");
+    at += n;
+  }
+  relay.end_of_stream(o.out);
+  return o;
+}
+
+void check_websocket_read(const Outcome& o, std::string_view key) {
+  auto client = abox::testing::decode_websocket_frames(o.out);
+  if (!client) fail("the guest got bytes that are not WebSocket frames");
+  for (const auto& [opcode, payload] : client->messages)
+    if (payload.find(key) != std::string::npos) fail("the guest joins the key from fragments");
+  for (const auto& [opcode, payload] : client->controls)
+    if (payload.find(key) != std::string::npos) fail("the key in a control frame");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -131,6 +168,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view recipe = rest.substr(0, recipe_size);
   Sizes sizes(rest.substr(recipe_size));
 
+  if (mode == 1 && trailer) {
+    Outcome whole = run_tunnel(key, recipe, nullptr);
+    Outcome pieces = run_tunnel(key, recipe, &sizes);
+    if (whole.ok != pieces.ok) fail("WebSocket verdict depends on the split");
+    check_websocket_read(whole, key);
+    check_websocket_read(pieces, key);
+    auto a = abox::testing::decode_websocket_frames(whole.out);
+    auto b = abox::testing::decode_websocket_frames(pieces.out);
+    if (a->messages != b->messages || a->controls != b->controls)
+      fail("WebSocket messages depend on the split");
+    return 0;
+  }
   if (mode == 1) {
     Outcome whole = run_relay(ResponseFraming::chunked, 0, key, recipe, nullptr);
     Outcome pieces = run_relay(ResponseFraming::chunked, 0, key, recipe, &sizes);
@@ -185,6 +234,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!body->trailer.empty() || body->extensions != 0) fail("an extension or trailer reached the guest");
     if (body->payload != expected) fail("the guest decodes something other than the masked payload");
     if (body->payload.find(key) != std::string::npos) fail("the guest decodes the key");
+    return 0;
+  }
+
+  if (mode == 3 && trailer) {
+    std::string wire;
+    std::size_t fragments = 0;
+    for (std::size_t at = 0; at < payload.size() || fragments == 0;) {
+      std::size_t n = std::min(sizes.next(payload.size()), payload.size() - at);
+      if (fragments != 0)
+        append_websocket_frame(true, 0x9, key.substr(0, std::min<std::size_t>(key.size(), 125)), wire);
+      append_websocket_frame(at + n == payload.size(), fragments == 0 ? 0x1 : 0x0,
+                             std::string_view(payload).substr(at, n), wire);
+      ++fragments;
+      at += n;
+    }
+    Outcome o = run_tunnel(key, wire, &sizes);
+    if (!o.ok) fail("well-formed WebSocket frames were refused");
+    check_websocket_read(o, key);
+    auto client = abox::testing::decode_websocket_frames(o.out);
+    if (client->messages.size() != 1 || client->message_open) fail("not one whole message");
+    if (client->messages[0].second != expected) fail("the message is not the masked payload");
+    if (client->controls.size() != fragments - 1) fail("a ping lost or added");
     return 0;
   }
 

@@ -689,11 +689,38 @@ def upgrade_on_a_binding_that_allows_it_is_tunnelled_and_scrubbed(env):
     assert len(got) == 1 and provider.record_headers(got[0]).get("x-api-key") == KEY, got
 
 
+def read_websocket_frames(data):
+    """A client's reading of a server's WebSocket frames: (messages joined
+    from their fragments, [(opcode, payload)] of the control frames)."""
+    messages, controls, partial, at = [], [], b"", 0
+    while len(data) - at >= 2:
+        b0, b1 = data[at], data[at + 1]
+        n, h = b1 & 0x7F, 2
+        if n == 126:
+            n, h = int.from_bytes(data[at + 2:at + 4], "big"), 4
+        elif n == 127:
+            n, h = int.from_bytes(data[at + 2:at + 10], "big"), 10
+        assert not b1 & 0x80, "a masked frame from the server side"
+        payload = data[at + h:at + h + n]
+        assert len(payload) == n, "a frame cut short"
+        at += h + n
+        if b0 & 0x0F >= 8:
+            controls.append((b0 & 0x0F, payload))
+            continue
+        partial += payload
+        if b0 & 0x80:
+            messages.append(partial)
+            partial = b""
+    return messages, controls
+
+
 @case
-def websocket_compression_is_never_negotiated(env):
-    # permessage-deflate would compress the tunnel past the scrubber's sight:
-    # the guest's offer is not passed on, and a provider that names the
-    # extension anyway gets its 101 refused (502), nothing of it forwarded.
+def websocket_tunnels_are_scrubbed_per_message_and_never_compressed(env):
+    # After a 101 "Upgrade: websocket" the broker reads frames as a client
+    # does, and scrubs each message across its fragments. permessage-deflate
+    # would compress the tunnel past the scrubber's sight: the guest's offer
+    # is not passed on, and a provider that names the extension anyway gets
+    # its 101 refused (502), nothing of it forwarded.
     before = env.provider_log()
     ask = (f"GET /v1/ws{{}} HTTP/1.1\r\nHost: {WS}\r\nx-api-key: {env.nonces[WS]}\r\nUpgrade: websocket\r\n"
            "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
@@ -701,6 +728,14 @@ def websocket_compression_is_never_negotiated(env):
     resp = raw_exchange(env, ask.format("").encode(), sni=WS)
     status, headers = status_and_headers(resp)
     assert status == 101 and "sec-websocket-extensions" not in headers, resp[:400]
+    # The provider then echoes the key in a message fragmented inside the
+    # key (a ping between the fragments) and in a close reason: the frames
+    # never hold it whole, a client joining the fragments would; what the
+    # client reads holds it nowhere.
+    assert KEY.encode() not in resp, "the key in the tunnel's bytes"
+    messages, controls = read_websocket_frames(resp.split(b"\r\n\r\n", 1)[1])
+    assert messages == [b'{"echo":"x-api-key: ' + b"*" * len(KEY) + b'"}'], messages
+    assert controls == [(0x9, b"ping"), (0x8, b"\x03\xe8" + b"*" * len(KEY))], controls
     resp = raw_exchange(env, ask.format("?deflate=always").encode(), sni=WS)
     assert_refused(env, resp, 502, "upstream_content_encoding")
     assert b"permessage-deflate" not in resp, resp

@@ -48,10 +48,13 @@ Routes (any method):
                  client's next request, made certain
   /v1/ws         with "Upgrade: echo": 101, then the x-api-key it received
                  as a first line (a provider that leaks it), then an echo of
-                 every line until EOF; with "Upgrade: websocket": 101 (the
-                 handshake only), accepting the Sec-WebSocket-Extensions
-                 offered, or naming permessage-deflate whatever was offered
-                 with ?deflate=always, then the close
+                 every line until EOF; with "Upgrade: websocket": 101,
+                 accepting the Sec-WebSocket-Extensions offered (or naming
+                 permessage-deflate whatever was offered, with
+                 ?deflate=always), then a text message echoing the key it
+                 received in two fragments split inside the key with a ping
+                 between them, a close frame whose reason holds the key, and
+                 the close
 Usage: broker_fake_provider.py ADDR PORT CERT KEY LOG
 
 The e2e suites import this module to read the log back (read_records,
@@ -96,6 +99,19 @@ def record_header_names(record):
 
 
 # ---- the server ------------------------------------------------------------------
+
+
+def ws_frame(opcode, payload, fin=True):
+    """One unmasked WebSocket frame, as a server sends it."""
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    if n < 126:
+        head += bytes([n])
+    elif n < 65536:
+        head += bytes([126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([127]) + n.to_bytes(8, "big")
+    return head + payload
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -212,6 +228,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if extensions:
                 self.send_header("Sec-WebSocket-Extensions", extensions)
             self.end_headers()
+            key = self._received_key().encode()
+            message = b'{"echo":"x-api-key: ' + key + b'"}'
+            cut = message.find(key) + len(key) // 2
+            self.wfile.write(ws_frame(0x01, message[:cut], fin=False) + ws_frame(0x09, b"ping") +
+                             ws_frame(0x00, message[cut:]) + ws_frame(0x08, b"\x03\xe8" + key))
             self.wfile.flush()
             self.close_connection = True
         elif path == "/v1/ws" and self.headers.get("Upgrade", "").lower() == "echo":
