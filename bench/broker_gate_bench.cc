@@ -1,5 +1,6 @@
 // The broker's per-request work outside TLS and sockets: parse the guest's
-// head, run the injection gate, write the upstream head, decode the body.
+// head, run the injection gate, write the upstream head, decode the body,
+// relay a response body.
 // The head is the one the Anthropic Python SDK sends (18 fields, ~620
 // bytes); the gate runs against a policy with that binding, this instance's
 // nonce in x-api-key and one real key to look for (condition 5).
@@ -22,6 +23,7 @@
 #include "broker/http_request.h"
 #include "broker/injection_gate.h"
 #include "broker/nonce.h"
+#include "broker/response_relay.h"
 #include "broker/upstream_head.h"
 #include "policy/policy_file.h"
 
@@ -201,6 +203,46 @@ void BM_BodyNonceScan(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * body.size()));
 }
 BENCHMARK(BM_BodyNonceScan);
+
+// A provider's response body on its way to the guest, as connection_upstream.cc
+// relays it (response_relay.h: decoded, scrubbed, framed again): 1 MiB of
+// payload, fed in 16 KiB pieces (TLS records), the key scrubbed. Arg 0: chunked in 200-byte chunks (an SSE
+// stream's events); arg 1: the same payload under Content-Length.
+void BM_ResponseBody(benchmark::State& state) {
+  const bool chunked = state.range(0) == 0;
+  std::string payload;
+  while (payload.size() < (1u << 20))
+    payload.append(
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":"
+        "{\"type\":\"text_delta\",\"text\":\"Sure, this is the next sentence of the answer.\"}}\n\n");
+  std::string wire;
+  if (chunked) {
+    for (std::size_t at = 0; at < payload.size(); at += 200)
+      append_chunk(base::as_bytes(std::string_view(payload).substr(at, 200)), wire);
+    append_last_chunk(wire);
+  } else {
+    wire = payload;
+  }
+  std::string out;
+  ResponseRelay relay;
+  for (auto _ : state) {
+    relay.start(kKey);
+    relay.begin_body(chunked ? ResponseFraming::chunked : ResponseFraming::content_length, payload.size());
+    std::string_view all = wire;
+    std::size_t sent = 0;
+    while (!all.empty() && !relay.body_done()) {
+      std::string_view piece = all.substr(0, 16384);
+      all.remove_prefix(piece.size());
+      out.clear();
+      auto used = relay.body(base::as_bytes(piece), out);
+      if (!used.ok()) std::abort();
+      sent += out.size();
+    }
+    benchmark::DoNotOptimize(sent);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * payload.size()));
+}
+BENCHMARK(BM_ResponseBody)->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace abox::broker

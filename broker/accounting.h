@@ -40,6 +40,9 @@ struct ServiceCounters {
   std::uint64_t sni_refused = 0;                // no binding for the SNI
   std::uint64_t handshake_failed = 0;
   std::uint64_t idle_timeouts = 0;
+  std::uint64_t handshake_timeouts = 0;    // hand-off + TLS handshake past tls_handshake_ms: closed
+  std::uint64_t head_timeouts = 0;         // a request head past http_head_ms: 408
+  std::uint64_t body_timeouts = 0;         // a request body past http_body_ms: 408
   std::uint64_t malformed_requests = 0;    // 400s
   std::uint64_t upstream_failures = 0;     // 502s
   std::uint64_t upstream_connections = 0;  // new upstream TLS connections made

@@ -27,10 +27,9 @@
 // control byte but HTAB, no bare LF or lone CR), at most
 // max_trailer_fields of them in at most max_trailer_bytes (CRLFs included),
 // and the empty line ends the body. Trailer fields are checked, never kept:
-// a step whose bytes are trailer fields says so (BodyStep::trailer) and the
-// caller drops them, so what it forwards is a chunked body that ends
-// "0\r\n\r\n" (see the broker's connection_upstream.cc for why none is
-// forwarded).
+// a step whose bytes are trailer fields says so (BodyStep::trailer), and
+// they carry no payload: the broker's response relay, which frames the
+// payload again for the guest, forwards none (response_relay.h says why).
 // Content-Length: exactly that many bytes, then done.
 // Both: the sum of payload bytes is at most BodyLimits::max_body_bytes (the
 // policy's http_body_bytes); a Content-Length above it is refused before any

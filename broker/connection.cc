@@ -24,6 +24,8 @@ std::string_view status_text(int status) {
       return "Bad Request";
     case 403:
       return "Forbidden";
+    case 408:
+      return "Request Timeout";
     case 502:
       return "Bad Gateway";
     case 503:
@@ -76,6 +78,8 @@ bool Connection::start() {
   counted_handshake_ = true;
   if (!rt_.loop.watch(guest_fd_number_, EPOLLIN, [this](std::uint32_t) { drive(); })) return false;
   arm_timer(rt_.limits.handshake_timeout);
+  // A deadline too: every byte of a trickled ClientHello resets the idle timer.
+  set_deadline(Deadline::handshake, rt_.limits.handshake_timeout);
   if (state_ == State::handshake) {
     // No hand-off line: TLS starts at the first byte.
     SslPtr ssl(SSL_new(rt_.server_ctx));
@@ -147,6 +151,10 @@ void Connection::drive() {
   for (int guard = 0; guard < 10'000 && state_ != State::closed; ++guard) {
     if (!step()) break;
   }
+  // A step that began closing returns false; with nothing left to flush no
+  // readiness would ever come back for it (the provider ending a tunnel
+  // kept the guest's connection open until the idle time-out).
+  if (state_ == State::closing) step_closing();
   if (state_ != State::closed) update_interest();
 }
 
@@ -266,8 +274,7 @@ bool Connection::step_handshake() {
         close_now();
         return false;
       }
-      state_ = State::head;
-      arm_timer(rt_.limits.idle_timeout);
+      enter_head_state();
       return true;
     case TlsIo::would_block:
       return false;
@@ -302,8 +309,24 @@ bool Connection::read_guest(std::size_t max) {
   return false;
 }
 
+void Connection::enter_head_state() {
+  state_ = State::head;
+  method_.clear();  // no request yet: a refusal's event names none
+  path_.clear();
+  clear_deadline();
+  head_start_bytes_ = guest_->bytes_received();
+  arm_timer(rt_.limits.idle_timeout);
+}
+
+void Connection::start_head_deadline_at_first_byte() {
+  if (deadline_what_ == Deadline::head) return;
+  if (in_.empty() && guest_->bytes_received() == head_start_bytes_) return;
+  set_deadline(Deadline::head, rt_.limits.head_deadline);
+}
+
 bool Connection::step_head() {
   if (state_ != State::head) return false;
+  start_head_deadline_at_first_byte();
   if (!in_.empty()) {
     RequestHead head;
     auto parsed = parse_request_head(bytes_of(in_), rt_.head_limits, head);
@@ -319,7 +342,9 @@ bool Connection::step_head() {
   }
   std::size_t limit = rt_.head_limits.max_head_bytes + 1;
   if (in_.size() >= limit) return false;  // the parser decides at the limit
-  return read_guest(limit - in_.size());
+  bool read = read_guest(limit - in_.size());
+  if (state_ == State::head) start_head_deadline_at_first_byte();  // also a record that did not decrypt yet
+  return read;
 }
 
 void Connection::on_head(const RequestHead& head) {
@@ -351,7 +376,7 @@ void Connection::on_head(const RequestHead& head) {
     refuse(400, to_string(body_->error()), describe(body_->error()));
     return;
   }
-  scrubber_.reset(key);
+  relay_.start(key);
   // The whole body is read before anything goes upstream, so the broker
   // answers "Expect: 100-continue" itself (the provider's own 100, if it
   // sends one, is then not forwarded twice).
@@ -362,6 +387,7 @@ void Connection::on_head(const RequestHead& head) {
     sent_continue_ = true;
   }
   state_ = State::body;
+  set_deadline(Deadline::body, rt_.limits.body_deadline);
 }
 
 bool Connection::step_body() {
@@ -396,6 +422,7 @@ bool Connection::step_body() {
 }
 
 void Connection::on_body_done() {
+  clear_deadline();
   if (body_scanner_.found()) {
     wipe_string(upstream_request_);
     refuse(http_status(GateReason::nonce_in_body), to_string(GateReason::nonce_in_body),
@@ -454,6 +481,7 @@ void Connection::fail_upstream(GateReason reason, std::string_view detail) {
 void Connection::begin_closing() {
   if (state_ == State::closed) return;
   state_ = State::closing;
+  clear_deadline();  // (what is queued is flushed within the idle time-out)
 }
 
 void Connection::drop_upstream() {
@@ -523,16 +551,62 @@ void Connection::update_interest() {
 void Connection::arm_timer(base::Millis timeout) {
   timeout_ = timeout;
   last_activity_ = rt_.loop.now();
-  if (timer_ != 0) return;  // the running timer re-checks last_activity_
-  timer_ = rt_.loop.schedule(last_activity_ + timeout_, [this] { on_timer(); });
+  schedule_timer();
+}
+
+void Connection::set_deadline(Deadline what, base::Millis after) {
+  deadline_what_ = what;
+  deadline_ = rt_.loop.now() + after;
+  schedule_timer();
+}
+
+void Connection::schedule_timer() {
+  base::MonoTime due = last_activity_ + timeout_;
+  if (deadline_what_ != Deadline::none && deadline_ < due) due = deadline_;
+  if (timer_ != 0) {
+    // A timer due no later re-checks both clocks when it fires; a later one
+    // (an idle time-out when a shorter one is armed) is moved up.
+    if (timer_due_ <= due) return;
+    rt_.loop.cancel(timer_);
+  }
+  timer_due_ = due;
+  timer_ = rt_.loop.schedule(due, [this] { on_timer(); });
+}
+
+void Connection::on_deadline() {
+  Deadline what = deadline_what_;
+  clear_deadline();
+  auto& service = rt_.accounting.service();
+  switch (what) {
+    case Deadline::none:
+      return;
+    case Deadline::handshake:
+      ++service.handshake_timeouts;
+      rt_.events.emit("broker_timeout", {{"what", "handshake"}, {"sni", sni_}});
+      close_now();
+      return;
+    case Deadline::head:
+      ++service.head_timeouts;
+      refuse(408, "head_timeout", "the request head did not arrive within [timeouts] http_head_ms");
+      break;
+    case Deadline::body:
+      ++service.body_timeouts;
+      refuse(408, "body_timeout", "the request body did not arrive within [timeouts] http_body_ms");
+      break;
+  }
+  drive();  // flush the answer and close
 }
 
 void Connection::on_timer() {
   timer_ = 0;
   if (state_ == State::closed) return;
-  auto due = last_activity_ + timeout_;
-  if (rt_.loop.now() < due) {
-    timer_ = rt_.loop.schedule(due, [this] { on_timer(); });
+  const base::MonoTime now = rt_.loop.now();
+  if (deadline_what_ != Deadline::none && now >= deadline_) {
+    on_deadline();
+    return;
+  }
+  if (now < last_activity_ + timeout_) {
+    schedule_timer();
     return;
   }
   ++rt_.accounting.service().idle_timeouts;

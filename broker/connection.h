@@ -24,9 +24,13 @@
 //   upstream_handshake  TLS verified against the roots, hostname checked
 //   exchange   the rewritten head (key added, guest credentials dropped) and
 //              the body go up; the response streams back as it arrives,
-//              every byte through the KeyScrubber; its head is parsed only to
-//              count it and to find where it ends
-//   tunnel     after a 101 on a binding with allow_upgrade: bytes both ways
+//              through the ResponseRelay: its head is parsed to count it and
+//              to find where the body ends, and the body is decoded, scrubbed
+//              of the key as the guest's client will read it, and framed
+//              again (response_relay.h)
+//   tunnel     after a 101 on a binding with allow_upgrade: bytes both ways,
+//              the provider's through the relay (WebSocket messages scrubbed
+//              across their fragments)
 //   (a pooled upstream connection skips resolve, connect and handshake)
 //   closing    flush what is queued for the guest, then close
 // After a response ends the upstream connection is closed and, unless either
@@ -34,7 +38,18 @@
 //
 // Bounds: the head (http_head_bytes), the body (http_body_bytes), response
 // bytes queued for the guest (max_buffered_bytes: upstream reads pause past
-// it), and one timer (handshake, connect or idle timeout).
+// it), and one timer, due at the earlier of two clocks:
+//   - a time-out from the last byte either way (connect while reaching the
+//     provider, idle otherwise), and
+//   - a deadline from a fixed point, which no byte moves: the hand-off line
+//     and TLS handshake from accept (tls_handshake_ms: closed), the request
+//     head from its first byte (http_head_ms), the body from the end of the
+//     head (http_body_ms); a head or body past its deadline is answered 408
+//     with `abox-refused: head_timeout` / `body_timeout` and closed. A peer
+//     that sends a byte a second keeps an idle timer alive for ever, not a
+//     deadline. The head's "first byte" is the first TLS byte that arrives
+//     after the previous request (TlsStream::bytes_received()), so a head
+//     trickled inside one TLS record is timed too.
 //
 // Upstream connections are kept for the next request when a response ends
 // cleanly (upstream_pool.h).
@@ -55,9 +70,9 @@
 #include "base/unique_fd.h"
 #include "broker/body_decoder.h"
 #include "broker/injection_gate.h"
-#include "broker/key_scrubber.h"
 #include "broker/nonce.h"
 #include "broker/response_head.h"
+#include "broker/response_relay.h"
 #include "broker/runtime.h"
 #include "broker/tls_stream.h"
 
@@ -100,6 +115,10 @@ class Connection {
   bool step_handoff();
   bool step_handshake();
   bool step_head();
+  // Enters the head state: the idle timer runs until the head's first byte.
+  void enter_head_state();
+  // Starts the head's deadline once a byte of it has arrived.
+  void start_head_deadline_at_first_byte();
   bool step_body();
   bool step_connect_result();
   bool step_upstream_handshake();
@@ -121,7 +140,12 @@ class Connection {
   void try_next_address();
   void on_upstream_handshake_done();
   bool process_response();
-  void forward_to_guest(std::string_view bytes);
+  // Queues relayed_ (what relay_ made of the provider's bytes) for the
+  // guest, and counts it and the keys scrubbed from it.
+  void send_relayed();
+  // After a 101: response_raw_ through the relay to the guest; false when
+  // the tunnel was cut (a bad WebSocket frame).
+  bool relay_tunnel_bytes();
   void finish_response();
 
   void refuse(int status, std::string_view reason, std::string_view detail);
@@ -130,8 +154,15 @@ class Connection {
   void close_now();
   void drop_upstream();
   void update_interest();
+  // The idle (or connect) time-out, from now and from every later byte.
   void arm_timer(base::Millis timeout);
+  enum class Deadline : std::uint8_t { none, handshake, head, body };
+  void set_deadline(Deadline what, base::Millis after);
+  void clear_deadline() { deadline_what_ = Deadline::none; }
+  // (Re)schedules the loop timer for the earlier of the two.
+  void schedule_timer();
   void on_timer();
+  void on_deadline();
   void count_refusal(std::string_view reason);
 
   InstanceRuntime& rt_;
@@ -178,18 +209,23 @@ class Connection {
   std::string response_raw_;  // upstream plaintext not processed yet
   bool response_head_done_ = false;
   ResponseHead response_head_;
-  std::optional<BodyDecoder> response_body_;
   bool response_started_ = false;  // a byte of the response reached the guest
   bool close_guest_after_ = true;  // the guest's connection closes after this response
   std::string guest_head_;         // the response head as the guest gets it
   std::uint64_t request_bytes_up_ = 0;
   std::uint64_t response_bytes_down_ = 0;
-  KeyScrubber scrubber_;
-  std::string scrubbed_;
+  // Heads and bodies go to the guest scrubbed as its client decodes them.
+  ResponseRelay relay_;
+  std::string relayed_;  // the relay's output, queued for the guest by send_relayed()
+  std::uint64_t scrubbed_reported_ = 0;
 
   BrokerLoop::TimerId timer_ = 0;
+  base::MonoTime timer_due_;
   base::MonoTime last_activity_;
   base::Millis timeout_{0};
+  Deadline deadline_what_ = Deadline::none;
+  base::MonoTime deadline_;
+  std::size_t head_start_bytes_ = 0;  // guest TLS bytes received when the head state began
 };
 
 }  // namespace abox::broker

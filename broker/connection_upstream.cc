@@ -149,7 +149,6 @@ void Connection::on_upstream_handshake_done() {
   upstream_->queue(upstream_request_);
   response_raw_.clear();
   response_head_done_ = false;
-  response_body_.reset();
   response_started_ = false;
   close_guest_after_ = true;
   response_bytes_down_ = 0;
@@ -224,19 +223,32 @@ bool Connection::process_response() {
       auto& account = rt_.accounting.binding(binding_index_);
       if (status >= 100 && status < 200 && status != 101) {
         // Interim (100 Continue, 103): forwarded, the final head follows.
-        if (status != 100 || !sent_continue_)
-          forward_to_guest(std::string_view(response_raw_).substr(0, head_bytes));
+        if (status != 100 || !sent_continue_) {
+          relay_.head(std::string_view(response_raw_).substr(0, head_bytes), relayed_);
+          send_relayed();
+        }
         response_raw_.erase(0, head_bytes);
         progress = true;
         continue;
       }
       ++account.statuses[status];
+      if (response_head_.content_coded &&
+          (response_head_.framing != ResponseFraming::none || status == 101)) {
+        // Asked for identity and no WebSocket extension (upstream_head.h),
+        // sent gzip or permessage-deflate anyway: the guest would decode what
+        // the scrubber cannot read. Not one byte of it goes on; the
+        // provider's connection is not kept.
+        drop_upstream();
+        fail_upstream(GateReason::upstream_content_encoding,
+                      status == 101 ? "a WebSocket extension" : "Content-Encoding other than identity");
+        return false;
+      }
       if (status == 429) ++account.rate_limited;
       if (status >= 500) ++account.server_errors;
       if (!response_head_.retry_after.empty()) account.last_retry_after = response_head_.retry_after;
       response_head_done_ = true;
       if (status == 101) {
-        forward_to_guest(std::string_view(response_raw_).substr(0, head_bytes));
+        relay_.head(std::string_view(response_raw_).substr(0, head_bytes), relayed_);
       } else {
         // The provider's connection headers are about the broker's pooled
         // connection; the guest learns only whether its own one closes.
@@ -244,8 +256,9 @@ bool Connection::process_response() {
         guest_head_.clear();
         write_guest_response_head(std::string_view(response_raw_).substr(0, head_bytes), close_guest_after_,
                                   guest_head_);
-        forward_to_guest(guest_head_);
+        relay_.head(guest_head_, relayed_);
       }
+      send_relayed();
       response_raw_.erase(0, head_bytes);
       progress = true;
       if (status == 101) {
@@ -254,41 +267,22 @@ bool Connection::process_response() {
           return false;
         }
         state_ = State::tunnel;
-        if (!response_raw_.empty()) {
-          forward_to_guest(response_raw_);
-          response_raw_.clear();
-        }
-        return true;
+        // WebSocket messages are scrubbed across their fragments; any other
+        // protocol's bytes as a stream.
+        relay_.begin_tunnel(response_head_.websocket);
+        return relay_tunnel_bytes();
       }
-      switch (response_head_.framing) {
-        case ResponseFraming::none:
-          finish_response();
-          return true;
-        case ResponseFraming::content_length:
-          response_body_.emplace(BodyFraming::content_length, response_head_.content_length,
-                                 BodyLimits{UINT64_MAX});
-          break;
-        case ResponseFraming::chunked:
-          // Trailer fields (RFC 9112 7.1.2) are allowed, bounded like the
-          // head, checked, and dropped (forward below): an upstream could
-          // put there what the head may not carry to the guest (framing,
-          // Connection, Set-Cookie ...), for clients that merge trailers
-          // into the head. The guest gets the body ending "0\r\n\r\n".
-          response_body_.emplace(BodyFraming::chunked, 0,
-                                 BodyLimits{UINT64_MAX, kMaxResponseFields, kMaxResponseHeadBytes});
-          break;
-        case ResponseFraming::until_close:
-          break;
+      // The body is decoded, scrubbed and framed again (response_relay.h).
+      relay_.begin_body(response_head_.framing, response_head_.content_length);
+      if (relay_.body_done()) {  // no body (1xx, 204, 304, HEAD) or Content-Length: 0
+        finish_response();
+        return true;
       }
       continue;
     }
-    if (!response_body_) {  // until_close: everything goes through
-      forward_to_guest(response_raw_);
-      response_raw_.clear();
-      return true;
-    }
-    auto step = response_body_->feed(bytes_of(response_raw_));
-    if (!step.ok()) {
+    auto used = relay_.body(bytes_of(response_raw_), relayed_);
+    send_relayed();
+    if (!used.ok()) {
       ++rt_.accounting.service().upstream_failures;
       rt_.events.emit("broker_upstream_cut",
                       {{"binding", binding_->name}, {"detail", "bad response body framing"}});
@@ -296,46 +290,54 @@ bool Connection::process_response() {
       begin_closing();
       return false;
     }
-    if (!step->trailer) forward_to_guest(std::string_view(response_raw_).substr(0, step->consumed));
-    response_raw_.erase(0, step->consumed);
+    response_raw_.erase(0, *used);
     progress = true;
-    if (response_body_->done()) {
-      rt_.accounting.service().trailer_fields_dropped += response_body_->trailer_fields();
+    if (relay_.body_done()) {
+      rt_.accounting.service().trailer_fields_dropped += relay_.trailer_fields();
       finish_response();
       return true;
     }
   }
-  if (response_head_done_ && response_body_ && response_body_->done() && state_ == State::exchange) {
-    finish_response();
-    return true;
-  }
   return progress;
 }
 
-void Connection::forward_to_guest(std::string_view bytes) {
-  scrubbed_.clear();
-  std::uint64_t before = scrubber_.scrubbed();
-  scrubber_.feed(bytes, scrubbed_);
-  if (scrubber_.scrubbed() != before) {
+bool Connection::relay_tunnel_bytes() {
+  if (response_raw_.empty()) return true;
+  auto used = relay_.tunnel(bytes_of(response_raw_), relayed_);
+  response_raw_.clear();
+  send_relayed();
+  if (!used.ok()) {
+    ++rt_.accounting.service().upstream_failures;
+    rt_.events.emit("broker_upstream_cut",
+                    {{"binding", binding_->name},
+                     {"detail", std::string("bad WebSocket frame: ") + std::string(used.error())}});
+    drop_upstream();
+    begin_closing();
+    return false;
+  }
+  return true;
+}
+
+void Connection::send_relayed() {
+  std::uint64_t scrubbed = relay_.scrubbed();
+  if (scrubbed != scrubbed_reported_) {
     auto& account = rt_.accounting.binding(binding_index_);
-    account.keys_scrubbed += scrubber_.scrubbed() - before;
+    account.keys_scrubbed += scrubbed - scrubbed_reported_;
     rt_.events.emit("broker_key_scrubbed",
-                    {{"binding", binding_->name}, {"occurrences", scrubber_.scrubbed() - before}});
+                    {{"binding", binding_->name}, {"occurrences", scrubbed - scrubbed_reported_}});
+    scrubbed_reported_ = scrubbed;
   }
   response_started_ = true;
-  response_bytes_down_ += scrubbed_.size();
-  rt_.accounting.binding(binding_index_).bytes_down += scrubbed_.size();
-  guest_->queue(scrubbed_);
+  if (relayed_.empty()) return;
+  response_bytes_down_ += relayed_.size();
+  rt_.accounting.binding(binding_index_).bytes_down += relayed_.size();
+  guest_->queue(relayed_);
+  relayed_.clear();
 }
 
 void Connection::finish_response() {
-  scrubbed_.clear();
-  scrubber_.finish(scrubbed_);
-  if (!scrubbed_.empty()) {
-    response_bytes_down_ += scrubbed_.size();
-    rt_.accounting.binding(binding_index_).bytes_down += scrubbed_.size();
-    guest_->queue(scrubbed_);
-  }
+  relay_.end_of_stream(relayed_);  // until_close: the held tail
+  send_relayed();
   rt_.events.emit("broker_request", {{"binding", binding_->name},
                                      {"method", method_},
                                      {"path", path_},
@@ -353,14 +355,12 @@ void Connection::finish_response() {
     rt_.pool.give(binding_index_, std::move(upstream_));
   }
   drop_upstream();
-  response_body_.reset();
   response_head_done_ = false;
   if (close_guest) {
     begin_closing();
     return;
   }
-  state_ = State::head;
-  arm_timer(rt_.limits.idle_timeout);
+  enter_head_state();
 }
 
 bool Connection::step_tunnel() {
@@ -387,14 +387,15 @@ bool Connection::step_tunnel() {
   if (guest_->queued_bytes() < rt_.limits.max_buffered_bytes) {
     switch (upstream_->read(response_raw_, 64 * 1024)) {
       case TlsIo::done:
-        forward_to_guest(response_raw_);
-        response_raw_.clear();
+        if (!relay_tunnel_bytes()) return false;
         progress = true;
         break;
       case TlsIo::would_block:
         break;
       case TlsIo::closed:
       case TlsIo::failed:
+        relay_.end_of_stream(relayed_);  // the held tail
+        send_relayed();
         drop_upstream();
         begin_closing();
         return false;

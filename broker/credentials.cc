@@ -10,6 +10,7 @@
 #include <map>
 
 #include "base/unique_fd.h"
+#include "broker/key_scrubber.h"
 
 namespace abox::broker {
 
@@ -21,10 +22,12 @@ void wipe(std::string& s) {
   s.clear();
 }
 
+// Visible ASCII (the key goes into a header), and not the scrubber's mask:
+// masking an echoed key must not be able to make a new occurrence of it.
 bool valid_key(std::string_view k) {
   if (k.empty() || k.size() > 4096) return false;
   for (char c : k) {
-    if (c <= 0x20 || c >= 0x7F) return false;
+    if (c <= 0x20 || c >= 0x7F || c == KeyScrubber::kMask) return false;
   }
   return true;
 }
@@ -87,7 +90,7 @@ base::Result<Credentials, std::string> Credentials::parse(std::string_view text,
       if (!s) return base::Err{source + ": credentials." + std::string(name.str()) + " must be a string"};
       if (!valid_key(*s)) {
         return base::Err{source + ": credentials." + std::string(name.str()) +
-                         " is not 1-4096 visible ASCII characters"};
+                         " is not 1-4096 visible ASCII characters other than '*'"};
       }
       by_name.emplace(std::string(name.str()), std::move(*s));
     }

@@ -8,7 +8,8 @@
 // running the broker, and neither readable nor writable by group or others;
 // otherwise it is refused with a message naming the problem. Every binding's
 // credential must be present; a key must be 1-4096 visible ASCII bytes
-// (it goes into a header: no CR, LF, NUL or space). Names no binding uses
+// (it goes into a header: no CR, LF, NUL or space) other than '*' (the
+// scrubber's mask, key_scrubber.h). Names no binding uses
 // are ignored (one file may serve several policies).
 // Keys are wiped from memory when the table is destroyed.
 #pragma once

@@ -73,6 +73,47 @@ bool is_real_key(std::string_view value, std::span<const std::string_view> keys)
   return found;
 }
 
+// Condition 4's first half: which field carries the nonce. The binding's
+// header when present (once; an authorization that looks like a nonce too
+// is the nonce twice); otherwise, unless the binding's header is
+// authorization itself, one authorization field in the Bearer scheme. The
+// field's value is checked by the caller. Returns allowed, or the refusal.
+GateReason find_nonce_carrier(const RequestHead& head, const policy::BrokerBinding& binding,
+                              const HeaderField*& carrier) {
+  const bool alternative = !iequals(binding.header, "authorization");
+  std::size_t own = 0;
+  std::size_t authorizations = 0;
+  const HeaderField* authorization = nullptr;
+  for (const auto& f : head.fields()) {
+    if (iequals(f.name, binding.header)) {
+      ++own;
+      carrier = &f;
+    } else if (alternative && iequals(f.name, "authorization")) {
+      ++authorizations;
+      authorization = &f;
+    }
+  }
+  if (own > 1) return GateReason::nonce_duplicate;
+  if (own == 1) {
+    // A guest credential of its own in authorization (Basic ...) is only
+    // dropped; a nonce there as well is the nonce given twice.
+    if (authorization != nullptr && looks_like_nonce(authorization->value))
+      return GateReason::nonce_duplicate;
+    return GateReason::allowed;
+  }
+  if (authorizations == 0) return GateReason::nonce_missing;
+  if (authorizations > 1) return GateReason::nonce_duplicate;
+  std::string_view bearer;
+  strip_bearer(authorization->value, bearer);
+  if (bearer.empty()) {
+    // Not the Bearer scheme: a nonce there is in the wrong form, anything
+    // else is no nonce at all.
+    return looks_like_nonce(authorization->value) ? GateReason::nonce_malformed : GateReason::nonce_missing;
+  }
+  carrier = authorization;
+  return GateReason::allowed;
+}
+
 GateDecision refuse(GateReason reason, const policy::BrokerBinding* binding = nullptr) {
   GateDecision d;
   d.reason = reason;
@@ -125,21 +166,26 @@ GateDecision InjectionGate::decide(const GateRequest& request) const {
   if (head.wants_upgrade() && !binding->allow_upgrade)
     return refuse(GateReason::upgrade_not_allowed, binding);
 
-  // 4. The nonce, exactly once, in the binding's header.
-  std::size_t nonce_headers = head.count(binding->header);
-  if (nonce_headers == 0) return refuse(GateReason::nonce_missing, binding);
-  if (nonce_headers > 1) return refuse(GateReason::nonce_duplicate, binding);
-  std::string_view key_prefix;
-  std::string_view candidate = head.find(binding->header)->value;
-  if (is_authorization_header(binding->header)) candidate = strip_bearer(candidate, key_prefix);
+  // 4. The nonce, exactly once: in the binding's header, or (for a binding
+  // whose header is not authorization) as "authorization: Bearer NONCE",
+  // where today's SDKs put a key; never in both.
+  const HeaderField* carrier = nullptr;
+  auto nonce_at = find_nonce_carrier(head, *binding, carrier);
+  if (nonce_at != GateReason::allowed) return refuse(nonce_at, binding);
+  std::string_view bearer;
+  std::string_view candidate = carrier->value;
+  if (is_authorization_header(carrier->name)) candidate = strip_bearer(candidate, bearer);
   if (!is_nonce_shaped(candidate)) return refuse(GateReason::nonce_malformed, binding);
   auto owner = nonces_.binding_of(candidate);
   if (!owner) return refuse(GateReason::nonce_unknown, binding);
   if (*owner != index) return refuse(GateReason::nonce_other_binding, binding);
+  // The key goes in the binding's header, in the form its provider expects:
+  // after "Bearer " only in an authorization binding whose guest used it.
+  std::string_view key_prefix = is_authorization_header(binding->header) ? bearer : std::string_view{};
 
   // 5. No nonce or key anywhere else.
   for (const auto& f : head.fields()) {
-    if (iequals(f.name, binding->header)) continue;
+    if (&f == carrier) continue;
     if (looks_like_nonce(f.name) || looks_like_nonce(f.value)) {
       return refuse(GateReason::nonce_in_other_header, binding);
     }
@@ -204,6 +250,8 @@ std::string_view to_string(GateReason r) {
       return "upstream_connect_failed";
     case GateReason::upstream_tls_unverified:
       return "upstream_tls_unverified";
+    case GateReason::upstream_content_encoding:
+      return "upstream_content_encoding";
   }
   return "unknown";
 }
@@ -229,11 +277,12 @@ std::string_view describe(GateReason r) {
     case GateReason::upgrade_not_allowed:
       return "the binding does not allow upgrades";
     case GateReason::nonce_missing:
-      return "the binding's header is missing";
+      return "no nonce in the binding's header or in authorization: Bearer";
     case GateReason::nonce_duplicate:
-      return "the binding's header appears more than once";
+      return "the nonce's header appears more than once, or the nonce is in both the binding's header and "
+             "authorization";
     case GateReason::nonce_malformed:
-      return "the binding's header does not hold a nonce";
+      return "the header carrying the nonce does not hold a nonce in the accepted form";
     case GateReason::nonce_other_binding:
       return "the nonce belongs to another binding";
     case GateReason::nonce_unknown:
@@ -254,6 +303,9 @@ std::string_view describe(GateReason r) {
       return "the upstream could not be reached";
     case GateReason::upstream_tls_unverified:
       return "the upstream certificate did not verify";
+    case GateReason::upstream_content_encoding:
+      return "the upstream sent a compressed body or tunnel (Content-Encoding, a WebSocket extension), which "
+             "the key scrubber cannot read";
   }
   return "unknown reason";
 }
@@ -266,6 +318,7 @@ int http_status(GateReason r) {
     case GateReason::upstream_address_reserved:
     case GateReason::upstream_connect_failed:
     case GateReason::upstream_tls_unverified:
+    case GateReason::upstream_content_encoding:
       return 502;
     default:
       return 403;

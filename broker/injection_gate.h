@@ -15,12 +15,18 @@
 //      otherwise.
 //   3. the method is one of the binding's (exact, upper case) and the path
 //      starts with one of its prefixes; an upgrade only if allow_upgrade.
-//   4. the binding's header appears exactly once and its value is this
-//      instance's nonce for this binding (compared in constant time), either
-//      alone or, in an authorization header, after "Bearer " (scheme
-//      case-insensitive; the key then goes after "Bearer " too).
-//   5. nowhere else does the request carry a nonce or a real key: no other
-//      header value and not the target (percent-decoded) contains
+//   4. the nonce is given exactly once, and it is this instance's nonce for
+//      this binding (compared in constant time). Its place: the binding's
+//      header (once), its value the nonce alone or, in an authorization
+//      header, after "Bearer " (scheme case-insensitive; the key then goes
+//      after "Bearer " too); or, when the binding's header is not
+//      authorization and absent, one "authorization: Bearer NONCE" (the
+//      official SDKs' form: @anthropic-ai/sdk 1.x sends its key so). Never
+//      both: a nonce-like authorization beside the binding's header is
+//      nonce_duplicate. Whichever place it came in, the key goes upstream in
+//      the binding's header (write_upstream_head drops authorization).
+//   5. nowhere else does the request carry a nonce or a real key: no header
+//      value but the nonce's own and not the target (percent-decoded) contains
 //      "abox-nonce-" in any case; no header value is, alone or after
 //      "Bearer ", one of `real_keys` (compared in constant time). The guest's
 //      authorization / proxy-authorization / x-api-key / cookie are dropped
@@ -61,9 +67,9 @@ enum class GateReason : std::uint8_t {
   path_not_allowed,     // the path starts with none of the binding's prefixes
   upgrade_not_allowed,  // an Upgrade request on a binding without allow_upgrade
   // 4
-  nonce_missing,        // the binding's header is absent
-  nonce_duplicate,      // the binding's header appears more than once
-  nonce_malformed,      // the binding's header is not a nonce (or "Bearer " nonce)
+  nonce_missing,        // neither the binding's header nor an authorization: Bearer
+  nonce_duplicate,      // the nonce's header twice, or the nonce both there and in authorization
+  nonce_malformed,      // the carrying header is not a nonce (or "Bearer " nonce)
   nonce_other_binding,  // the nonce of another binding of this instance
   nonce_unknown,        // nonce-shaped but not this instance's: another instance's, or forged
   // 5
@@ -77,6 +83,9 @@ enum class GateReason : std::uint8_t {
   upstream_address_reserved,  // it resolved only to reserved addresses
   upstream_connect_failed,    // no connection to any address
   upstream_tls_unverified,    // the certificate did not verify (chain or hostname)
+  // the response (reported by the broker's response path)
+  upstream_content_encoding,  // a coded body (gzip ...) or tunnel (permessage-deflate): unreadable to the
+                              // scrubber
 };
 
 std::string_view to_string(GateReason r);  // "host_mismatch"

@@ -9,6 +9,18 @@
 // that could still be the start of the key (usually nothing, so an SSE event
 // is never delayed by it) until the next bytes or finish().
 //
+// What it must be fed: the bytes as the guest's client will read them, not
+// as they travel. The broker feeds it a response head whole and a body with
+// its framing taken off (ResponseRelay, response_relay.h): a chunk-size line
+// in the middle of the key would otherwise hide it from the scrubber and not
+// from a client that decodes the chunks.
+//
+// Invariant: whatever the pieces, the output is the input with every
+// occurrence a left-to-right search finds overwritten, and it holds no
+// occurrence of the key, provided the key does not contain kMask (the
+// credentials loader refuses such a key: overwriting could otherwise make a
+// new occurrence out of mask bytes).
+//
 // Only the exact bytes: an encoded key (base64, JSON-escaped) is not caught;
 // docs/broker.md says so.
 #pragma once
@@ -21,6 +33,8 @@ namespace abox::broker {
 
 class KeyScrubber {
  public:
+  static constexpr char kMask = '*';
+
   // An empty key scrubs nothing.
   explicit KeyScrubber(std::string_view key = {}) : key_(key) {}
   void reset(std::string_view key) {
@@ -39,7 +53,6 @@ class KeyScrubber {
  private:
   std::string_view key_;  // the key is owned by the credentials table
   std::string held_;
-  std::string work_;
   std::uint64_t scrubbed_ = 0;
 };
 

@@ -151,8 +151,7 @@ base::Result<ResponseHeadStatus, ResponseError> parse_response_head(std::span<co
   if (auto s = parse_status_line(**status_line, head); !s.ok()) return base::Err{s.error()};
 
   bool have_length = false;
-  bool chunked = false;
-  bool have_te = false;
+  bool chunked = false;  // Transfer-Encoding: chunked (any other is refused)
   std::size_t fields = 0;
   while (true) {
     auto line_or = next_line(r);
@@ -175,10 +174,17 @@ base::Result<ResponseHeadStatus, ResponseError> parse_response_head(std::span<co
       have_length = true;
       head.content_length = v;
     } else if (iequal(name, "transfer-encoding")) {
-      have_te = true;
-      std::size_t comma = value.rfind(',');
-      std::string_view last = trim_ows(comma == std::string_view::npos ? value : value.substr(comma + 1));
-      chunked = iequal(last, "chunked");
+      // Exactly one "chunked": another transfer coding (the request's TE was
+      // dropped, so none was offered) would be undone by the guest's client
+      // after the broker scrubbed the still-coded bytes.
+      if (chunked || !iequal(value, "chunked")) return base::Err{ResponseError::transfer_encoding};
+      chunked = true;
+    } else if (iequal(name, "content-encoding")) {
+      if (!iequal(value, "identity")) head.content_coded = true;
+    } else if (iequal(name, "upgrade")) {
+      if (iequal(value, "websocket")) head.websocket = true;
+    } else if (iequal(name, "sec-websocket-extensions")) {
+      head.content_coded = true;  // e.g. permessage-deflate: the tunnel's payload compressed
     } else if (iequal(name, "retry-after")) {
       head.retry_after = std::string(value.substr(0, 64));
     } else if (iequal(name, "connection")) {
@@ -195,15 +201,13 @@ base::Result<ResponseHeadStatus, ResponseError> parse_response_head(std::span<co
     }
   }
   head.head_bytes = r.position();
-  if (have_length && have_te) return base::Err{ResponseError::length_and_chunked};
+  if (have_length && chunked) return base::Err{ResponseError::length_and_chunked};
   if (head.http10) head.connection_close = true;
   if (request_was_head || (head.status >= 100 && head.status < 200) || head.status == 204 ||
       head.status == 304) {
     head.framing = ResponseFraming::none;
-  } else if (have_te) {
-    // Not chunked last: the body ends at close (RFC 9112 6.3).
-    head.framing = chunked ? ResponseFraming::chunked : ResponseFraming::until_close;
-    if (!chunked) head.connection_close = true;
+  } else if (chunked) {
+    head.framing = ResponseFraming::chunked;
   } else if (have_length) {
     head.framing = ResponseFraming::content_length;
   } else {

@@ -7,12 +7,19 @@
 //   - header lines token ":" OWS value OWS, no obs-fold, no control byte but
 //     HTAB; at most kMaxResponseHeadBytes for the whole head and
 //     kMaxResponseFields fields;
-//   - Content-Length: digits, and every copy equal; Transfer-Encoding whose
-//     last coding is "chunked"; both together is refused (a smuggling shape
-//     on the way back).
+//   - Content-Length: digits, and every copy equal; Transfer-Encoding
+//     exactly "chunked", once (another transfer coding is refused: the
+//     broker never offers one, and the guest's client would undo it after
+//     the scrubber saw coded bytes); both together is refused (a smuggling
+//     shape on the way back);
+//   - Content-Encoding other than "identity", or any Sec-WebSocket-Extensions
+//     (permessage-deflate), sets content_coded (the broker asks for neither
+//     and refuses a coded body or tunnel: a key inside deflate is out of the
+//     scrubber's sight, not the guest's).
 // It extracts the status, how the body ends (length, chunked, at close, or
 // none for 1xx/204/304 and HEAD requests), Retry-After as sent (for
-// accounting), and whether the server closes after this response.
+// accounting), whether the server closes after this response, and whether
+// the body has a content coding.
 //
 // parse_response_head() is monotone like the request parser: a prefix that
 // decides keeps deciding the same way. Every read goes through ByteReader.
@@ -38,8 +45,8 @@ enum class ResponseError : std::uint8_t {
   control_byte,
   status_line,
   field_syntax,
-  content_length,  // not digits, too large, or two different values
-  transfer_encoding,
+  content_length,     // not digits, too large, or two different values
+  transfer_encoding,  // not exactly one "chunked"
   length_and_chunked,
 };
 std::string_view to_string(ResponseError e);
@@ -53,6 +60,8 @@ struct ResponseHead {
   std::string retry_after;  // as sent (at most 64 bytes kept), empty when absent
   bool connection_close = false;
   bool http10 = false;
+  bool content_coded = false;  // a Content-Encoding other than identity, or a WebSocket extension
+  bool websocket = false;      // "Upgrade: websocket" (a 101's tunnel is WebSocket frames)
   std::size_t head_bytes = 0;  // status line through the empty line
 };
 
@@ -65,7 +74,7 @@ enum class ResponseHeadStatus : std::uint8_t { need_more, complete };
 // The head as the guest gets it: the provider's head with its own
 // connection-level headers (connection, keep-alive, proxy-connection) taken
 // out, since the provider's connection is the broker's, and Trailer (the
-// broker drops trailer fields: connection_upstream.cc), plus
+// broker drops trailer fields: response_relay.h), plus
 // "Connection: close" when the broker closes the guest's connection after
 // this response. `raw` must be a head parse_response_head() completed
 // (head_bytes long): its lines are known to be well formed. Appends to out.

@@ -29,10 +29,16 @@ struct ConnectionLimits {
   std::size_t max_connections = 1024;  // open guest connections
   std::size_t max_handshakes = 64;     // guest TLS handshakes in progress
   std::size_t max_buffered_bytes =
-      1 << 20;                             // response bytes queued for the guest before upstream reads pause
-  base::Millis handshake_timeout{10'000};  // hand-off line + TLS handshake
-  base::Millis connect_timeout{10'000};    // upstream resolve + connect + TLS
-  base::Millis idle_timeout{600'000};      // no byte either way
+      1 << 20;  // response bytes queued for the guest before upstream reads pause
+  // Deadlines: from a fixed point, whatever arrives meanwhile (a peer that
+  // trickles a byte at a time still meets them).
+  base::Millis handshake_timeout{
+      10'000};                         // accept to the end of the guest's TLS handshake (hand-off line too)
+  base::Millis head_deadline{10'000};  // a request head's first byte to its empty line (408 past it)
+  base::Millis body_deadline{60'000};  // the end of a request head to the end of its body (408 past it)
+  // Time-outs: from the last byte either way.
+  base::Millis connect_timeout{10'000};  // upstream resolve + connect + TLS
+  base::Millis idle_timeout{600'000};    // no byte either way
 };
 
 struct InstanceRuntime {

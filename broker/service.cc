@@ -219,7 +219,9 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   limits.max_connections = options.max_connections;
   limits.max_handshakes = options.max_handshakes;
   limits.max_buffered_bytes = pol.limits().flow_buffer_bytes;
-  limits.handshake_timeout = base::Millis(pol.timeouts().connect_ms);
+  limits.handshake_timeout = base::Millis(pol.timeouts().tls_handshake_ms);
+  limits.head_deadline = base::Millis(pol.timeouts().http_head_ms);
+  limits.body_deadline = base::Millis(pol.timeouts().http_body_ms);
   limits.connect_timeout = base::Millis(pol.timeouts().connect_ms);
   limits.idle_timeout = base::Seconds(pol.timeouts().tcp_idle_s);
   Impl* raw = impl.get();

@@ -1,5 +1,6 @@
 #include "broker/tls_stream.h"
 
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/mem.h>
 
@@ -69,6 +70,11 @@ TlsIo TlsStream::read(std::string& out, std::size_t max) {
 
 bool TlsStream::has_pending() const {
   return SSL_pending(ssl_.get()) > 0;
+}
+
+std::size_t TlsStream::bytes_received() const {
+  const BIO* rbio = SSL_get_rbio(ssl_.get());
+  return rbio == nullptr ? 0 : BIO_number_read(rbio);
 }
 
 TlsIo TlsStream::flush() {

@@ -45,6 +45,9 @@ class TlsStream {
   TlsIo read(std::string& out, std::size_t max);
   // Bytes decrypted but not read yet (no readiness will announce them).
   bool has_pending() const;
+  // Bytes read from the socket so far, TLS records included, whole or not:
+  // tells that a peer sent something before a whole record decrypts.
+  std::size_t bytes_received() const;
 
   void queue(std::string_view bytes) { out_.append(bytes); }
   std::size_t queued_bytes() const { return out_.size() - out_sent_; }

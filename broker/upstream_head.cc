@@ -50,7 +50,8 @@ void write_upstream_head(const RequestHead& head, const KeyPlacement& placement,
   out.append(" HTTP/1.1\r\n");
   for (const auto& f : head.fields()) {
     if (is_guest_credential_header(f.name) || is_hop_by_hop_header(f.name) ||
-        iequals(f.name, placement.header)) {
+        iequals(f.name, placement.header) || iequals(f.name, "accept-encoding") ||
+        iequals(f.name, "sec-websocket-extensions")) {
       continue;
     }
     out.append(f.name);
@@ -59,6 +60,8 @@ void write_upstream_head(const RequestHead& head, const KeyPlacement& placement,
     out.append("\r\n");
   }
   if (head.wants_upgrade()) out.append("Connection: upgrade\r\n");
+  // The scrubber must see what the guest will decode: no content coding.
+  out.append("Accept-Encoding: identity\r\n");
   out.append(placement.header);
   out.append(": ");
   out.append(placement.prefix);

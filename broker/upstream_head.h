@@ -13,6 +13,13 @@
 //     so a guest's "Connection: close" must not end it. An upgrade request
 //     (wants_upgrade(), only past the gate when the binding allows it) gets
 //     "Connection: upgrade" instead, next to its Upgrade header;
+//   - the guest's Accept-Encoding is replaced by "Accept-Encoding: identity":
+//     the key scrubber reads the body as the guest will decode it, which it
+//     cannot do inside gzip or brotli (the broker refuses a response with a
+//     content coding all the same: connection_upstream.cc); for the same
+//     reason Sec-WebSocket-Extensions is dropped, so that no
+//     permessage-deflate is negotiated for a tunnel (a 101 that names an
+//     extension anyway is refused);
 //   - then "<binding header>: <key prefix><key>" CRLF, and the empty line.
 // Framing headers (Content-Length, Transfer-Encoding) pass through unchanged:
 // the broker forwards the body under the same framing (body_decoder.h).

@@ -9,7 +9,9 @@
 //     most the limit and ends in CRLF CRLF, the framing is consistent, and
 //     the upstream head built from it (write_upstream_head) parses again to
 //     the same method, target, framing and number of fields, minus the
-//     dropped credential headers, plus the key header;
+//     dropped credential, hop-by-hop, Accept-Encoding and
+//     Sec-WebSocket-Extensions headers, plus the
+//     key header and "Accept-Encoding: identity";
 //   - the body decodes to the same payload and the same verdict whether it
 //     arrives whole or in pieces; each feed() makes progress; the payload
 //     is never larger than the limit; re-framed as chunks it decodes back
@@ -101,7 +103,8 @@ void check_head(const RequestHead& head, Bytes input, const HeadLimits& limits) 
   std::size_t credentials = 0;
   for (const auto& f : head.fields()) {
     check(!f.name.empty() && inside(f.name, input) && inside(f.value, input));
-    if (is_guest_credential_header(f.name) || is_hop_by_hop_header(f.name) || iequals(f.name, "x-key")) {
+    if (is_guest_credential_header(f.name) || is_hop_by_hop_header(f.name) || iequals(f.name, "x-key") ||
+        iequals(f.name, "accept-encoding") || iequals(f.name, "sec-websocket-extensions")) {
       ++credentials;
     }
   }
@@ -118,7 +121,8 @@ void check_head(const RequestHead& head, Bytes input, const HeadLimits& limits) 
   roomy.max_fields = kMaxHeaderFields;
   RequestHead again;
   auto r = parse_request_head(abox::base::as_bytes(upstream), roomy, again);
-  const std::size_t added = 1 + (head.wants_upgrade() ? 1 : 0);  // the key, "Connection: upgrade"
+  // The key, "Accept-Encoding: identity", "Connection: upgrade".
+  const std::size_t added = 2 + (head.wants_upgrade() ? 1 : 0);
   if (head.fields().size() - credentials + added <= kMaxHeaderFields) {
     check(r.ok() && *r == HeadStatus::complete);
     check(again.method() == head.method() && again.target() == head.target());
@@ -126,6 +130,7 @@ void check_head(const RequestHead& head, Bytes input, const HeadLimits& limits) 
     check(again.fields().size() == head.fields().size() - credentials + added);
     check(again.wants_upgrade() == head.wants_upgrade());
     check(again.count("x-key") == 1 && again.find("x-key")->value == "Bearer k");
+    check(again.count("accept-encoding") == 1 && again.find("accept-encoding")->value == "identity");
   }
 }
 

@@ -5,9 +5,12 @@
 // by the real key, so the fuzzer reaches the allowed paths. Whatever the
 // input: no crash, no hang, and when the gate allows:
 //   - every condition it promises holds, re-checked here the slow way: the
-//     SNI's binding, Host, method, path prefix, upgrade, exactly one nonce
-//     header holding this binding's nonce (after "Bearer " only for an
-//     authorization header), the instance running and not revoked;
+//     SNI's binding, Host, method, path prefix, upgrade, the nonce exactly
+//     once: the binding's header holding this binding's nonce (after
+//     "Bearer " only for an authorization header), or, without it and for a
+//     binding whose header is not authorization, one "authorization: Bearer
+//     NONCE" (the key then in the binding's plain form), never both; the
+//     instance running and not revoked;
 //   - the head written upstream holds the key exactly once, in the binding's
 //     header, and nowhere a nonce marker in any case, nor a guest
 //     authorization / proxy-authorization / x-api-key / cookie.
@@ -120,14 +123,29 @@ void check_allowed(const GateDecision& d, const RequestHead& head, std::string_v
   check(std::any_of(b->path_prefixes.begin(), b->path_prefixes.end(),
                     [&](const std::string& p) { return head.path().substr(0, p.size()) == p; }));
   check(!head.wants_upgrade() || b->allow_upgrade);
-  check(head.count(b->header) == 1);
-  std::string expected = std::string(d.key_prefix) + std::string(w.nonces.nonce_for(b->index));
-  std::string_view value = head.find(b->header)->value;
-  if (d.key_prefix.empty()) {
-    check(value == expected);
+  const std::string nonce(w.nonces.nonce_for(b->index));
+  if (head.count(b->header) == 0) {
+    // The other place: one "authorization: Bearer NONCE", for a binding
+    // whose header is not authorization; the key then in the binding's form.
+    check(b->header != "authorization" && head.count("authorization") == 1 && d.key_prefix.empty());
+    std::string_view value = head.find("authorization")->value;
+    check(value.size() == 7 + nonce.size() && iequals(value.substr(0, 7), "Bearer ") &&
+          value.substr(7) == nonce);
   } else {
-    check(b->header == "authorization" && value.size() == expected.size() &&
-          iequals(value.substr(0, 7), "Bearer ") && value.substr(7) == expected.substr(7));
+    check(head.count(b->header) == 1);
+    std::string expected = std::string(d.key_prefix) + nonce;
+    std::string_view value = head.find(b->header)->value;
+    if (d.key_prefix.empty()) {
+      check(value == expected);
+    } else {
+      check(b->header == "authorization" && value.size() == expected.size() &&
+            iequals(value.substr(0, 7), "Bearer ") && value.substr(7) == expected.substr(7));
+    }
+    // Never both places.
+    if (b->header != "authorization") {
+      for (const auto& f : head.fields())
+        check(!iequals(f.name, "authorization") || !looks_like_nonce(f.value));
+    }
   }
 
   std::string upstream;

@@ -106,6 +106,11 @@ struct Timeouts {
   std::uint32_t peek_ms = 5000;
   std::uint32_t tcp_idle_s = 600;
   std::uint32_t udp_idle_s = 60;
+  // Broker deadlines, whatever arrives meanwhile (not reset by activity):
+  std::uint32_t tls_handshake_ms =
+      10000;  // accept (hand-off line included) to the end of the guest's TLS handshake
+  std::uint32_t http_head_ms = 10000;  // a request head's first byte to its empty line
+  std::uint32_t http_body_ms = 60000;  // the end of a request head to the end of its body
 };
 
 struct Unsafe {

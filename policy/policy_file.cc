@@ -606,6 +606,14 @@ void read_timeouts(Reader& r, const toml::table& t, Timeouts& to) {
           [&](const toml::node& n) { read_uint_into(r, n, "tcp_idle_s", 1, 86400, to.tcp_idle_s); })
       .on("udp_idle_s",
           [&](const toml::node& n) { read_uint_into(r, n, "udp_idle_s", 1, 3600, to.udp_idle_s); })
+      .on("tls_handshake_ms",
+          [&](const toml::node& n) {
+            read_uint_into(r, n, "tls_handshake_ms", 100, 120000, to.tls_handshake_ms);
+          })
+      .on("http_head_ms",
+          [&](const toml::node& n) { read_uint_into(r, n, "http_head_ms", 100, 600000, to.http_head_ms); })
+      .on("http_body_ms",
+          [&](const toml::node& n) { read_uint_into(r, n, "http_body_ms", 100, 3600000, to.http_body_ms); })
       .read(t);
 }
 

@@ -90,8 +90,8 @@ TEST(Credentials, MissingCredentialIsNamed) {
 
 TEST(Credentials, KeysThatCannotGoInAHeaderAreRefused) {
   auto policy = make_policy();
-  for (std::string_view bad :
-       {R"("")", R"("sk one")", R"("sk\r\nx-injected: 1")", R"("sk\u0000")", R"("ключ")"}) {
+  for (std::string_view bad : {R"("")", R"("sk one")", R"("sk\r\nx-injected: 1")", R"("sk\u0000")",
+                               R"("ключ")", R"("sk-*-masked")"}) {
     std::string text = "[credentials]\nprovider = " + std::string(bad) + "\nother = \"ok\"\n";
     auto c = Credentials::parse(text, "c.toml", policy);
     EXPECT_FALSE(c.ok()) << bad;

@@ -250,9 +250,57 @@ TEST_F(InjectionGateTest, BearerNonceInAnAuthorizationBinding) {
             GateReason::nonce_other_binding);
 }
 
+// 4, the other standard place: today's SDKs (@anthropic-ai/sdk 1.x, openai)
+// send a key as "Authorization: Bearer"; 0.x sent x-api-key.
+TEST_F(InjectionGateTest, BearerNonceInAuthorizationForAnotherBindingsHeader) {
+  auto bearer_only = [&](std::string_view auth, std::string_view extra = "") {
+    return anthropic_request(extra, "/v1/messages", "Authorization: " + std::string(auth) + "\r\n");
+  };
+  for (std::string_view scheme : {"Bearer ", "bearer ", "BEARER "}) {
+    GateDecision d = decide(bearer_only(std::string(scheme) + anthropic_nonce()));
+    EXPECT_TRUE(d.allowed()) << scheme << to_string(d.reason);
+    EXPECT_EQ(d.key_prefix, "") << "the key goes in x-api-key, the binding's form";
+  }
+  // The key goes upstream in the binding's header, and authorization is not passed on.
+  const std::string text = bearer_only("Bearer " + anthropic_nonce());  // head_ points into it
+  ASSERT_TRUE(decide(text).allowed());
+  std::string out;
+  write_upstream_head(head_, KeyPlacement{"x-api-key", ""}, kRealKey, out);
+  EXPECT_NE(out.find("\r\nx-api-key: sk-real-0123456789\r\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("uthorization"), std::string::npos) << out;
+  EXPECT_EQ(out.find("abox-nonce-"), std::string::npos) << out;
+  // Only the Bearer scheme, and a nonce after it, this binding's.
+  EXPECT_EQ(reason(bearer_only(anthropic_nonce())), GateReason::nonce_malformed);
+  EXPECT_EQ(reason(bearer_only("Basic Zm9vOmJhcg==")), GateReason::nonce_missing);
+  EXPECT_EQ(reason(bearer_only("Bearer sk-guess")), GateReason::nonce_malformed);
+  EXPECT_EQ(reason(bearer_only("Bearer " + openai_nonce())), GateReason::nonce_other_binding);
+  EXPECT_EQ(reason(bearer_only("Bearer abox-nonce-" + std::string(64, '0'))), GateReason::nonce_unknown);
+  // Once: two authorization fields, or both places at once, are refused.
+  EXPECT_EQ(reason(bearer_only("Bearer " + anthropic_nonce(),
+                               "Authorization: Bearer " + anthropic_nonce() + "\r\n")),
+            GateReason::nonce_duplicate);
+  EXPECT_EQ(reason(anthropic_request("Authorization: Bearer " + anthropic_nonce() + "\r\n")),
+            GateReason::nonce_duplicate);
+  EXPECT_EQ(reason(anthropic_request("authorization: Bearer " + openai_nonce() + "\r\n")),
+            GateReason::nonce_duplicate);
+  // A guest credential of another kind beside the binding's header is only dropped.
+  EXPECT_TRUE(decide(anthropic_request("Authorization: Basic Zm9vOmJhcg==\r\n")).allowed());
+  // Condition 5 still holds for the other fields.
+  EXPECT_EQ(reason(bearer_only("Bearer " + anthropic_nonce(), "Cookie: k=" + anthropic_nonce() + "\r\n")),
+            GateReason::nonce_in_other_header);
+  EXPECT_EQ(reason(bearer_only("Bearer " + anthropic_nonce(),
+                               "Proxy-Authorization: Bearer " + anthropic_nonce() + "\r\n")),
+            GateReason::nonce_in_other_header);
+  // An authorization binding has no other place: its nonce in x-api-key is missing.
+  std::string openai =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: api.openai.com\r\nx-api-key: " + openai_nonce() +
+      "\r\nContent-Length: 2\r\n\r\n";
+  EXPECT_EQ(reason(openai, "api.openai.com"), GateReason::nonce_missing);
+}
+
 // 5
 TEST_F(InjectionGateTest, NonceInAnotherHeader) {
-  EXPECT_EQ(reason(anthropic_request("Authorization: Bearer " + anthropic_nonce() + "\r\n")),
+  EXPECT_EQ(reason(anthropic_request("Proxy-Authorization: Bearer " + anthropic_nonce() + "\r\n")),
             GateReason::nonce_in_other_header);
   EXPECT_EQ(reason(anthropic_request("Cookie: k=" + anthropic_nonce() + "\r\n")),
             GateReason::nonce_in_other_header);
@@ -289,7 +337,7 @@ TEST_F(InjectionGateTest, ConditionOrder) {
 }
 
 TEST_F(InjectionGateTest, EveryReasonHasANameASentenceAndAStatus) {
-  for (int r = 0; r <= static_cast<int>(GateReason::upstream_tls_unverified); ++r) {
+  for (int r = 0; r <= static_cast<int>(GateReason::upstream_content_encoding); ++r) {
     auto reason_code = static_cast<GateReason>(r);
     EXPECT_NE(to_string(reason_code), "unknown");
     EXPECT_NE(describe(reason_code), "unknown reason");
@@ -298,6 +346,7 @@ TEST_F(InjectionGateTest, EveryReasonHasANameASentenceAndAStatus) {
   }
   EXPECT_EQ(http_status(GateReason::host_mismatch), 403);
   EXPECT_EQ(http_status(GateReason::upstream_tls_unverified), 502);
+  EXPECT_EQ(http_status(GateReason::upstream_content_encoding), 502);
 }
 
 // ---- the head that goes upstream ---------------------------------------------------------
@@ -324,6 +373,7 @@ TEST_F(InjectionGateTest, UpstreamHeadDropsGuestCredentialsAndAddsTheKey) {
             "Host: api.anthropic.com\r\n"
             "anthropic-version: 2023-06-01\r\n"
             "Transfer-Encoding: chunked\r\n"
+            "Accept-Encoding: identity\r\n"
             "x-api-key: sk-real-0123456789\r\n"
             "\r\n");
   // The upstream head is itself a valid head, with the key exactly once.
@@ -346,7 +396,7 @@ TEST_F(InjectionGateTest, UpstreamHeadWithABearerKey) {
   write_upstream_head(head_, KeyPlacement{d.binding->header, d.key_prefix}, kRealKey, out);
   EXPECT_EQ(out,
             "POST /v1/responses HTTP/1.1\r\nHost: api.openai.com\r\nContent-Length: 2\r\n"
-            "authorization: Bearer sk-real-0123456789\r\n\r\n");
+            "Accept-Encoding: identity\r\nauthorization: Bearer sk-real-0123456789\r\n\r\n");
 }
 
 TEST(UpstreamHead, GuestCredentialHeadersInAnySpelling) {

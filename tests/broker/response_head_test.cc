@@ -77,8 +77,41 @@ TEST(ResponseHead, UntilCloseWithoutFramingOrOnHttp10) {
   ASSERT_TRUE(
       parse("HTTP/1.1 200 OK\r\nConnection: keep-alive, Close\r\nContent-Length: 1\r\n\r\n", head).ok());
   EXPECT_TRUE(head.connection_close);
-  ASSERT_TRUE(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", head).ok());
-  EXPECT_EQ(head.framing, ResponseFraming::until_close);
+}
+
+TEST(ResponseHead, TransferEncodingIsExactlyOneChunked) {
+  // The broker never offers another transfer coding (it drops the request's
+  // TE); a client would undo one after the scrubber saw the coded bytes.
+  for (std::string_view te :
+       {"gzip", "gzip, chunked", "chunked, chunked", "deflate,chunked", "identity", ""}) {
+    std::string text = "HTTP/1.1 200 OK\r\nTransfer-Encoding: " + std::string(te) + "\r\n\r\n";
+    EXPECT_EQ(error_of(text), ResponseError::transfer_encoding) << te;
+  }
+  EXPECT_EQ(error_of("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            ResponseError::transfer_encoding);
+  ResponseHead head;
+  ASSERT_TRUE(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding:  CHUNKED \r\n\r\n", head).ok());
+  EXPECT_EQ(head.framing, ResponseFraming::chunked);
+}
+
+TEST(ResponseHead, ContentCodingIsNoted) {
+  ResponseHead head;
+  for (std::string_view ce : {"gzip", "br", "identity, gzip", "x-anything", ""}) {
+    std::string text =
+        "HTTP/1.1 200 OK\r\nContent-Encoding: " + std::string(ce) + "\r\nContent-Length: 3\r\n\r\n";
+    ASSERT_TRUE(parse(text, head).ok()) << ce;
+    EXPECT_TRUE(head.content_coded) << ce;
+  }
+  ASSERT_TRUE(parse("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Extensions: "
+                    "permessage-deflate\r\n\r\n",
+                    head)
+                  .ok());
+  EXPECT_TRUE(head.content_coded) << "a WebSocket extension codes the tunnel";
+  for (std::string_view ok : {"HTTP/1.1 200 OK\r\nContent-Encoding: Identity\r\nContent-Length: 3\r\n\r\n",
+                              "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"}) {
+    ASSERT_TRUE(parse(ok, head).ok()) << ok;
+    EXPECT_FALSE(head.content_coded) << ok;
+  }
 }
 
 TEST(ResponseHead, SmugglingShapesOnTheWayBack) {

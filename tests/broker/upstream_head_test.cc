@@ -25,7 +25,9 @@ TEST(UpstreamHead, HopByHopHeadersAreTheBrokersOwn) {
   RequestHead head = parse_ok(text);
   std::string out;
   write_upstream_head(head, KeyPlacement{"x-api-key", ""}, "sk", out);
-  EXPECT_EQ(out, "POST /v1/m HTTP/1.1\r\nHost: a.test\r\nContent-Length: 0\r\nx-api-key: sk\r\n\r\n");
+  EXPECT_EQ(out,
+            "POST /v1/m HTTP/1.1\r\nHost: a.test\r\nContent-Length: 0\r\nAccept-Encoding: identity\r\n"
+            "x-api-key: sk\r\n\r\n");
 }
 
 TEST(UpstreamHead, AnUpgradeKeepsItsUpgradeAndSaysSo) {
@@ -37,8 +39,34 @@ TEST(UpstreamHead, AnUpgradeKeepsItsUpgradeAndSaysSo) {
   write_upstream_head(head, KeyPlacement{"x-api-key", ""}, "sk", out);
   EXPECT_EQ(out,
             "GET /v1/ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n"
-            "x-api-key: sk\r\n\r\n");
+            "Accept-Encoding: identity\r\nx-api-key: sk\r\n\r\n");
   EXPECT_TRUE(parse_ok(out).wants_upgrade());
+}
+
+TEST(UpstreamHead, TheProviderIsAskedForNoContentCoding) {
+  // A gzip body would hide an echoed key from the scrubber, not from the guest.
+  std::string text =
+      "POST /v1/m HTTP/1.1\r\nHost: a.test\r\naccept-ENCODING: gzip, deflate, br\r\nAccept-Encoding: zstd\r\n"
+      "x-api-key: n\r\nContent-Length: 0\r\n\r\n";
+  RequestHead head = parse_ok(text);
+  std::string out;
+  write_upstream_head(head, KeyPlacement{"x-api-key", ""}, "sk", out);
+  EXPECT_EQ(out,
+            "POST /v1/m HTTP/1.1\r\nHost: a.test\r\nContent-Length: 0\r\nAccept-Encoding: identity\r\n"
+            "x-api-key: sk\r\n\r\n");
+}
+
+TEST(UpstreamHead, NoWebSocketExtensionIsOffered) {
+  // permessage-deflate would compress the tunnel past the scrubber's sight.
+  std::string text =
+      "GET /v1/ws HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+      "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\nSec-WebSocket-Key: abc=\r\n"
+      "x-api-key: n\r\n\r\n";
+  RequestHead head = parse_ok(text);
+  std::string out;
+  write_upstream_head(head, KeyPlacement{"x-api-key", ""}, "sk", out);
+  EXPECT_EQ(out.find("xtensions"), std::string::npos) << out;
+  EXPECT_NE(out.find("Sec-WebSocket-Key: abc=\r\n"), std::string::npos) << out;
 }
 
 TEST(UpstreamHead, HopByHopNamesInAnySpelling) {

@@ -280,9 +280,39 @@ def nonce_of_another_binding(env):
 
 @case
 def nonce_in_the_wrong_header(env):
-    # Where the binding says (x-api-key) there is none: that decides first.
-    raw = be.request(env, nonce_header="authorization", nonce=f"Bearer {env.nonces[API]}")
+    # Neither where the binding says (x-api-key) nor in authorization:
+    # Bearer, the two places a nonce is taken: that decides first.
+    raw = be.request(env, nonce_header="proxy-authorization", nonce=f"Bearer {env.nonces[API]}")
     refused(env, raw, 403, "nonce_missing")
+
+
+@case
+def nonce_in_both_places(env):
+    # x-api-key and authorization: Bearer at once: the nonce is taken from
+    # one place only.
+    raw = be.request(env, headers=[("Authorization", f"Bearer {env.nonces[API]}")])
+    refused(env, raw, 403, "nonce_duplicate")
+
+
+@case
+def nonce_in_authorization_without_bearer(env):
+    raw = be.request(env, nonce_header="authorization", nonce=env.nonces[API])
+    refused(env, raw, 403, "nonce_malformed")
+
+
+@case
+def nonce_as_authorization_bearer_gets_the_key_in_the_bindings_header(env):
+    # Today's SDKs send a key as authorization: Bearer; on an x-api-key
+    # binding the provider gets x-api-key: KEY, and no authorization.
+    before = env.provider_log()
+    resp = be.raw_exchange(env, be.request(env, nonce_header="Authorization", nonce=f"bearer {env.nonces[API]}"))
+    assert be.status_and_headers(resp)[0] == 200, resp[:200]
+    got = env.provider_log()[len(before):]
+    assert len(got) == 1, got
+    names = provider.record_header_names(got[0])
+    assert names.count("x-api-key") == 1 and provider.record_headers(got[0])["x-api-key"] == KEY, got[0]
+    assert "authorization" not in names, names
+    assert "abox-nonce-" not in json.dumps(got[0]).lower(), got[0]
 
 
 @case

@@ -5,10 +5,30 @@ request it receives, one JSON line each (method, path, headers, body), so the
 test can assert what reached the provider and what did not.
 
 Routes (any method):
-  /v1/messages   200 with a small JSON body
+  /v1/messages   200 with a small JSON body; with "stream": true in a JSON
+                 body, an Anthropic-style SSE stream (message_start ...
+                 message_stop) whose last text delta echoes the key received,
+                 a chunk boundary in the middle of it (the official SDKs'
+                 streaming path, and the scrubber on a split key)
+  /v1/chat/completions  an OpenAI-style chat completion; streamed (SSE,
+                 "data: [DONE]" last, the key echoed the same way) with
+                 "stream": true
   /v1/echo       200, the request's headers echoed back in the body (the
                  reflection case: a provider that repeats what it was sent)
   /v1/echo-head  200, the request's headers echoed back as response headers
+  /v1/echo-gzip  200, the /v1/echo body gzip-compressed (Content-Encoding:
+                 gzip) whatever the request's Accept-Encoding said: a key
+                 inside gzip is out of a scrubber's sight, not a client's
+  /v1/echo-te-gzip  the same as a transfer coding: "Transfer-Encoding:
+                 gzip, chunked"
+  /v1/echo-chunked?at=K[&ext=1][&onebyte=1][&split=S]
+                 200, the /v1/echo body sent chunked, with a chunk boundary K
+                 bytes into the key it received (x-api-key, or authorization
+                 after "Bearer "): the framed bytes never hold the key, a
+                 client's decoding does. ext=1: every chunk-size line carries
+                 an extension; onebyte=1: every byte its own chunk; split=S:
+                 the bytes are written in two TLS records, 20 ms apart, the
+                 first ending S bytes into the key
   /v1/sse        an SSE stream: event "one", then it waits (at most 10 s) for
                  the file <log>.go before event "two" (or "late" when the file
                  never came): a client that sees "one" before it creates the
@@ -28,13 +48,22 @@ Routes (any method):
                  client's next request, made certain
   /v1/ws         with "Upgrade: echo": 101, then the x-api-key it received
                  as a first line (a provider that leaks it), then an echo of
-                 every line until EOF
+                 every line until EOF; with "Upgrade: websocket": 101,
+                 accepting the Sec-WebSocket-Extensions offered (or naming
+                 permessage-deflate whatever was offered, with
+                 ?deflate=always), then a text message echoing the key it
+                 received in two fragments split inside the key with a ping
+                 between them, a close frame whose reason holds the key, and
+                 the close
 Usage: broker_fake_provider.py ADDR PORT CERT KEY LOG
 
 The e2e suites import this module to read the log back (read_records,
 record_headers, record_header_names), so the record's format is written and
 read in one place.
 """
+import base64
+import gzip
+import hashlib
 import http.server
 import json
 import os
@@ -70,6 +99,19 @@ def record_header_names(record):
 
 
 # ---- the server ------------------------------------------------------------------
+
+
+def ws_frame(opcode, payload, fin=True):
+    """One unmasked WebSocket frame, as a server sends it."""
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    if n < 126:
+        head += bytes([n])
+    elif n < 65536:
+        head += bytes([126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([127]) + n.to_bytes(8, "big")
+    return head + payload
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -121,6 +163,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/v1/echo":
             text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
             self._send(200, text, "text/plain")
+        elif path in ("/v1/messages", "/v1/chat/completions") and self._wants_stream(body):
+            self._sdk_stream(path)
+        elif path == "/v1/chat/completions":
+            self._send(200, json.dumps({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "abox-test",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode())
+        elif path == "/v1/echo-gzip":
+            text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
+            self._send(200, gzip.compress(text), "text/plain", [("Content-Encoding", "gzip")])
+        elif path == "/v1/echo-te-gzip":
+            text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "gzip, chunked")
+            self.end_headers()
+            self._chunk(gzip.compress(text))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        elif path == "/v1/echo-chunked":
+            self._echo_chunked()
         elif path == "/v1/echo-head":
             extra = [(f"x-echo-{k}", v) for k, v in self.headers.items()]
             self._send(200, b"echoed in headers\n", "text/plain", extra)
@@ -152,6 +216,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\nX-Checksum: 5d41402a\r\nSet-Cookie: stolen=1\r\nContent-Length: 9999\r\n"
                              b"Connection: close\r\nX-Key: %s\r\n\r\n" % key.encode())
             self.wfile.flush()
+        elif path == "/v1/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
+            accept = base64.b64encode(hashlib.sha1(
+                self.headers.get("Sec-WebSocket-Key", "").encode() + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+            offered = self.headers.get("Sec-WebSocket-Extensions")
+            extensions = "permessage-deflate" if "deflate=always" in self.path else offered
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept.decode())
+            if extensions:
+                self.send_header("Sec-WebSocket-Extensions", extensions)
+            self.end_headers()
+            key = self._received_key().encode()
+            message = b'{"echo":"x-api-key: ' + key + b'"}'
+            cut = message.find(key) + len(key) // 2
+            self.wfile.write(ws_frame(0x01, message[:cut], fin=False) + ws_frame(0x09, b"ping") +
+                             ws_frame(0x00, message[cut:]) + ws_frame(0x08, b"\x03\xe8" + key))
+            self.wfile.flush()
+            self.close_connection = True
         elif path == "/v1/ws" and self.headers.get("Upgrade", "").lower() == "echo":
             self.send_response(101)
             self.send_header("Upgrade", "echo")
@@ -180,6 +263,93 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._send(503, b'{"error":"overloaded"}', extra=[("Retry-After", "5")])
         else:
             self._send(200, b'{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}]}')
+
+    @staticmethod
+    def _wants_stream(body):
+        try:
+            return json.loads(body or b"{}").get("stream") is True
+        except (ValueError, AttributeError):
+            return False
+
+    def _received_key(self):
+        return self.headers.get("x-api-key") or self.headers.get("authorization", "").removeprefix("Bearer ")
+
+    def _sdk_stream(self, path):
+        """The SSE stream an SDK's streaming call reads, one event per chunk;
+        the last text delta echoes the key, its chunk split inside it."""
+        key = self._received_key()
+        if path == "/v1/messages":
+            def ev(kind, data):
+                return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+            def delta(text):
+                return ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                  "delta": {"type": "text_delta", "text": text}})
+            events = [
+                ev("message_start", {"type": "message_start", "message": {
+                    "id": "msg_s", "type": "message", "role": "assistant", "content": [], "model": "abox-test",
+                    "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+                ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                           "content_block": {"type": "text", "text": ""}}),
+                delta("Hello"), delta(" world"), delta(f" key={key}"),
+                ev("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn",
+                                                                        "stop_sequence": None},
+                                     "usage": {"output_tokens": 3}}),
+                ev("message_stop", {"type": "message_stop"}),
+            ]
+        else:
+            def chunk(delta, finish=None):
+                data = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "abox-test",
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                return f"data: {json.dumps(data)}\n\n".encode()
+            events = [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hello"}),
+                      chunk({"content": " world"}), chunk({"content": f" key={key}"}), chunk({}, "stop"),
+                      b"data: [DONE]\n\n"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            at = event.find(key.encode()) if key else -1
+            if at >= 0:  # split inside the key: the broker must scrub the decoded stream
+                self._chunk(event[:at + len(key) // 2])
+                self._chunk(event[at + len(key) // 2:])
+            else:
+                self._chunk(event)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _echo_chunked(self):
+        query = dict(p.split("=", 1) for p in self.path.partition("?")[2].split("&") if "=" in p)
+        text = "".join(f"{k}: {v}\n" for k, v in self.headers.items()).encode()
+        key = self._received_key()
+        key_at = text.find(key.encode()) if key else -1
+        at = key_at + int(query.get("at", "1")) if key_at >= 0 else len(text) // 2
+        cuts = list(range(1, len(text))) if query.get("onebyte") == "1" else [at]
+        ext = b";abox-test=\"a;b\";x" if query.get("ext") == "1" else b""
+        split = key_at + int(query["split"]) if "split" in query and key_at >= 0 else None
+        wire, frm, split_at = b"", 0, None
+        for cut in cuts + [len(text)]:
+            wire += b"%x%s\r\n" % (cut - frm, ext)
+            if split is not None and frm <= split < cut:
+                split_at = len(wire) + split - frm
+            wire += text[frm:cut] + b"\r\n"
+            frm = cut
+        wire += b"0%s\r\n\r\n" % ext
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        if split_at is not None:
+            self.wfile.write(wire[:split_at])
+            self.wfile.flush()
+            time.sleep(0.02)  # the broker reads the first record on its own
+            wire = wire[split_at:]
+        self.wfile.write(wire)
+        self.wfile.flush()
 
     def _chunk(self, data):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

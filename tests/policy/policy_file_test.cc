@@ -91,6 +91,9 @@ answer_entries = 1000
 [timeouts]
 connect_ms = 3000
 udp_idle_s = 30
+tls_handshake_ms = 4000
+http_head_ms = 5000
+http_body_ms = 120000
 
 [unsafe]
 allow_reserved = ["127.0.0.0/8"]
@@ -113,6 +116,9 @@ allow_reserved = ["127.0.0.0/8"]
   EXPECT_EQ(p.limits().half_open, 10u);
   EXPECT_EQ(p.timeouts().connect_ms, 3000u);
   EXPECT_EQ(p.timeouts().udp_idle_s, 30u);
+  EXPECT_EQ(p.timeouts().tls_handshake_ms, 4000u);
+  EXPECT_EQ(p.timeouts().http_head_ms, 5000u);
+  EXPECT_EQ(p.timeouts().http_body_ms, 120000u);
   ASSERT_EQ(p.unsafe().allow_reserved.size(), 1u);
 }
 
@@ -311,6 +317,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "2:9: flows: expected an integer from 1 to 1000000, found 0"},
         BadCase{"timeout_tiny", "[timeouts]\nconnect_ms = 1\n" + rule_with(""),
                 "2:14: connect_ms: expected an integer from 100 to 120000, found 1"},
+        BadCase{"head_deadline_zero", "[timeouts]\nhttp_head_ms = 0\n" + rule_with(""),
+                "2:16: http_head_ms: expected an integer from 100 to 600000, found 0"},
+        BadCase{"body_deadline_huge", "[timeouts]\nhttp_body_ms = 3600001\n" + rule_with(""),
+                "2:16: http_body_ms: expected an integer from 100 to 3600000, found 3600001"},
+        BadCase{"handshake_deadline_tiny", "[timeouts]\ntls_handshake_ms = 99\n" + rule_with(""),
+                "2:20: tls_handshake_ms: expected an integer from 100 to 120000, found 99"},
         BadCase{"unsafe_public", rule_with("[unsafe]\nallow_reserved = [\"8.8.8.0/24\"]\n"),
                 "5:19: allow_reserved \"8.8.8.0/24\": expected a range inside one reserved range (it is not "
                 "reserved at all)"},
