@@ -390,8 +390,6 @@ void InstanceSupervisor::start_vmm() {
     vm.stderr_fd = err.write.get();
     auto spec = vmm_.command(vm);
     if (!spec.ok()) throw std::runtime_error(std::string(vmm_.name()) + ": " + spec.error());
-    spec->program = config_.qemu;
-    spec->argv[0] = config_.qemu;
 
     console_log_ = std::make_unique<TailLog>(folder_->console_log(), kConsoleLogBytes);
     console_reader_ = std::make_unique<PipeReader>(
