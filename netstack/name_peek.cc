@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <optional>
 
 #include "base/byte_reader.h"
@@ -49,8 +50,6 @@ constexpr std::size_t kHandshakeHeaderSize = 4;
 constexpr std::size_t kRandomSize = 32;
 constexpr std::uint8_t kMaxSessionIdSize = 32;
 constexpr std::uint16_t kExtServerName = 0;
-constexpr std::uint16_t kExtEncryptedClientHello = 0xfe0d;
-constexpr std::uint16_t kExtEncryptedServerName = 0xffce;  // ESNI, ECH's withdrawn predecessor
 constexpr std::uint8_t kNameTypeHostName = 0;
 
 constexpr std::uint8_t kTlsFirstByte = kContentHandshake;
@@ -160,6 +159,11 @@ class ExtensionSet {
   std::array<std::uint64_t, 65536 / 64> words_{};
 };
 
+bool is_encrypted_hello(std::uint16_t type) {
+  return std::any_of(std::begin(kEncryptedHelloExtensions), std::end(kEncryptedHelloExtensions),
+                     [&](const EncryptedHelloExtension& e) { return e.type == type; });
+}
+
 // server_name (RFC 6066 section 3): a list that must hold exactly one entry,
 // a host_name, with a canonical, non-numeric name.
 PeekError read_server_name(Bytes data, CanonicalName& out) {
@@ -220,7 +224,7 @@ PeekResult parse_client_hello(Bytes message) {
       const PeekError e = read_server_name(*data, sni);
       if (e != PeekError::none) return malformed(e);
       has_sni = true;
-    } else if (*type == kExtEncryptedClientHello || *type == kExtEncryptedServerName) {
+    } else if (is_encrypted_hello(*type)) {
       encrypted = true;
     }
   }

@@ -25,8 +25,9 @@
 // extension holds exactly one entry, of type host_name, whose name has a
 // canonical form (policy::CanonicalName: case folded, one trailing dot
 // dropped) and does not end in a number (an IP literal: RFC 6066 forbids
-// them). A bad server_name is malformed even next to ECH. Bytes after the
-// ClientHello are not read.
+// them). An extension of kEncryptedHelloExtensions (ECH or ESNI, under any
+// code point they were deployed with) makes it tls_ech. A bad server_name is
+// malformed even next to ECH. Bytes after the ClientHello are not read.
 //
 // HTTP (RFC 9112). "METHOD SP request-target SP HTTP/1.d CRLF", then header
 // lines, then an empty line. Every line ends in CRLF (a bare LF or a lone CR
@@ -70,14 +71,41 @@ namespace abox::netstack {
 // caps peek_bytes at the same value).
 inline constexpr std::size_t kMaxPeekLimit = 65536;
 
+// Every extension type under which a ClientHello has carried an encrypted
+// ClientHello or an encrypted server name, in a draft that was implemented
+// and deployed or in the RFC. A ClientHello with any of them is tls_ech: a
+// server that still speaks that draft would read the real name out of it,
+// and the SNI we check would only be the public name. Each draft took the
+// next value (the ECH drafts name it 0xfe00 + the draft's number from
+// draft-08 on); the inner-only markers (ech_nonce 0xff03 and
+// outer_extensions 0xff04 of draft-07, ech_is_inner 0xda09 of drafts 09-12,
+// ech_outer_extensions 0xfd00) are not here: they belong to the encrypted
+// inner hello and hide nothing in an outer one.
+struct EncryptedHelloExtension {
+  std::uint16_t type;
+  std::string_view source;  // where the code point is defined, and who deployed it
+};
+inline constexpr EncryptedHelloExtension kEncryptedHelloExtensions[] = {
+    {0xffce, "encrypted_server_name: ESNI, draft-ietf-tls-esni-00..05 (Firefox, Cloudflare 2018-2020)"},
+    {0xff02, "encrypted_client_hello: draft-ietf-tls-esni-06 and -07"},
+    {0xfe08, "encrypted_client_hello: draft-ietf-tls-esni-08 (NSS, Firefox)"},
+    {0xfe09, "encrypted_client_hello: draft-ietf-tls-esni-09"},
+    {0xfe0a, "encrypted_client_hello: draft-ietf-tls-esni-10 (NSS, BoringSSL, Cloudflare)"},
+    {0xfe0b, "encrypted_client_hello: draft-ietf-tls-esni-11"},
+    {0xfe0c, "encrypted_client_hello: draft-ietf-tls-esni-12"},
+    {0xfe0d,
+     "encrypted_client_hello: draft-ietf-tls-esni-13 to -25 and RFC 9849 (Chrome, Firefox, BoringSSL)"},
+};
+
 enum class PeekStatus : std::uint8_t {
   need_more,        // no decision yet: call again with more bytes
   tls_sni,          // a ClientHello naming `name`
-  tls_ech,          // a ClientHello with encrypted_client_hello (0xfe0d) or ESNI
-                    // (0xffce): the real destination is hidden. `name` is the
-                    // outer SNI if any (the ECH public name, or a GREASE ECH
-                    // client's real name), for logs and for a policy that
-                    // chooses to trust it.
+  tls_ech,          // a ClientHello with an extension of kEncryptedHelloExtensions
+                    // (ECH under any code point it was deployed with, or ESNI):
+                    // the real destination is hidden. `name` is the outer SNI
+                    // if any (the ECH public name, or a GREASE ECH client's
+                    // real name), for logs and for a policy that chooses to
+                    // trust it.
   tls_without_sni,  // a well-formed ClientHello without server_name
   http_host,        // an HTTP/1 request whose Host is `name`
   no_name,          // neither TLS nor HTTP/1 (or the HTTP/2 preface)

@@ -429,6 +429,30 @@ TEST(NamePeekTls, EncryptedClientHello) {
   EXPECT_PEEK(hello({ech_ext(), ech_ext(), sni_ext("a.example")}), fault(PeekError::tls_duplicate_extension));
 }
 
+// Issue 15: a hello under a pre-final ECH code point (0xfe08..0xfe0c, 0xff02)
+// was admitted on its outer SNI. Every code point of the table is refused,
+// with the ECH payload of that draft or with anything at all in it.
+TEST(NamePeekTls, EveryDeployedEncryptedHelloCodePointIsEch) {
+  for (const auto& e : kEncryptedHelloExtensions) {
+    Extension ext = ech_ext();
+    ext.type = e.type;
+    EXPECT_PEEK(hello({sni_ext("public.example"), tls13_ext(), ext}),
+                result(PeekStatus::tls_ech, "public.example"))
+        << std::hex << e.type << " " << e.source;
+    EXPECT_PEEK(hello({{e.type, {}}}), result(PeekStatus::tls_ech)) << std::hex << e.type;
+    EXPECT_FALSE(e.source.empty());
+  }
+  for (std::uint16_t type : {0xfe0d, 0xfe0c, 0xfe0b, 0xfe0a, 0xfe09, 0xfe08, 0xff02, 0xffce}) {
+    EXPECT_PEEK(hello({{type, {7}}, sni_ext("public.example")}),
+                result(PeekStatus::tls_ech, "public.example"))
+        << std::hex << type;
+  }
+  // Their neighbours, and the inner-only markers, are ordinary extensions.
+  for (std::uint16_t type : {0xfe07, 0xfe0e, 0xff01, 0xff03, 0xff04, 0xffcd, 0xffcf, 0xfd00, 0xda09}) {
+    EXPECT_PEEK(hello({{type, {7}}, sni_ext("public.example")}), sni("public.example")) << std::hex << type;
+  }
+}
+
 TEST(NamePeekTls, HelloLargerThanTheLimitIsTooLargeAtOnce) {
   // message = 4 + body; flow = 5 + message. Make the flow exactly kLimit.
   const Bytes base = hello_message({sni_ext("big.example"), padding_ext(0)});
