@@ -13,6 +13,7 @@
 #include "base/json.h"
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
+#include "netstack/host_address_watch.h"
 #include "netstack/lwip/abox_lwip.h"
 #include "netstack/memory_trimmer.h"
 #include "netstack/pcap_writer.h"
@@ -342,6 +343,13 @@ int run_run_command(std::span<const std::string_view> args) {
     }
     guest_link = pcap ? static_cast<Link*>(&recording.emplace(*link, *pcap)) : link.get();
     stack = std::make_unique<GuestStack>(loop, *guest_link, policy, upstreams, events, random, gc);
+    // This host's addresses, before the first guest byte and before the
+    // syscall filter (a netlink socket): the gate and admission refuse them.
+    auto host_watch = HostAddressWatch::start(loop, stack->host_addresses(), events);
+    if (!host_watch.ok()) {
+      std::cerr << "abox-net run: " << host_watch.error() << '\n';
+      return 3;
+    }
     if (sandbox) {
       if (auto r = install_syscall_filter(); !r.ok()) {
         std::cerr << "abox-net run: cannot enter the sandbox: " << r.error() << '\n';

@@ -574,6 +574,15 @@ void TcpFlow::check_deadlines(base::MonoTime now) {
     abort_both("deadline");
     return;
   }
+  if (stack_.host_addresses().contains(dst_.address)) {
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved("flow", {{"reason", "the destination became an address of this host"},
+                                              {"name", name_},
+                                              {"dst", dst_.to_string()},
+                                              {"proto", "tcp"}});
+    abort_both("host address");
+    return;
+  }
   // An answer admits new flows until it expires; flows already running get
   // [dns] grace more. A guest that keeps the name answered (asks again)
   // keeps its flows; one that stopped asking loses them.
