@@ -14,7 +14,9 @@
 //     case-folded; a refusal's detail is set as its kind says;
 //   - the first request agrees with the peek: when peek_name() says
 //     http_host for the flow's first bytes, the follower reads that head too
-//     (the same reader with the same rules) and its first Host is that name.
+//     (the same reader with the same rules) and its first Host is that name,
+//     unless it refuses that head for asking an upgrade to something other
+//     than TLS (the one rule the peek leaves to the follower).
 
 #include <algorithm>
 #include <cstddef>
@@ -146,8 +148,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The first request agrees with the peek.
   const PeekResult peek = peek_name(flow, kLimit);
   if (peek.status == PeekStatus::http_host) {
-    // Same reader, same rules: the follower reads that very head, to the same Host.
-    check(!whole.requests.empty() && whole.requests.front().first == peek.name.view());
+    // Same reader, same rules: the follower reads that very head, to the same
+    // Host, or refuses it for the one thing the peek leaves to it: an upgrade
+    // to something other than TLS.
+    if (whole.requests.empty()) {
+      check(whole.refused && whole.error == FollowError::upgrade);
+    } else {
+      check(whole.requests.front().first == peek.name.view());
+    }
   }
   return 0;
 }

@@ -9,15 +9,19 @@
 //
 // A head is read by the shared reader where it lies when it starts and ends
 // in the same piece. Otherwise its bytes are copied into pending_ (never
-// more than limit_), and the reader reads pending_ again when a piece with
-// an LF arrives or pending_ is full; the reader refuses a head that is not
-// done within limit_ bytes. Since only an LF can end a head, and the last
-// read of pending_ said "not yet", the head ends inside the piece that made
-// it complete: `consumed` is the head's length less what pending_ held.
+// more than limit_), and the reader reads pending_ again when a piece could
+// change its answer (it holds a control byte, LF and CR included, or the
+// last piece ended in a CR; see may_decide()) or pending_ is full; the
+// reader refuses a head that is not done within limit_ bytes. So the
+// follower decides exactly where a reading of the whole flow would, however
+// it is cut (the http_follower fuzz target checks this; an LF-only rule it
+// found wanting let a NUL byte in a head pass unnoticed when no LF came
+// after it). Since only an LF can end a head, and the last read of pending_
+// said "not yet", the head ends inside the piece that made it complete:
+// `consumed` is the head's length less what pending_ held.
 #include "netstack/http_request_follower.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 namespace abox::netstack {
@@ -42,8 +46,14 @@ FollowStep refused(FollowError e) {
   return s;
 }
 
-bool has_lf(Bytes b) {
-  return !b.empty() && std::memchr(b.data(), '\n', b.size()) != nullptr;
+// Whether the reader could decide more once `piece` is appended to a head
+// it last found unfinished: only a line that completes (an LF) or a byte it
+// refuses as it meets it (a control byte: CR, LF, NUL ... DEL) can change
+// its answer, and a CR it left waiting at the end (`after_cr`), which the
+// piece's first byte settles.
+bool may_decide(Bytes piece, bool after_cr) {
+  if (after_cr) return true;
+  return std::any_of(piece.begin(), piece.end(), [](std::uint8_t c) { return base::http1::is_control(c); });
 }
 
 // "TLS" or "TLS/" and a version of digits and dots (RFC 2817 section 3.1).
@@ -132,9 +142,10 @@ FollowStep HttpRequestFollower::read_head(Bytes in) {
     return more(in.size());
   }
   const std::size_t held = pending_.size();
+  const bool after_cr = pending_.back() == '\r';
   const Bytes piece = in.first(std::min(in.size(), limit_ - held));
   pending_.insert(pending_.end(), piece.begin(), piece.end());
-  if (!has_lf(piece) && pending_.size() < limit_) return more(piece.size());
+  if (!may_decide(piece, after_cr) && pending_.size() < limit_) return more(piece.size());
   auto r = base::http1::read_request_head(pending_, rules_, head);
   if (!r) {
     FollowStep s = refused(FollowError::head);

@@ -38,9 +38,12 @@
 //
 // Costs: a head that arrives in one piece is read where it lies. One that
 // spans pieces is copied into a buffer of at most `limit` bytes and read
-// again only when a piece with an LF arrives (a head can end only with an
-// LF), so at most kMaxRequestFields + 2 times per head. Body bytes cost O(1)
-// per piece (a chunk's size line is read byte by byte).
+// again only when a piece arrives that could change the reader's answer
+// (one with a control byte, CR and LF included, or right after a CR): a head
+// can end only at an LF, and the reader refuses every other byte only once
+// it sees it. So a head is read at most about 2 x kMaxRequestFields + 2
+// times, whatever the pieces. Body bytes cost O(1) per piece (a chunk's size
+// line is read byte by byte).
 //
 // Invariants: feed() on a non-empty input consumes at least one byte or
 // refuses; once it refuses it keeps refusing (consuming nothing). It

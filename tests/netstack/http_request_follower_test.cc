@@ -206,6 +206,11 @@ TEST(HttpRequestFollower, WhatCannotBeFollowedIsRefused) {
       {"chunked in 1.0", ok + "POST / HTTP/1.0\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n",
        FollowError::head, E::transfer_encoding},
       {"bare LF", ok + "GET / HTTP/1.1\nHost: b.example\n\n", FollowError::head, E::line_ending},
+      // Refused when the byte arrives, however the head is cut, with no LF
+      // after it (found by the http_follower fuzz target).
+      {"NUL, no LF after it", ok + std::string("GET / HTTP/1.1\r\nX: a\0bcdefgh", 28), FollowError::head,
+       E::control_byte},
+      {"lone CR, no LF after it", ok + "GET / HTTP/1.1\r\nX: a\rbcdefgh", FollowError::head, E::line_ending},
       {"obs-fold", ok + "GET / HTTP/1.1\r\nHost: a.example\r\nX: 1\r\n 2\r\n\r\n", FollowError::head,
        E::obs_fold},
       {"two hosts", ok + "GET / HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n", FollowError::head,
