@@ -32,7 +32,11 @@ constexpr int kSocketBuffer = 1 << 20;
 
 HostAddressWatch::HostAddressWatch(EventLoop& loop, policy::HostAddresses& into, base::EventLog& events,
                                    base::UniqueFd fd)
-    : loop_(loop), set_(into), events_(events), fd_(std::move(fd)), buffer_(kReceiveBytes) {}
+    : loop_(loop),
+      set_(into),
+      events_(events),
+      fd_(std::move(fd)),
+      buffer_(std::make_unique_for_overwrite<std::uint8_t[]>(kReceiveBytes)) {}
 
 HostAddressWatch::~HostAddressWatch() {
   if (handle_ != EventLoop::kNoHandle) loop_.unwatch(handle_);
@@ -100,7 +104,7 @@ bool HostAddressWatch::ask_dump() {
 int HostAddressWatch::read_one() {
   sockaddr_nl from{};
   socklen_t from_len = sizeof from;
-  const ssize_t n = ::recvfrom(fd_.get(), buffer_.data(), buffer_.size(), MSG_TRUNC,
+  const ssize_t n = ::recvfrom(fd_.get(), buffer_.get(), kReceiveBytes, MSG_TRUNC,
                                reinterpret_cast<sockaddr*>(&from), &from_len);
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
@@ -115,10 +119,10 @@ int HostAddressWatch::read_one() {
     }
     return -1;
   }
-  if (static_cast<std::size_t>(n) > buffer_.size()) return 1;  // truncated (MSG_TRUNC): not ours to guess at
+  if (static_cast<std::size_t>(n) > kReceiveBytes) return 1;  // truncated (MSG_TRUNC): not ours to guess at
   if (from_len < sizeof from || from.nl_family != AF_NETLINK || from.nl_pid != 0) return 1;  // not the kernel
   const auto messages =
-      rtnl::read_address_messages(std::span(buffer_.data(), static_cast<std::size_t>(n)), seq_);
+      rtnl::read_address_messages(std::span(buffer_.get(), static_cast<std::size_t>(n)), seq_);
   if (messages.end == rtnl::AddressMessages::End::kMalformed) {
     events_.emit("host_address", {{"reason", "a malformed rtnetlink datagram was ignored"}});
     return 1;

@@ -66,7 +66,9 @@ class HostAddressWatch final : public EventLoop::Watcher {
   base::EventLog& events_;
   base::UniqueFd fd_;
   EventLoop::Handle handle_ = EventLoop::kNoHandle;
-  std::vector<std::uint8_t> buffer_;
+  // Not zeroed: only what the kernel writes into it becomes resident (an
+  // idle abox-net keeps a page or two of it, not 64 KiB).
+  std::unique_ptr<std::uint8_t[]> buffer_;
   std::uint32_t seq_ = 0;
   bool dumping_ = false;  // a dump is being read
   bool full_reported_ = false;
