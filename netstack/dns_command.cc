@@ -42,7 +42,7 @@ constexpr std::string_view kUsage =
     "\n"
     "Exit status: 0 stopped by a signal, 2 usage error, 3 could not start\n"
     "(invalid policy, address in use, no upstream, stats socket not usable, no\n"
-    "sandbox possible).\n";
+    "sandbox possible, this host's addresses not readable).\n";
 
 }  // namespace
 

@@ -72,7 +72,7 @@ constexpr std::string_view kUsage =
     "Exit status: 0 stopped by a signal, the namespace went away or the VM\n"
     "disconnected, 2 usage error, 3 could not start (invalid policy, namespace,\n"
     "tap or socket path, no upstream, pcap file or stats socket not usable, no\n"
-    "sandbox possible).\n";
+    "sandbox possible, this host's addresses not readable).\n";
 
 // Runs the loop (signals included) until a VMM connects to the listener.
 // Holds nullptr when a signal stopped the loop first.
