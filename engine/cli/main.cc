@@ -7,7 +7,9 @@
 
 #include "engine/cli/broker_command.h"
 #include "engine/cli/exit_codes.h"
+#include "engine/cli/image_command.h"
 #include "engine/cli/policy_command.h"
+#include "engine/cli/run_command.h"
 
 namespace {
 
@@ -20,6 +22,8 @@ constexpr std::string_view kUsage =
     "each one may reach.\n"
     "\n"
     "Commands:\n"
+    "  run [options] -- CMD [ARGS...] run CMD in a micro-VM behind its own policy\n"
+    "  image build NAME | ls | rm     the guest images (minimal)\n"
     "  policy check FILE...          validate egress policy files\n"
     "  policy explain FILE TARGET    say whether a policy admits a name, port or address, and why\n"
     "  broker --policy FILE ...      run the TLS credential broker of one instance\n"
@@ -53,6 +57,12 @@ int main(int argc, char** argv) {
     }
     if (args[0] == "policy") {
       return run_policy_command(std::span(args).subspan(1), std::cout, std::cerr);
+    }
+    if (args[0] == "run") {
+      return run_run_command(std::span(args).subspan(1));
+    }
+    if (args[0] == "image") {
+      return run_image_command(std::span(args).subspan(1));
     }
     if (args[0] == "broker") {
       return run_broker_command(std::span(args).subspan(1), std::cout, std::cerr);

@@ -1,0 +1,89 @@
+#include "engine/cli/options.h"
+
+#include <algorithm>
+
+namespace abox::engine {
+
+bool ParsedArgs::has(std::string_view name) const {
+  return std::any_of(options.begin(), options.end(), [&](const ParsedOption& o) { return o.name == name; });
+}
+
+std::optional<std::string> ParsedArgs::last(std::string_view name) const {
+  for (auto it = options.rbegin(); it != options.rend(); ++it) {
+    if (it->name == name) return it->value;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> ParsedArgs::all(std::string_view name) const {
+  std::vector<std::string> out;
+  for (const auto& o : options) {
+    if (o.name == name) out.push_back(o.value);
+  }
+  return out;
+}
+
+base::Result<ParsedArgs, std::string> parse_options(std::span<const std::string_view> args,
+                                                    std::span<const OptionSpec> specs,
+                                                    bool stop_at_positional) {
+  ParsedArgs out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    if (a == "--") {
+      for (++i; i < args.size(); ++i) out.positionals.emplace_back(args[i]);
+      break;
+    }
+    if (a == "-h" || a == "--help") {
+      out.help = true;
+      return out;
+    }
+    if (a.size() < 2 || a[0] != '-' || a == "-") {
+      if (stop_at_positional) {
+        for (; i < args.size(); ++i) out.positionals.emplace_back(args[i]);
+        break;
+      }
+      out.positionals.emplace_back(a);
+      continue;
+    }
+    const OptionSpec* spec = nullptr;
+    std::optional<std::string> inline_value;
+    std::string shown;
+    if (a.starts_with("--")) {
+      std::string_view body = a.substr(2);
+      auto eq = body.find('=');
+      std::string_view name = body.substr(0, eq);
+      if (eq != std::string_view::npos) inline_value = std::string(body.substr(eq + 1));
+      auto it = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == name; });
+      if (it != specs.end()) spec = &*it;
+      shown = "--" + std::string(name);
+    } else {
+      // A short flag: -x, -xVALUE for one that takes a value.
+      char c = a[1];
+      auto it =
+          std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.short_name == c; });
+      if (it != specs.end()) spec = &*it;
+      shown = std::string("-") + c;
+      if (a.size() > 2) {
+        if (spec != nullptr && spec->takes_value) {
+          inline_value = std::string(a.substr(2));
+        } else {
+          return base::Err{"unknown option '" + std::string(a) + "'"};
+        }
+      }
+    }
+    if (spec == nullptr) return base::Err{"unknown option '" + shown + "'"};
+    if (!spec->takes_value) {
+      if (inline_value) return base::Err{shown + " takes no value"};
+      out.options.push_back({spec->name, ""});
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) return base::Err{shown + " needs a value"};
+      inline_value = std::string(args[++i]);
+    }
+    out.options.push_back({spec->name, std::move(*inline_value)});
+  }
+  return out;
+}
+
+}  // namespace abox::engine

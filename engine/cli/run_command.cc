@@ -1,0 +1,376 @@
+#include "engine/cli/run_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <charconv>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/json.h"
+#include "base/random.h"
+#include "engine/cli/options.h"
+#include "engine/image/image_store.h"
+#include "engine/instance/guest_environment.h"
+#include "engine/instance/supervisor.h"
+#include "engine/layout.h"
+#include "engine/vmm/accel_probe.h"
+#include "engine/vmm/qemu_microvm.h"
+
+namespace abox::engine {
+namespace {
+
+constexpr std::string_view kUsage =
+    "usage: abox run [options] [--] CMD [ARGS...]\n"
+    "\n"
+    "Boots a micro-VM whose only network is its own abox-net (the policy decides\n"
+    "every name and flow), starts the broker for the policy's [[broker]] bindings,\n"
+    "proves from inside the guest that refusals hold (the self-test), then runs CMD\n"
+    "as uid 1000 and streams its stdout and stderr here. Exits with CMD's status;\n"
+    "afterwards nothing of the instance is left (--keep keeps its state folder).\n"
+    "\n"
+    "Options:\n"
+    "  -p, --policy FILE        the egress policy (required)\n"
+    "      --name NAME          the instance's name (default: run-<random>); its state\n"
+    "                           folder is $XDG_STATE_HOME/abox/instances/NAME\n"
+    "      --image NAME         the guest image (default: minimal; built on first use)\n"
+    "      --cpus N             virtual CPUs (default: 1)\n"
+    "  -m, --memory SIZE        guest memory, MiB or with M/G (default: 512M)\n"
+    "  -e, --env NAME=VALUE     set a variable in CMD's environment (repeatable)\n"
+    "  -w, --workdir DIR        CMD's working directory in the guest (default: /home/agent)\n"
+    "  -i, --interactive        forward stdin to CMD (with backpressure; EOF closes it)\n"
+    "      --timeout DURATION   stop the instance when CMD runs longer (30s, 5m, 1h)\n"
+    "      --credentials FILE   the broker's keys: [credentials] NAME = \"KEY\" (mode 600)\n"
+    "      --events FILE|-      every event (abox-net's, the broker's, the supervisor's,\n"
+    "                           box-guest's) as JSON lines to FILE, or '-' for stderr\n"
+    "                           (stdout is CMD's)\n"
+    "      --json               print a summary of the run as one JSON line on stderr at the end\n"
+    "      --keep               keep the state folder (events, console, instance.json)\n"
+    "      --no-selftest        skip the self-test (a warning says so)\n"
+    "      --accel auto|kvm|tcg how QEMU runs the guest (default: auto: KVM when a probe\n"
+    "                           shows it boots this kernel, else TCG, with a DEGRADED line)\n"
+    "      --boot-timeout DUR   VMM start to box-guest's hello (default: 60s)\n"
+    "\n"
+    "Self-test targets (defaults are public addresses nothing reaches from the guest):\n"
+    "      --selftest-name NAME          a name the policy refuses\n"
+    "      --selftest-address ADDR:PORT  an address no allowed name was answered with (1.1.1.1:443)\n"
+    "      --selftest-resolver ADDR:PORT a DNS server that is not the gateway (8.8.8.8:53)\n"
+    "      --upstream-ca FILE            the broker also trusts this CA for providers (tests)\n"
+    "\n"
+    "SIGINT or SIGTERM stops the instance in order (the guest powers off, the VMM\n"
+    "is killed after a grace of 5 s); a second one kills it at once.\n"
+    "\n"
+    "Exit status: CMD's (128+N when a signal ended it); 122 the VMM, abox-net or the\n"
+    "broker crashed; 123 the self-test failed; 124 timed out; 125 abox could not start\n"
+    "the instance (usage, policy, credentials, image, boot); 126 CMD is not executable;\n"
+    "127 CMD was not found; 128+N abox was stopped by signal N.\n";
+
+constexpr OptionSpec kOptions[] = {
+    {"policy", 'p', true},
+    {"name", 0, true},
+    {"image", 0, true},
+    {"cpus", 0, true},
+    {"memory", 'm', true},
+    {"env", 'e', true},
+    {"workdir", 'w', true},
+    {"interactive", 'i', false},
+    {"timeout", 0, true},
+    {"credentials", 0, true},
+    {"events", 0, true},
+    {"json", 0, false},
+    {"keep", 0, false},
+    {"no-selftest", 0, false},
+    {"accel", 0, true},
+    {"boot-timeout", 0, true},
+    {"selftest-name", 0, true},
+    {"selftest-address", 0, true},
+    {"selftest-resolver", 0, true},
+    {"upstream-ca", 0, true},
+};
+
+int usage_error(const std::string& message) {
+  std::cerr << "abox run: " << message << " (see 'abox run --help')\n";
+  return kRunCouldNotStart;
+}
+
+std::string random_name() {
+  base::SystemRandom r;
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string name = "run-";
+  std::uint64_t v = r.next_u64();
+  for (int i = 0; i < 8; ++i) name += kDigits[(v >> (4 * i)) & 15];
+  return name;
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+int exit_code_of(const InstanceOutcome& o) {
+  using K = InstanceOutcome::Kind;
+  switch (o.kind) {
+    case K::kExited:
+      return o.exit ? (o.exit->signalled ? 128 + static_cast<int>(o.exit->value)
+                                         : static_cast<int>(o.exit->value))
+                    : 0;
+    case K::kCouldNotStart:
+      return kRunCouldNotStart;
+    case K::kCommandNotStarted:
+      if (o.start_failure && o.start_failure->reason == guest::StartFailure::kNotFound) return kRunNotFound;
+      if (o.start_failure && o.start_failure->reason == guest::StartFailure::kNotExecutable)
+        return kRunNotExecutable;
+      return kRunCouldNotStart;
+    case K::kSelftestFailed:
+      return kRunSelftestFailed;
+    case K::kTimedOut:
+      return kRunTimedOut;
+    case K::kCrashed:
+      return kRunCrashed;
+    case K::kInterrupted:
+      return 128 + o.signal;
+  }
+  return kRunCouldNotStart;
+}
+
+std::string summary_json(const std::string& name, const InstanceOutcome& o, int code) {
+  std::string js;
+  base::JsonWriter w(js);
+  w.begin_object()
+      .field("name", name)
+      .field("outcome", outcome_kind_name(o.kind))
+      .field("exit_code", code)
+      .field("accel", o.accel);
+  if (o.exit) w.field("signalled", o.exit->signalled).field("status", o.exit->value);
+  if (!o.reason.empty()) w.field("reason", o.reason);
+  w.key("selftest").begin_array();
+  for (const auto& r : o.selftest) {
+    w.begin_object()
+        .field("probe", guest::probe_kind_name(r.kind))
+        .field("target", r.target)
+        .field("outcome", guest::probe_outcome_name(r.outcome))
+        .field("detail", r.detail)
+        .end_object();
+  }
+  w.end_array();
+  w.key("ms")
+      .begin_object()
+      .field("network_ready", o.ms_network_ready)
+      .field("vmm_started", o.ms_vmm_started)
+      .field("hello", o.ms_hello)
+      .field("command_started", o.ms_command_started)
+      .field("first_output", o.ms_first_output)
+      .field("ended", o.ms_ended)
+      .end_object();
+  w.field("stdout_bytes", o.stdout_bytes).field("stderr_bytes", o.stderr_bytes);
+  w.field("forged_frames", o.forged_frames);
+  if (o.kept) w.field("state_folder", o.state_folder);
+  w.end_object();
+  return js;
+}
+
+}  // namespace
+
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
+  std::uint64_t n = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || ptr == text.data() || n == 0 || n > 10'000'000) return std::nullopt;
+  std::string_view unit(ptr, static_cast<std::size_t>(text.data() + text.size() - ptr));
+  std::uint64_t ms = 0;
+  if (unit.empty() || unit == "s")
+    ms = n * 1000;
+  else if (unit == "ms")
+    ms = n;
+  else if (unit == "m")
+    ms = n * 60'000;
+  else if (unit == "h")
+    ms = n * 3'600'000;
+  else
+    return std::nullopt;
+  return std::chrono::milliseconds(ms);
+}
+
+std::optional<unsigned> parse_mebibytes(std::string_view text) {
+  std::uint64_t n = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || ptr == text.data() || n == 0) return std::nullopt;
+  std::string_view unit(ptr, static_cast<std::size_t>(text.data() + text.size() - ptr));
+  if (unit.empty() || unit == "M" || unit == "m" || unit == "MiB") {
+  } else if (unit == "G" || unit == "g" || unit == "GiB") {
+    n *= 1024;
+  } else {
+    return std::nullopt;
+  }
+  if (n > 1024 * 1024) return std::nullopt;
+  return static_cast<unsigned>(n);
+}
+
+int run_run_command(std::span<const std::string_view> args) {
+  auto parsed = parse_options(args, kOptions, /*stop_at_positional=*/true);
+  if (!parsed.ok()) return usage_error(parsed.error());
+  const ParsedArgs& a = *parsed;
+  if (a.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (a.positionals.empty()) return usage_error("no command: abox run [options] -- CMD [ARGS...]");
+  auto policy_file = a.last("policy");
+  if (!policy_file) return usage_error("--policy FILE is required");
+
+  Layout layout = Layout::discover();
+  InstanceConfig c;
+  c.name = a.last("name").value_or(random_name());
+  if (!valid_instance_name(c.name))
+    return usage_error("--name: use 1-64 of A-Z a-z 0-9 . _ - (not starting with . or -)");
+  auto root = default_instances_root();
+  if (!root.ok()) return usage_error(root.error());
+  c.instances_root = *root;
+  c.policy_file = *policy_file;
+  c.credentials_file = a.last("credentials").value_or("");
+  c.upstream_ca = a.last("upstream-ca").value_or("");
+  c.argv = a.positionals;
+  c.workdir = a.last("workdir").value_or("");
+  c.attach_stdin = a.has("interactive");
+  c.keep = a.has("keep");
+  c.selftest = !a.has("no-selftest");
+  c.term = env_or_empty("TERM");
+  c.lang = env_or_empty("LANG");
+  for (const auto& e : a.all("env")) {
+    auto entry = parse_env_assignment(e);
+    if (!entry.ok()) return usage_error(entry.error());
+    c.user_env.push_back(std::move(entry).value());
+  }
+  if (auto v = a.last("cpus")) {
+    unsigned n = 0;
+    auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (ec != std::errc() || ptr != v->data() + v->size() || n < 1 || n > 64)
+      return usage_error("--cpus: 1 to 64");
+    c.cpus = n;
+  }
+  if (auto v = a.last("memory")) {
+    auto m = parse_mebibytes(*v);
+    if (!m || *m < 64) return usage_error("--memory " + *v + ": a size of at least 64M, like 512M or 2G");
+    c.memory_mib = *m;
+  }
+  if (auto v = a.last("timeout")) {
+    auto d = parse_duration(*v);
+    if (!d) return usage_error("--timeout " + *v + ": a duration like 30s, 5m, 1h or 500ms");
+    c.timeout = d;
+  }
+  if (auto v = a.last("boot-timeout")) {
+    auto d = parse_duration(*v);
+    if (!d) return usage_error("--boot-timeout " + *v + ": a duration like 60s");
+    c.boot_timeout = *d;
+  }
+  if (auto v = a.last("selftest-name")) c.selftest_targets.denied_name = *v;
+  if (auto v = a.last("selftest-address")) {
+    if (!valid_probe_address(*v)) return usage_error("--selftest-address " + *v + ": expected IPV4:PORT");
+    c.selftest_targets.direct_address = *v;
+  }
+  if (auto v = a.last("selftest-resolver")) {
+    if (!valid_probe_address(*v)) return usage_error("--selftest-resolver " + *v + ": expected IPV4:PORT");
+    c.selftest_targets.foreign_resolver = *v;
+  }
+  std::string accel = a.last("accel").value_or("auto");
+  if (accel != "auto" && accel != "kvm" && accel != "tcg") return usage_error("--accel: auto, kvm or tcg");
+
+  c.abox = layout.self;
+  c.abox_net = layout.abox_net;
+  c.qemu = layout.qemu;
+  if (c.qemu.empty()) {
+    std::cerr << "abox run: qemu-system-x86_64 is not installed (Debian: qemu-system-x86)\n";
+    return kRunCouldNotStart;
+  }
+  if (::access(c.abox_net.c_str(), X_OK) != 0) {
+    std::cerr << "abox run: abox-net not found at " << c.abox_net << " (set ABOX_NET)\n";
+    return kRunCouldNotStart;
+  }
+
+  // The image: built on first use, with progress.
+  ImageStore images(ImageStore::default_root(), layout);
+  c.image_name = a.last("image").value_or("minimal");
+  auto image =
+      images.ensure(c.image_name, [](std::string_view line) { std::cerr << "abox image: " << line << '\n'; });
+  if (!image.ok()) {
+    std::cerr << "abox run: " << image.error() << '\n';
+    return kRunCouldNotStart;
+  }
+  c.kernel = image->kernel;
+  c.initramfs = image->initramfs;
+
+  auto choice = choose_accel(accel, c.qemu, c.kernel, default_cache_dir());
+  if (accel == "kvm" && choice.degraded) {
+    std::cerr << "abox run: --accel kvm: " << choice.why << '\n';
+    return kRunCouldNotStart;
+  }
+  c.accel = choice.accel;
+  if (choice.degraded) {
+    std::cerr
+        << "abox run: DEGRADED: " << choice.why
+        << "; running the guest on TCG (software emulation): it boots in seconds instead of a fraction of "
+           "one, and runs several times slower\n";
+  }
+  if (!c.selftest)
+    std::cerr << "abox run: WARNING: --no-selftest: the guest's refusals are not proven before CMD runs\n";
+
+  base::UniqueFd events_file;
+  int events_fd = -1;
+  if (auto ev = a.last("events")) {
+    if (*ev == "-") {
+      events_fd = STDERR_FILENO;
+    } else {
+      events_file.reset(::open(ev->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+      if (!events_file) {
+        std::cerr << "abox run: --events " << *ev << ": " << std::strerror(errno) << '\n';
+        return kRunCouldNotStart;
+      }
+      events_fd = events_file.get();
+    }
+  }
+
+  ::signal(SIGPIPE, SIG_IGN);  // a reader of our stdout that goes away is an error on write, not our death
+  boost::asio::io_context io;
+  QemuMicrovm qemu(c.qemu);
+  std::optional<InstanceOutcome> outcome;
+  std::string name = c.name;
+  InstanceSupervisor supervisor(io, std::move(c), qemu, STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO, events_fd,
+                                [&](const InstanceOutcome& o) {
+                                  outcome = o;
+                                  io.stop();
+                                });
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+  int signals_seen = 0;
+  std::function<void()> wait_signal = [&] {
+    signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+      if (ec) return;
+      if (++signals_seen == 1) {
+        if (::isatty(STDERR_FILENO))
+          std::cerr << "\nabox run: stopping " << name << " (again to kill it now)\n";
+        supervisor.stop(signo);
+      } else {
+        supervisor.kill_now();
+      }
+      wait_signal();
+    });
+  };
+  wait_signal();
+  supervisor.start();
+  io.run();
+  if (!outcome) {
+    std::cerr << "abox run: the instance ended without an outcome\n";
+    return kRunCrashed;
+  }
+  int code = exit_code_of(*outcome);
+  if (outcome->kind != InstanceOutcome::Kind::kExited && !outcome->reason.empty())
+    std::cerr << "abox run: " << outcome->reason << '\n';
+  if (outcome->kept) std::cerr << "abox run: kept " << outcome->state_folder << '\n';
+  if (a.has("json")) std::cerr << summary_json(name, *outcome, code) << '\n';
+  return code;
+}
+
+}  // namespace abox::engine

@@ -1,0 +1,242 @@
+#include "engine/instance/control_session.h"
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/write.hpp>
+
+namespace abox::engine {
+
+using guest::GuestMessage;
+using guest::HostMessage;
+
+ControlSession::ControlSession(boost::asio::local::stream_protocol::socket socket, Listener& listener)
+    : socket_(std::move(socket)), listener_(listener) {}
+
+ControlSession::~ControlSession() {
+  *alive_ = false;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
+void ControlSession::start() {
+  open_ = true;
+  read_more();
+}
+
+void ControlSession::close() {
+  open_ = false;
+  *alive_ = false;
+  alive_ = std::make_shared<bool>(true);
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+}
+
+void ControlSession::read_more() {
+  auto space = reader_.space();
+  socket_.async_read_some(boost::asio::buffer(space.data(), space.size()),
+                          [this, alive = alive_](const boost::system::error_code& ec, std::size_t n) {
+                            if (!*alive) return;
+                            if (n > 0) reader_.commit(n);
+                            handle_frames();
+                            if (!*alive || !open_) return;
+                            if (ec) {
+                              open_ = false;
+                              std::string reason;
+                              if (ec != boost::asio::error::eof) reason = "control channel: " + ec.message();
+                              if (reader_.buffered() > 0 && reason.empty())
+                                reason = "control channel closed inside a frame";
+                              listener_.on_closed(reason);
+                              return;
+                            }
+                            read_more();
+                          });
+}
+
+void ControlSession::handle_frames() {
+  auto alive = alive_;
+  for (;;) {
+    auto f = reader_.next();
+    if (!f.ok()) {
+      auto e = f.error();
+      if (e == guest::FrameError::kBadMac || e == guest::FrameError::kBadSequence) {
+        ++forged_;
+        listener_.on_forged_frame(guest::frame_error_name(e));
+        if (!*alive || !open_) return;
+        if (forged_ > static_cast<std::uint64_t>(kMaxForgedFrames)) {
+          fail("control channel: more than " + std::to_string(kMaxForgedFrames) + " frames failed their MAC");
+          return;
+        }
+        continue;
+      }
+      fail("control channel: " + std::string(guest::frame_error_name(e)));
+      return;
+    }
+    if (!*f) return;
+    if (!dispatch(**f)) return;
+    if (!*alive || !open_) return;
+  }
+}
+
+void ControlSession::fail(std::string reason) {
+  if (!open_) return;
+  open_ = false;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  listener_.on_closed(reason);
+}
+
+bool ControlSession::dispatch(const guest::Frame& frame) {
+  auto name = guest::guest_message_name(frame.type);
+  auto malformed = [&] {
+    fail("control channel: a malformed " + std::string(name) + " message");
+    return false;
+  };
+  auto out_of_order = [&] {
+    fail("control channel: " + std::string(name) + " out of order");
+    return false;
+  };
+  auto p = frame.payload;
+  switch (static_cast<GuestMessage>(frame.type)) {
+    case GuestMessage::kHello: {
+      if (phase_ != Phase::kAwaitHello) return out_of_order();
+      auto m = guest::decode_hello(p);
+      if (!m) return malformed();
+      phase_ = Phase::kHelloReceived;
+      listener_.on_hello(*m);
+      return true;
+    }
+    case GuestMessage::kSelftestReport: {
+      if (phase_ != Phase::kSetupSent || !probes_expected_ || report_received_) return out_of_order();
+      auto m = guest::decode_selftest_report(p);
+      if (!m) return malformed();
+      report_received_ = true;
+      listener_.on_selftest(*m);
+      return true;
+    }
+    case GuestMessage::kStarted: {
+      if (phase_ != Phase::kGoSent) return out_of_order();
+      auto m = guest::decode_started(p);
+      if (!m) return malformed();
+      listener_.on_started(*m);
+      return true;
+    }
+    case GuestMessage::kStartFailed: {
+      if (phase_ != Phase::kGoSent) return out_of_order();
+      auto m = guest::decode_start_failed(p);
+      if (!m) return malformed();
+      phase_ = Phase::kExited;
+      listener_.on_start_failed(*m);
+      return true;
+    }
+    case GuestMessage::kStdout:
+    case GuestMessage::kStderr: {
+      if (phase_ != Phase::kGoSent) return out_of_order();
+      if (p.size() > output_credit_) {
+        fail("control channel: the guest sent " + std::to_string(p.size()) + " bytes of output with " +
+             std::to_string(output_credit_) + " bytes of credit");
+        return false;
+      }
+      output_credit_ -= p.size();
+      listener_.on_output(frame.type == static_cast<std::uint8_t>(GuestMessage::kStderr), p);
+      return true;
+    }
+    case GuestMessage::kExited: {
+      if (phase_ != Phase::kGoSent) return out_of_order();
+      auto m = guest::decode_exited(p);
+      if (!m) return malformed();
+      phase_ = Phase::kExited;
+      listener_.on_exited(*m);
+      return true;
+    }
+    case GuestMessage::kLog: {
+      if (phase_ == Phase::kAwaitHello || phase_ == Phase::kHelloReceived) return out_of_order();
+      auto m = guest::decode_log(p);
+      if (!m) return malformed();
+      listener_.on_guest_log(m->text);
+      return true;
+    }
+    case GuestMessage::kStdinCredit: {
+      if (phase_ == Phase::kAwaitHello || phase_ == Phase::kHelloReceived) return out_of_order();
+      auto m = guest::decode_credit(p);
+      if (!m) return malformed();
+      // Credit only ever adds up to a bounded amount: a guest cannot make the
+      // host buffer more stdin than it reads itself.
+      stdin_credit_ = std::min<std::uint64_t>(stdin_credit_ + m->bytes, 16u << 20);
+      listener_.on_stdin_credit(m->bytes);
+      return true;
+    }
+  }
+  fail("control channel: unknown message type " + std::to_string(frame.type));
+  return false;
+}
+
+void ControlSession::send(HostMessage type, std::span<const std::uint8_t> payload) {
+  if (!open_) return;
+  std::vector<std::uint8_t> frame;
+  frame.reserve(guest::kHeaderBytes + payload.size() + guest::kMacBytes);
+  writer_.append(frame, static_cast<std::uint8_t>(type), payload);
+  outbox_.push_back(std::move(frame));
+  if (!writing_) write_more();
+}
+
+void ControlSession::write_more() {
+  if (outbox_.empty() || !open_) {
+    writing_ = false;
+    return;
+  }
+  writing_ = true;
+  boost::asio::async_write(socket_, boost::asio::buffer(outbox_.front()),
+                           [this, alive = alive_](const boost::system::error_code& ec, std::size_t) {
+                             if (!*alive) return;
+                             outbox_.pop_front();
+                             if (ec) {
+                               writing_ = false;
+                               if (open_) fail("control channel: write: " + ec.message());
+                               return;
+                             }
+                             write_more();
+                           });
+}
+
+void ControlSession::send_setup(const guest::Setup& setup) {
+  std::vector<std::uint8_t> payload;
+  guest::encode(setup, payload);
+  send(HostMessage::kSetup, payload);  // unkeyed: it carries the key
+  writer_.set_key(setup.key);
+  reader_.set_key(setup.key);
+  output_credit_ = setup.output_credit;
+  probes_expected_ = !setup.probes.empty();
+  phase_ = Phase::kSetupSent;
+}
+
+void ControlSession::send_go() {
+  send(HostMessage::kGo, {});
+  phase_ = Phase::kGoSent;
+}
+
+void ControlSession::send_stdin(std::span<const std::uint8_t> bytes) {
+  stdin_credit_ -= std::min<std::uint64_t>(stdin_credit_, bytes.size());
+  send(HostMessage::kStdin, bytes);
+}
+
+void ControlSession::send_stdin_eof() {
+  send(HostMessage::kStdinEof, {});
+}
+
+void ControlSession::grant_output(std::uint32_t bytes) {
+  output_credit_ += bytes;
+  std::vector<std::uint8_t> payload;
+  guest::encode(guest::Credit{bytes}, payload);
+  send(HostMessage::kOutputCredit, payload);
+}
+
+void ControlSession::send_signal(int signo) {
+  std::vector<std::uint8_t> payload;
+  guest::encode(guest::Signal{static_cast<std::uint8_t>(signo)}, payload);
+  send(HostMessage::kSignal, payload);
+}
+
+void ControlSession::send_poweroff() {
+  send(HostMessage::kPoweroff, {});
+}
+
+}  // namespace abox::engine

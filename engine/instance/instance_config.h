@@ -1,0 +1,52 @@
+// InstanceConfig: everything one instance is started from, validated by its
+// maker (the `abox run` command line now, the daemon's API later). The
+// supervisor reads nothing else: no globals, no environment of its own.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/instance/selftest_plan.h"
+#include "engine/vmm/vmm.h"
+#include "guest/protocol/messages.h"
+
+namespace abox::engine {
+
+struct InstanceConfig {
+  std::string name;
+  std::string instances_root;    // the state folder is instances_root/name
+  std::string policy_file;       // the operator's file: copied into the state folder
+  std::string credentials_file;  // the broker's keys ("" without [[broker]] bindings)
+  std::string upstream_ca;       // the broker also trusts this CA for providers (tests)
+
+  std::string image_name;
+  std::string kernel;     // the image's vmlinux
+  std::string initramfs;  // the image's initramfs
+  unsigned cpus = 1;
+  unsigned memory_mib = 512;
+  Accel accel = Accel::kTcg;
+
+  std::vector<std::string> argv;          // the command, in the guest
+  std::vector<guest::EnvEntry> user_env;  // --env, in order
+  std::string workdir;                    // "" = /home/agent
+  bool attach_stdin = false;
+  std::string term, lang;  // the operator's TERM and LANG, for the guest
+
+  bool selftest = true;
+  SelftestTargets selftest_targets;
+
+  std::optional<std::chrono::milliseconds> timeout;  // stop the instance past it
+  std::chrono::milliseconds boot_timeout{60000};     // VMM start to box-guest's hello
+  std::chrono::milliseconds stop_grace{5000};        // poweroff to a kill of the VMM
+
+  bool keep = false;  // keep the state folder afterwards
+
+  // Programs.
+  std::string abox_net;  // abox-net
+  std::string abox;      // this abox, for `abox broker`
+  std::string qemu;      // qemu-system-x86_64
+};
+
+}  // namespace abox::engine

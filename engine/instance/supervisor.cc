@@ -1,0 +1,776 @@
+#include "engine/instance/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "base/json.h"
+#include "broker/credentials.h"
+#include "broker/service.h"
+#include "engine/instance/guest_environment.h"
+#include "policy/policy_file.h"
+
+namespace abox::engine {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kNetworkReadyTimeout = 20s;
+constexpr auto kBrokerReadyTimeout = 20s;
+constexpr auto kChildStopGrace = 3s;
+constexpr auto kEchoGrace = 500ms;
+constexpr std::uint32_t kOutputCredit = 256 * 1024;
+constexpr std::size_t kMaxChildLine = 64 * 1024;
+constexpr std::uint64_t kChildLogBytes = 1 << 20;
+
+std::string read_small_file(const std::string& path, std::size_t cap) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(path + ": " + std::strerror(errno));
+  std::string s;
+  s.resize(cap + 1);
+  f.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<std::size_t>(f.gcount()));
+  if (s.size() > cap) throw std::runtime_error(path + ": larger than " + std::to_string(cap) + " bytes");
+  return s;
+}
+
+std::string last_lines(const std::string& text, std::size_t max_chars = 600) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  if (t.size() > max_chars) t = "..." + t.substr(t.size() - max_chars);
+  return t;
+}
+
+}  // namespace
+
+std::string_view instance_state_name(InstanceState s) {
+  switch (s) {
+    case InstanceState::kCreated:
+      return "created";
+    case InstanceState::kStartingNetwork:
+      return "starting_network";
+    case InstanceState::kStartingBroker:
+      return "starting_broker";
+    case InstanceState::kStartingVmm:
+      return "starting_vmm";
+    case InstanceState::kBooting:
+      return "booting";
+    case InstanceState::kSelftest:
+      return "selftest";
+    case InstanceState::kRunning:
+      return "running";
+    case InstanceState::kStopping:
+      return "stopping";
+    case InstanceState::kStopped:
+      return "stopped";
+    case InstanceState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+std::string_view outcome_kind_name(InstanceOutcome::Kind k) {
+  using K = InstanceOutcome::Kind;
+  switch (k) {
+    case K::kExited:
+      return "exited";
+    case K::kCouldNotStart:
+      return "could_not_start";
+    case K::kCommandNotStarted:
+      return "command_not_started";
+    case K::kSelftestFailed:
+      return "selftest_failed";
+    case K::kTimedOut:
+      return "timed_out";
+    case K::kCrashed:
+      return "crashed";
+    case K::kInterrupted:
+      return "interrupted";
+  }
+  return "unknown";
+}
+
+InstanceSupervisor::InstanceSupervisor(boost::asio::io_context& io, InstanceConfig config, const Vmm& vmm,
+                                       int stdin_fd, int stdout_fd, int stderr_fd, int events_extra_fd,
+                                       DoneHandler on_done)
+    : io_(io),
+      config_(std::move(config)),
+      vmm_(vmm),
+      on_done_(std::move(on_done)),
+      stdin_fd_(stdin_fd),
+      stdout_fd_(stdout_fd),
+      stderr_fd_(stderr_fd),
+      events_extra_fd_(events_extra_fd),
+      step_timer_(io),
+      run_timer_(io),
+      cause_timer_(io),
+      stop_timer_(io) {}
+
+InstanceSupervisor::~InstanceSupervisor() {
+  *alive_ = false;
+  // Children still running are killed and reaped by ChildProcess's destructor.
+}
+
+std::int64_t InstanceSupervisor::elapsed_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_at_)
+      .count();
+}
+
+void InstanceSupervisor::emit_line(std::string_view line) {
+  auto put = [&](int fd) {
+    if (fd < 0) return;
+    std::string l(line);
+    l.push_back('\n');
+    // One write per line: with O_APPEND, lines from every writer stay whole.
+    ssize_t ignored = ::write(fd, l.data(), l.size());
+    (void)ignored;
+  };
+  put(events_file_.get());
+  put(events_extra_fd_);
+}
+
+void InstanceSupervisor::transition(InstanceState s, std::string_view reason) {
+  state_ = s;
+  if (events_) {
+    if (reason.empty()) {
+      events_->emit("instance", {{"source", "supervisor"}, {"state", instance_state_name(s)}});
+    } else {
+      events_->emit("instance",
+                    {{"source", "supervisor"}, {"state", instance_state_name(s)}, {"reason", reason}});
+    }
+  }
+  write_record();
+}
+
+void InstanceSupervisor::start() {
+  started_at_ = std::chrono::steady_clock::now();
+  created_wall_ = std::chrono::system_clock::now();
+  outcome_.accel = std::string(accel_name(config_.accel));
+  try {
+    prepare();
+  } catch (const std::exception& e) {
+    fail(InstanceOutcome::Kind::kCouldNotStart, e.what());
+    return;
+  }
+  start_network();
+}
+
+void InstanceSupervisor::prepare() {
+  auto folder = StateFolder::create(config_.instances_root, config_.name);
+  if (!folder.ok()) throw std::runtime_error(folder.error());
+  folder_ = std::move(folder).value();
+  folder_path_ = folder_->path();
+  outcome_.state_folder = folder_path_;
+
+  events_file_.reset(
+      ::open(folder_->events().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!events_file_) throw std::runtime_error(folder_->events() + ": " + std::strerror(errno));
+  events_ = std::make_unique<base::EventLog>(config_.name, [this](std::string_view line) {
+    // EventLog hands over the line with its newline.
+    if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+    emit_line(line);
+    return true;
+  });
+  transition(InstanceState::kCreated);
+
+  // The policy: a copy of the operator's file, validated, is what every part reads.
+  std::string policy_text = read_small_file(config_.policy_file, 1 << 20);
+  if (auto w = folder_->write_file("policy.toml", policy_text); !w.ok()) throw std::runtime_error(w.error());
+  auto loaded = policy::load_policy(folder_->policy());
+  if (!loaded.ok()) {
+    std::string msg = loaded.error().to_string();
+    // The copy's name means nothing to the operator: name their file.
+    for (auto pos = msg.find(folder_->policy()); pos != std::string::npos; pos = msg.find(folder_->policy()))
+      msg.replace(pos, folder_->policy().size(), config_.policy_file);
+    throw std::runtime_error("the policy is invalid:\n" + last_lines(msg, 4000));
+  }
+  const policy::Policy& policy = *loaded;
+  has_bindings_ = !policy.brokers().empty();
+
+  GuestEnvironmentInput env_in;
+  env_in.term = config_.term;
+  env_in.lang = config_.lang;
+  env_in.user = config_.user_env;
+  std::vector<std::string_view> keys;
+  std::optional<broker::Credentials> credentials;
+  if (has_bindings_) {
+    if (config_.credentials_file.empty()) {
+      throw std::runtime_error("the policy has [[broker]] bindings: give the keys with --credentials FILE");
+    }
+    auto creds = broker::Credentials::load(config_.credentials_file, policy);
+    if (!creds.ok()) throw std::runtime_error(creds.error());
+    credentials.emplace(std::move(creds).value());
+    keys = credentials->all_keys();
+    auto ca = broker::instance_ca_pem(folder_->broker_state(), config_.name);
+    if (!ca.ok()) throw std::runtime_error(ca.error());
+    setup_.ca_pem = *ca;
+    auto nonces = broker::binding_nonces(policy, folder_->broker_state());
+    if (!nonces.ok()) throw std::runtime_error(nonces.error());
+    for (const auto& n : *nonces) env_in.nonces.push_back({n.env, n.nonce});
+    env_in.has_ca = true;
+  }
+  auto env = build_guest_environment(env_in);
+  if (!env.ok()) throw std::runtime_error(env.error());
+  if (auto clean = check_no_key(*env, config_.argv, keys); !clean.ok())
+    throw std::runtime_error(clean.error());
+
+  if (config_.selftest) {
+    plan_ = plan_selftest(policy, config_.selftest_targets);
+    outcome_.selftest_skipped = plan_.skipped;
+  } else {
+    events_->emit("selftest_skipped", {{"source", "supervisor"},
+                                       {"reason", "--no-selftest: the guest's refusals were not proven"}});
+  }
+
+  if (::getrandom(setup_.key.data(), setup_.key.size(), 0) != static_cast<ssize_t>(setup_.key.size()))
+    throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+  setup_.env = std::move(env).value();
+  setup_.workdir = config_.workdir;
+  setup_.uid = 1000;
+  setup_.gid = 1000;
+  setup_.argv = config_.argv;
+  setup_.probes = plan_.probes;
+  setup_.output_credit = kOutputCredit;
+  setup_.stdin_open = config_.attach_stdin;
+  std::vector<std::uint8_t> encoded;
+  guest::encode(setup_, encoded);
+  if (encoded.size() > guest::kMaxPayload) {
+    throw std::runtime_error("the command, its environment and the CA take " +
+                             std::to_string(encoded.size()) + " bytes; the control channel carries at most " +
+                             std::to_string(guest::kMaxPayload));
+  }
+
+  dev_null_ = open_dev_null();
+  out_ = std::make_unique<HostOutput>(io_, stdout_fd_);
+  err_ = std::make_unique<HostOutput>(io_, stderr_fd_);
+}
+
+void InstanceSupervisor::spawn_child(Child& c, const ChildSpec& spec, base::UniqueFd out_read,
+                                     base::UniqueFd err_read, const std::string& log_path,
+                                     std::function<void(std::string_view)> on_line) {
+  auto spawned = ChildProcess::spawn(spec);
+  if (!spawned.ok()) throw std::runtime_error("could not start " + c.label + ": " + spawned.error());
+  c.process.emplace(std::move(spawned).value());
+  if (on_line) {
+    c.lines = std::make_unique<LineSplitter>(kMaxChildLine, std::move(on_line));
+    c.out = std::make_unique<PipeReader>(
+        io_, std::move(out_read), [&c](std::span<const std::uint8_t> b) { c.lines->feed(b); },
+        [&c] { c.lines->finish(); });
+  }
+  c.err_log = std::make_unique<TailLog>(log_path, kChildLogBytes);
+  c.err = std::make_unique<PipeReader>(
+      io_, std::move(err_read), [&c](std::span<const std::uint8_t> b) { c.err_log->write(b); }, nullptr);
+  c.watch =
+      std::make_unique<ChildWatch>(io_, *c.process, [this, &c](const ExitStatus& s) { on_child_exit(c, s); });
+  events_->emit("process", {{"source", "supervisor"},
+                            {"process", c.label},
+                            {"event", "started"},
+                            {"pid", static_cast<std::int64_t>(c.process->pid())}});
+  write_record();
+}
+
+void InstanceSupervisor::start_network() {
+  transition(InstanceState::kStartingNetwork);
+  ChildSpec spec;
+  spec.program = config_.abox_net;
+  spec.argv = {config_.abox_net,      "run",        "--policy",   folder_->policy(), "--stream",
+               folder_->net_socket(), "--instance", config_.name, "--events",        "-"};
+  if (has_bindings_) {
+    spec.argv.push_back("--broker");
+    spec.argv.push_back(folder_->broker_socket());
+  }
+  spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  auto out = make_pipe();
+  auto err = make_pipe();
+  spec.fds = {{0, dev_null_.get()}, {1, out.write.get()}, {2, err.write.get()}};
+  spec.new_session = true;
+  try {
+    spawn_child(net_, spec, std::move(out.read), std::move(err.read), folder_->file("abox-net.log"),
+                [this](std::string_view line) {
+                  if (line.rfind("ready ", 0) == 0 && state_ == InstanceState::kStartingNetwork) {
+                    outcome_.ms_network_ready = elapsed_ms();
+                    step_timer_.cancel();
+                    if (has_bindings_) {
+                      start_broker();
+                    } else {
+                      start_vmm();
+                    }
+                  } else if (!line.empty() && line[0] == '{') {
+                    emit_line(line);
+                  }
+                });
+  } catch (const std::exception& e) {
+    fail(InstanceOutcome::Kind::kCouldNotStart, e.what());
+    return;
+  }
+  step_timer_.expires_after(kNetworkReadyTimeout);
+  step_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec || state_ != InstanceState::kStartingNetwork) return;
+    fail(InstanceOutcome::Kind::kCouldNotStart, "abox-net did not report ready within 20 s: " +
+                                                    last_lines(net_.err_log ? net_.err_log->tail() : ""));
+  });
+}
+
+void InstanceSupervisor::start_broker() {
+  transition(InstanceState::kStartingBroker);
+  ChildSpec spec;
+  spec.program = config_.abox;
+  spec.argv = {config_.abox,    "broker",
+               "--policy",      folder_->policy(),
+               "--credentials", config_.credentials_file,
+               "--state",       folder_->broker_state(),
+               "--listen",      "unix:" + folder_->broker_socket(),
+               "--instance",    config_.name,
+               "--events",      "-"};
+  if (!config_.upstream_ca.empty()) {
+    spec.argv.push_back("--upstream-ca");
+    spec.argv.push_back(config_.upstream_ca);
+  }
+  spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  auto out = make_pipe();
+  auto err = make_pipe();
+  spec.fds = {{0, dev_null_.get()}, {1, out.write.get()}, {2, err.write.get()}};
+  spec.new_session = true;
+  try {
+    spawn_child(broker_, spec, std::move(out.read), std::move(err.read), folder_->file("broker.log"),
+                [this](std::string_view line) {
+                  if (line.rfind("listening on ", 0) == 0 && state_ == InstanceState::kStartingBroker) {
+                    step_timer_.cancel();
+                    start_vmm();
+                  } else if (!line.empty() && line[0] == '{') {
+                    emit_line(line);
+                  }
+                });
+  } catch (const std::exception& e) {
+    fail(InstanceOutcome::Kind::kCouldNotStart, e.what());
+    return;
+  }
+  step_timer_.expires_after(kBrokerReadyTimeout);
+  step_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec || state_ != InstanceState::kStartingBroker) return;
+    fail(InstanceOutcome::Kind::kCouldNotStart,
+         "the broker did not start listening within 20 s: " +
+             last_lines(broker_.err_log ? broker_.err_log->tail() : ""));
+  });
+}
+
+void InstanceSupervisor::start_vmm() {
+  transition(InstanceState::kStartingVmm);
+  try {
+    // Listen before QEMU starts: it connects at once, and nothing it says is lost.
+    using boost::asio::local::stream_protocol;
+    ::unlink(folder_->control_socket().c_str());
+    acceptor_ = std::make_unique<stream_protocol::acceptor>(
+        io_, stream_protocol::endpoint(folder_->control_socket()));
+    ::chmod(folder_->control_socket().c_str(), 0600);
+
+    VmSpec vm;
+    vm.name = config_.name;
+    vm.kernel = config_.kernel;
+    vm.initramfs = config_.initramfs;
+    vm.cpus = config_.cpus;
+    vm.memory_mib = config_.memory_mib;
+    vm.accel = config_.accel;
+    vm.net_socket = folder_->net_socket();
+    vm.control_socket = folder_->control_socket();
+    auto console = make_pipe();
+    auto err = make_pipe();
+    vm.stdin_fd = dev_null_.get();
+    vm.console_fd = console.write.get();
+    vm.stderr_fd = err.write.get();
+    auto spec = vmm_.command(vm);
+    if (!spec.ok()) throw std::runtime_error(std::string(vmm_.name()) + ": " + spec.error());
+    spec->program = config_.qemu;
+    spec->argv[0] = config_.qemu;
+
+    console_log_ = std::make_unique<TailLog>(folder_->console_log(), kConsoleLogBytes);
+    console_reader_ = std::make_unique<PipeReader>(
+        io_, std::move(console.read), [this](std::span<const std::uint8_t> b) { console_log_->write(b); },
+        nullptr);
+    spawn_child(vmm_child_, *spec, base::UniqueFd(), std::move(err.read), folder_->file("vmm.log"), nullptr);
+  } catch (const std::exception& e) {
+    fail(InstanceOutcome::Kind::kCouldNotStart, e.what());
+    return;
+  }
+  outcome_.ms_vmm_started = elapsed_ms();
+  events_->emit("vmm", {{"source", "supervisor"},
+                        {"vmm", vmm_.name()},
+                        {"accel", accel_name(config_.accel)},
+                        {"cpus", config_.cpus},
+                        {"memory_mib", config_.memory_mib},
+                        {"image", config_.image_name}});
+  transition(InstanceState::kBooting);
+  accept_control();
+  step_timer_.expires_after(config_.boot_timeout);
+  step_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec || state_ != InstanceState::kBooting) return;
+    fail(InstanceOutcome::Kind::kCouldNotStart, "the guest did not say hello within " +
+                                                    std::to_string(config_.boot_timeout.count() / 1000) +
+                                                    " s of the VMM's start; its console ends: " +
+                                                    last_lines(console_log_ ? console_log_->tail() : ""));
+  });
+}
+
+void InstanceSupervisor::accept_control() {
+  acceptor_->async_accept([this, alive = alive_](const boost::system::error_code& ec,
+                                                 boost::asio::local::stream_protocol::socket socket) {
+    if (!*alive || ec || stopping_) return;
+    // Exactly one connection: the VMM's. The socket file goes at once.
+    boost::system::error_code ignored;
+    acceptor_->close(ignored);
+    ::unlink(folder_->control_socket().c_str());
+    ControlSession::Listener& listener = *this;
+    session_ = std::make_unique<ControlSession>(std::move(socket), listener);
+    session_->start();
+  });
+}
+
+void InstanceSupervisor::on_hello(const guest::Hello& hello) {
+  outcome_.ms_hello = elapsed_ms();
+  events_->emit("guest_hello", {{"source", "box-guest"},
+                                {"version", static_cast<std::uint64_t>(hello.version)},
+                                {"agent", hello.agent},
+                                {"uptime_ms", hello.uptime_ms},
+                                {"network_up", hello.network_up},
+                                {"network", hello.network}});
+  if (hello.version != guest::kProtocolVersion) {
+    fail(InstanceOutcome::Kind::kCouldNotStart,
+         "box-guest speaks control protocol " + std::to_string(hello.version) + ", this abox speaks " +
+             std::to_string(guest::kProtocolVersion) + ": rebuild the image (abox image build " +
+             config_.image_name + ")");
+    return;
+  }
+  if (!hello.network_up) {
+    fail(InstanceOutcome::Kind::kCouldNotStart, "the guest's network did not come up: " + hello.network);
+    return;
+  }
+  session_->send_setup(setup_);
+  // The key now lives in box-guest and in the session's reader and writer only.
+  setup_.key.fill(0);
+  if (plan_.probes.empty()) {
+    send_go();
+  } else {
+    transition(InstanceState::kSelftest);
+  }
+}
+
+void InstanceSupervisor::on_selftest(const guest::SelftestReport& report) {
+  outcome_.selftest = report.results;
+  for (const auto& r : report.results) {
+    events_->emit("selftest", {{"source", "box-guest"},
+                               {"probe", guest::probe_kind_name(r.kind)},
+                               {"target", r.target},
+                               {"outcome", guest::probe_outcome_name(r.outcome)},
+                               {"detail", r.detail}});
+  }
+  auto verdict = judge_selftest(plan_, report);
+  outcome_.selftest_failures = verdict.failures;
+  if (!verdict.passed) {
+    std::string reason = "the self-test failed: ";
+    for (std::size_t i = 0; i < verdict.failures.size(); ++i) reason += (i ? "; " : "") + verdict.failures[i];
+    fail(InstanceOutcome::Kind::kSelftestFailed, reason);
+    return;
+  }
+  send_go();
+}
+
+void InstanceSupervisor::send_go() {
+  if (stopping_) return;
+  session_->send_go();
+  transition(InstanceState::kRunning, "go");
+}
+
+void InstanceSupervisor::on_started(const guest::Started& started) {
+  step_timer_.cancel();
+  outcome_.ms_command_started = elapsed_ms();
+  events_->emit("command_started",
+                {{"source", "box-guest"}, {"pid", static_cast<std::uint64_t>(started.pid)}});
+  if (config_.timeout) {
+    run_timer_.expires_after(*config_.timeout);
+    run_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+      if (!*alive || ec || stopping_) return;
+      fail(InstanceOutcome::Kind::kTimedOut,
+           "the command ran past --timeout (" + std::to_string(config_.timeout->count()) + " ms)");
+    });
+  }
+  if (config_.attach_stdin) {
+    in_ = std::make_unique<HostInput>(
+        io_, stdin_fd_,
+        [this](std::span<const std::uint8_t> b) {
+          if (session_ && session_->open()) session_->send_stdin(b);
+          pump_stdin();
+        },
+        [this] {
+          if (session_ && session_->open()) session_->send_stdin_eof();
+        });
+    pump_stdin();
+  }
+}
+
+void InstanceSupervisor::pump_stdin() {
+  if (!in_ || !session_ || !session_->open() || stopping_) return;
+  std::uint64_t credit = std::min<std::uint64_t>(session_->stdin_credit(), guest::kMaxPayload);
+  if (credit > 0) in_->read(static_cast<std::size_t>(credit));
+}
+
+void InstanceSupervisor::on_stdin_credit(std::uint32_t) {
+  pump_stdin();
+}
+
+void InstanceSupervisor::on_start_failed(const guest::StartFailed& failed) {
+  outcome_.start_failure = failed;
+  events_->emit("command_start_failed", {{"source", "box-guest"},
+                                         {"reason", static_cast<std::uint64_t>(failed.reason)},
+                                         {"errno", static_cast<std::int64_t>(failed.error)},
+                                         {"detail", failed.detail}});
+  fail(InstanceOutcome::Kind::kCommandNotStarted,
+       "the command could not start in the guest: " + failed.detail);
+}
+
+void InstanceSupervisor::on_output(bool is_stderr, std::span<const std::uint8_t> bytes) {
+  if (outcome_.ms_first_output < 0) outcome_.ms_first_output = elapsed_ms();
+  (is_stderr ? outcome_.stderr_bytes : outcome_.stdout_bytes) += bytes.size();
+  auto n = static_cast<std::uint32_t>(bytes.size());
+  (is_stderr ? err_ : out_)->write(bytes, [this, n, alive = alive_] {
+    if (!*alive) return;
+    if (session_ && session_->open()) session_->grant_output(n);
+    check_done();
+  });
+}
+
+void InstanceSupervisor::on_exited(const guest::Exited& exited) {
+  events_->emit("command_exited", {{"source", "box-guest"},
+                                   {"signalled", exited.signalled},
+                                   {"value", static_cast<std::uint64_t>(exited.value)}});
+  if (!outcome_set_) {
+    outcome_set_ = true;
+    outcome_.kind = InstanceOutcome::Kind::kExited;
+    outcome_.exit = exited;
+    outcome_.ms_ended = elapsed_ms();
+  }
+  begin_stop();
+}
+
+void InstanceSupervisor::on_guest_log(std::string_view text) {
+  events_->emit("guest_log", {{"source", "box-guest"}, {"text", text}});
+}
+
+void InstanceSupervisor::on_forged_frame(std::string_view reason) {
+  ++outcome_.forged_frames;
+  events_->emit("control_forged_frame", {{"source", "supervisor"}, {"reason", reason}});
+}
+
+void InstanceSupervisor::on_closed(std::string_view reason) {
+  if (stopping_ && reason.empty()) return;  // the guest powering off as asked
+  auto kind = command_started() ? InstanceOutcome::Kind::kCrashed : InstanceOutcome::Kind::kCouldNotStart;
+  if (!reason.empty()) {
+    fail(kind, std::string(reason));  // the guest broke the protocol
+    return;
+  }
+  fail_unless_vmm_died(kind, "the guest closed the control channel before the command ended");
+}
+
+void InstanceSupervisor::fail_unless_vmm_died(InstanceOutcome::Kind kind, std::string reason) {
+  // A VMM that dies closes the control channel and abox-net's socket a moment
+  // before its own pidfd says so: give the VMM's death the first word, so the
+  // reason names it and not one of its echoes.
+  cause_timer_.expires_after(kEchoGrace);
+  cause_timer_.async_wait(
+      [this, kind, reason = std::move(reason), alive = alive_](const boost::system::error_code& ec) {
+        if (!*alive || ec) return;
+        fail(kind, reason);
+      });
+}
+
+void InstanceSupervisor::on_child_exit(Child& c, const ExitStatus& status) {
+  events_->emit(
+      "process",
+      {{"source", "supervisor"}, {"process", c.label}, {"event", "exited"}, {"status", status.describe()}});
+  c.watch.reset();
+  write_record();
+  // While stopping, every child is on its way out: whatever its status, that is expected.
+  if (!stopping_) {
+    std::string tail = c.err_log ? last_lines(c.err_log->tail()) : "";
+    std::string what = c.label == "vmm" ? std::string(vmm_.name()) : c.label;
+    std::string reason = what + " " + status.describe() + (tail.empty() ? "" : ": " + tail);
+    if (&c == &vmm_child_ && console_log_ && status.value == 0 && !status.signalled)
+      reason = "the VM powered off before the command ended; its console ends: " +
+               last_lines(console_log_->tail());
+    fail(command_started() ? InstanceOutcome::Kind::kCrashed : InstanceOutcome::Kind::kCouldNotStart, reason);
+  }
+  if (&c == &vmm_child_) stop_children_after_vmm();
+  check_done();
+}
+
+void InstanceSupervisor::fail(InstanceOutcome::Kind kind, std::string reason) {
+  if (!outcome_set_) {
+    outcome_set_ = true;
+    outcome_.kind = kind;
+    outcome_.reason = reason;
+    outcome_.ms_ended = elapsed_ms();
+    if (events_) {
+      events_->emit("instance_failed",
+                    {{"source", "supervisor"}, {"outcome", outcome_kind_name(kind)}, {"reason", reason}});
+    }
+  }
+  begin_stop();
+}
+
+void InstanceSupervisor::stop(int signo) {
+  if (!outcome_set_) {
+    outcome_set_ = true;
+    outcome_.kind = InstanceOutcome::Kind::kInterrupted;
+    outcome_.signal = signo;
+    outcome_.reason = std::string("stopped by ") +
+                      (sigabbrev_np(signo) ? std::string("SIG") + sigabbrev_np(signo) : "a signal");
+    outcome_.ms_ended = elapsed_ms();
+  }
+  begin_stop();
+}
+
+void InstanceSupervisor::kill_now() {
+  stopping_ = true;
+  if (events_) events_->emit("instance", {{"source", "supervisor"}, {"state", "killing"}});
+  for (Child* c : {&vmm_child_, &net_, &broker_}) {
+    if (c->running()) c->process->signal(SIGKILL);
+  }
+  check_done();
+}
+
+void InstanceSupervisor::begin_stop() {
+  if (stopping_) {
+    check_done();
+    return;
+  }
+  stopping_ = true;
+  transition(InstanceState::kStopping, outcome_kind_name(outcome_.kind));
+  step_timer_.cancel();
+  run_timer_.cancel();
+  if (acceptor_) {
+    boost::system::error_code ignored;
+    acceptor_->close(ignored);
+  }
+  in_.reset();
+  if (vmm_child_.running()) {
+    if (session_ && session_->open()) {
+      session_->send_poweroff();
+      poweroff_sent_ = true;
+    }
+    auto grace = poweroff_sent_ ? config_.stop_grace : std::chrono::milliseconds(0);
+    stop_timer_.expires_after(grace);
+    stop_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+      if (!*alive || ec) return;
+      if (vmm_child_.running()) {
+        events_->emit("process", {{"source", "supervisor"},
+                                  {"process", "vmm"},
+                                  {"event", "killing"},
+                                  {"reason", poweroff_sent_ ? "no power-off within the grace" : "stopping"}});
+        vmm_child_.process->signal(SIGKILL);
+      }
+    });
+  } else {
+    stop_children_after_vmm();
+  }
+  check_done();
+}
+
+void InstanceSupervisor::stop_children_after_vmm() {
+  if (!stopping_) return;
+  // abox-net ends by itself once its VMM is gone; the broker is told. Both get
+  // SIGKILL if they are still there after the grace.
+  if (broker_.running()) broker_.process->signal(SIGTERM);
+  if (net_.running() && !vmm_child_.process) net_.process->signal(SIGTERM);  // no VMM ever connected
+  stop_timer_.expires_after(kChildStopGrace);
+  stop_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec) return;
+    for (Child* c : {&net_, &broker_}) {
+      if (c->running()) c->process->signal(c == &net_ ? SIGTERM : SIGKILL);
+    }
+    stop_timer_.expires_after(kChildStopGrace);
+    stop_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec2) {
+      if (!*alive || ec2) return;
+      for (Child* c : {&net_, &broker_}) {
+        if (c->running()) c->process->signal(SIGKILL);
+      }
+    });
+  });
+}
+
+void InstanceSupervisor::check_done() {
+  if (!stopping_ || finished_) return;
+  for (Child* c : {&vmm_child_, &net_, &broker_}) {
+    if (c->running()) return;
+  }
+  if ((out_ && !out_->idle()) || (err_ && !err_->idle()))
+    return;  // the command's last output is still on its way
+  finish();
+}
+
+void InstanceSupervisor::finish() {
+  finished_ = true;
+  stop_timer_.cancel();
+  session_.reset();
+  bool failed = outcome_.kind != InstanceOutcome::Kind::kExited;
+  state_ = failed ? InstanceState::kFailed : InstanceState::kStopped;
+  if (outcome_.kind == InstanceOutcome::Kind::kInterrupted) state_ = InstanceState::kStopped;
+  if (events_) {
+    events_->emit("instance", {{"source", "supervisor"},
+                               {"state", instance_state_name(state_)},
+                               {"outcome", outcome_kind_name(outcome_.kind)}});
+  }
+  write_record();
+  outcome_.kept = config_.keep;
+  if (folder_ && !config_.keep) {
+    events_file_.reset();
+    (void)folder_->remove();
+  }
+  // The handler may destroy this supervisor: run it on the loop, after this returns.
+  boost::asio::post(io_, [handler = on_done_, outcome = outcome_] { handler(outcome); });
+}
+
+void InstanceSupervisor::write_record() {
+  if (!folder_) return;
+  std::string js;
+  base::JsonWriter w(js);
+  w.begin_object()
+      .field("name", config_.name)
+      .field("state", instance_state_name(state_))
+      .field("image", config_.image_name)
+      .field("accel", accel_name(config_.accel))
+      .field("policy", config_.policy_file)
+      .field("created", base::format_utc_millis(created_wall_));
+  if (outcome_set_) {
+    w.field("outcome", outcome_kind_name(outcome_.kind));
+    if (!outcome_.reason.empty()) w.field("reason", outcome_.reason);
+    if (outcome_.exit) {
+      w.key("exit")
+          .begin_object()
+          .field("signalled", outcome_.exit->signalled)
+          .field("value", outcome_.exit->value)
+          .end_object();
+    }
+  }
+  w.key("processes").begin_object();
+  for (const Child* c : {&net_, &broker_, &vmm_child_}) {
+    if (!c->process) continue;
+    w.key(c->label).begin_object().field("pid", static_cast<std::int64_t>(c->process->pid()));
+    w.field("start_ticks", c->process->start_ticks());
+    if (auto s = c->process->status()) w.field("status", s->describe());
+    w.end_object();
+  }
+  w.end_object().end_object();
+  js.push_back('\n');
+  (void)folder_->write_file("instance.json", js);
+}
+
+}  // namespace abox::engine

@@ -1,0 +1,341 @@
+#include "guest/protocol/messages.h"
+
+#include <algorithm>
+
+#include "base/byte_reader.h"
+
+namespace abox::guest {
+namespace {
+
+// ---- writing ----
+
+void put_u8(std::vector<std::uint8_t>& out, std::uint8_t v) {
+  out.push_back(v);
+}
+void put_u16(std::vector<std::uint8_t>& out, std::uint16_t v) {
+  out.push_back(static_cast<std::uint8_t>(v >> 8));
+  out.push_back(static_cast<std::uint8_t>(v));
+}
+void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(v >> s));
+}
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  put_u32(out, static_cast<std::uint32_t>(v >> 32));
+  put_u32(out, static_cast<std::uint32_t>(v));
+}
+void put_str(std::vector<std::uint8_t>& out, std::string_view s) {
+  put_u32(out, static_cast<std::uint32_t>(s.size()));
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+// ---- reading: every read bounded, every string capped ----
+
+class Fields {
+ public:
+  explicit Fields(std::span<const std::uint8_t> p) : r_(p) {}
+
+  bool u8(std::uint8_t& v) { return take(r_.u8(), v); }
+  bool u16(std::uint16_t& v) { return take(r_.u16be(), v); }
+  bool u32(std::uint32_t& v) { return take(r_.u32be(), v); }
+  bool u64(std::uint64_t& v) {
+    std::uint32_t hi = 0, lo = 0;
+    if (!u32(hi) || !u32(lo)) return false;
+    v = (std::uint64_t{hi} << 32) | lo;
+    return true;
+  }
+  bool str(std::string& v, std::size_t cap) {
+    std::uint32_t n = 0;
+    if (!u32(n) || n > cap) return ok_ = false;
+    auto b = r_.bytes(n);
+    if (!b) return ok_ = false;
+    v.assign(b->begin(), b->end());
+    return true;
+  }
+  // A u16 count no larger than cap.
+  bool count(std::size_t& n, std::size_t cap) {
+    std::uint16_t c = 0;
+    if (!u16(c) || c > cap) return ok_ = false;
+    n = c;
+    return true;
+  }
+  // True when every read succeeded and nothing is left over.
+  bool done() const { return ok_ && r_.empty(); }
+
+ private:
+  template <class T>
+  bool take(std::optional<T> got, T& v) {
+    if (!got) return ok_ = false;
+    v = *got;
+    return true;
+  }
+  base::ByteReader r_;
+  bool ok_ = true;
+};
+
+bool valid_probe_kind(std::uint8_t k) {
+  return k >= 1 && k <= 4;
+}
+bool valid_outcome(std::uint8_t o) {
+  return o <= 2;
+}
+
+}  // namespace
+
+std::string_view guest_message_name(std::uint8_t type) {
+  switch (static_cast<GuestMessage>(type)) {
+    case GuestMessage::kHello:
+      return "hello";
+    case GuestMessage::kSelftestReport:
+      return "selftest_report";
+    case GuestMessage::kStarted:
+      return "started";
+    case GuestMessage::kStdout:
+      return "stdout";
+    case GuestMessage::kStderr:
+      return "stderr";
+    case GuestMessage::kExited:
+      return "exited";
+    case GuestMessage::kLog:
+      return "log";
+    case GuestMessage::kStdinCredit:
+      return "stdin_credit";
+    case GuestMessage::kStartFailed:
+      return "start_failed";
+  }
+  return "unknown";
+}
+
+std::string_view host_message_name(std::uint8_t type) {
+  switch (static_cast<HostMessage>(type)) {
+    case HostMessage::kSetup:
+      return "setup";
+    case HostMessage::kGo:
+      return "go";
+    case HostMessage::kStdin:
+      return "stdin";
+    case HostMessage::kStdinEof:
+      return "stdin_eof";
+    case HostMessage::kOutputCredit:
+      return "output_credit";
+    case HostMessage::kSignal:
+      return "signal";
+    case HostMessage::kPoweroff:
+      return "poweroff";
+  }
+  return "unknown";
+}
+
+std::string_view probe_kind_name(ProbeKind k) {
+  switch (k) {
+    case ProbeKind::kDeniedName:
+      return "denied_name";
+    case ProbeKind::kDirectAddress:
+      return "direct_address";
+    case ProbeKind::kForeignResolver:
+      return "foreign_resolver";
+    case ProbeKind::kNonceInEnv:
+      return "nonce_in_env";
+  }
+  return "unknown";
+}
+
+std::string_view probe_outcome_name(ProbeOutcome o) {
+  switch (o) {
+    case ProbeOutcome::kPassed:
+      return "passed";
+    case ProbeOutcome::kFailed:
+      return "failed";
+    case ProbeOutcome::kSkipped:
+      return "skipped";
+  }
+  return "unknown";
+}
+
+void encode(const Hello& m, std::vector<std::uint8_t>& out) {
+  put_u16(out, m.version);
+  put_str(out, m.agent);
+  put_u64(out, m.uptime_ms);
+  put_u8(out, m.network_up ? 1 : 0);
+  put_str(out, m.network);
+}
+
+std::optional<Hello> decode_hello(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  Hello m;
+  std::uint8_t up = 0;
+  if (!f.u16(m.version) || !f.str(m.agent, kMaxShortText) || !f.u64(m.uptime_ms) || !f.u8(up) ||
+      !f.str(m.network, kMaxShortText) || up > 1 || !f.done())
+    return std::nullopt;
+  m.network_up = up == 1;
+  return m;
+}
+
+void encode(const SelftestReport& m, std::vector<std::uint8_t>& out) {
+  put_u16(out, static_cast<std::uint16_t>(m.results.size()));
+  for (const auto& r : m.results) {
+    put_u8(out, static_cast<std::uint8_t>(r.kind));
+    put_u8(out, static_cast<std::uint8_t>(r.outcome));
+    put_str(out, r.target);
+    put_str(out, r.detail);
+  }
+}
+
+std::optional<SelftestReport> decode_selftest_report(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  SelftestReport m;
+  std::size_t n = 0;
+  if (!f.count(n, kMaxProbes)) return std::nullopt;
+  for (std::size_t i = 0; i < n; ++i) {
+    ProbeResult r;
+    std::uint8_t kind = 0, outcome = 0;
+    if (!f.u8(kind) || !f.u8(outcome) || !f.str(r.target, kMaxShortText) || !f.str(r.detail, kMaxShortText) ||
+        !valid_probe_kind(kind) || !valid_outcome(outcome))
+      return std::nullopt;
+    r.kind = static_cast<ProbeKind>(kind);
+    r.outcome = static_cast<ProbeOutcome>(outcome);
+    m.results.push_back(std::move(r));
+  }
+  if (!f.done()) return std::nullopt;
+  return m;
+}
+
+void encode(const Started& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.pid);
+}
+
+std::optional<Started> decode_started(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  Started m;
+  if (!f.u32(m.pid) || !f.done()) return std::nullopt;
+  return m;
+}
+
+void encode(const StartFailed& m, std::vector<std::uint8_t>& out) {
+  put_u8(out, static_cast<std::uint8_t>(m.reason));
+  put_u32(out, static_cast<std::uint32_t>(m.error));
+  put_str(out, m.detail);
+}
+
+std::optional<StartFailed> decode_start_failed(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  StartFailed m;
+  std::uint8_t reason = 0;
+  std::uint32_t error = 0;
+  if (!f.u8(reason) || !f.u32(error) || !f.str(m.detail, kMaxShortText) || !f.done() || reason < 1 ||
+      reason > 4)
+    return std::nullopt;
+  m.reason = static_cast<StartFailure>(reason);
+  m.error = static_cast<std::int32_t>(error);
+  return m;
+}
+
+void encode(const Exited& m, std::vector<std::uint8_t>& out) {
+  put_u8(out, m.signalled ? 1 : 0);
+  put_u32(out, m.value);
+}
+
+std::optional<Exited> decode_exited(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  Exited m;
+  std::uint8_t signalled = 0;
+  if (!f.u8(signalled) || !f.u32(m.value) || !f.done() || signalled > 1) return std::nullopt;
+  m.signalled = signalled == 1;
+  // An exit status is 0-255 and a signal 1-64: anything else is not a process's end.
+  if (m.signalled ? (m.value < 1 || m.value > 64) : m.value > 255) return std::nullopt;
+  return m;
+}
+
+void encode(const LogLine& m, std::vector<std::uint8_t>& out) {
+  put_str(out, m.text);
+}
+
+std::optional<LogLine> decode_log(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  LogLine m;
+  if (!f.str(m.text, kMaxLogText) || !f.done()) return std::nullopt;
+  return m;
+}
+
+void encode(const Credit& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.bytes);
+}
+
+std::optional<Credit> decode_credit(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  Credit m;
+  if (!f.u32(m.bytes) || !f.done()) return std::nullopt;
+  return m;
+}
+
+void encode(const Setup& m, std::vector<std::uint8_t>& out) {
+  out.insert(out.end(), m.key.begin(), m.key.end());
+  put_str(out, m.ca_pem);
+  put_u16(out, static_cast<std::uint16_t>(m.env.size()));
+  for (const auto& e : m.env) {
+    put_str(out, e.name);
+    put_str(out, e.value);
+  }
+  put_str(out, m.workdir);
+  put_u32(out, m.uid);
+  put_u32(out, m.gid);
+  put_u16(out, static_cast<std::uint16_t>(m.argv.size()));
+  for (const auto& a : m.argv) put_str(out, a);
+  put_u16(out, static_cast<std::uint16_t>(m.probes.size()));
+  for (const auto& pr : m.probes) {
+    put_u8(out, static_cast<std::uint8_t>(pr.kind));
+    put_str(out, pr.target);
+  }
+  put_u32(out, m.output_credit);
+  put_u8(out, m.stdin_open ? 1 : 0);
+}
+
+std::optional<Setup> decode_setup(std::span<const std::uint8_t> p) {
+  base::ByteReader key_reader(p);
+  auto key = key_reader.bytes(kKeyBytes);
+  if (!key) return std::nullopt;
+  Setup m;
+  std::copy(key->begin(), key->end(), m.key.begin());
+  Fields f(key_reader.rest());
+  std::size_t n = 0;
+  if (!f.str(m.ca_pem, kMaxCaPem) || !f.count(n, kMaxEnvEntries)) return std::nullopt;
+  for (std::size_t i = 0; i < n; ++i) {
+    EnvEntry e;
+    if (!f.str(e.name, kMaxShortText) || !f.str(e.value, kMaxPayload) || e.name.empty() ||
+        e.name.find('=') != std::string::npos || e.name.find('\0') != std::string::npos ||
+        e.value.find('\0') != std::string::npos)
+      return std::nullopt;
+    m.env.push_back(std::move(e));
+  }
+  if (!f.str(m.workdir, 4096) || !f.u32(m.uid) || !f.u32(m.gid) || !f.count(n, kMaxArgs) || n == 0)
+    return std::nullopt;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string a;
+    if (!f.str(a, kMaxPayload) || a.find('\0') != std::string::npos) return std::nullopt;
+    m.argv.push_back(std::move(a));
+  }
+  if (!f.count(n, kMaxProbes)) return std::nullopt;
+  for (std::size_t i = 0; i < n; ++i) {
+    Probe pr;
+    std::uint8_t kind = 0;
+    if (!f.u8(kind) || !f.str(pr.target, kMaxShortText) || !valid_probe_kind(kind)) return std::nullopt;
+    pr.kind = static_cast<ProbeKind>(kind);
+    m.probes.push_back(std::move(pr));
+  }
+  std::uint8_t stdin_open = 0;
+  if (!f.u32(m.output_credit) || !f.u8(stdin_open) || stdin_open > 1 || !f.done()) return std::nullopt;
+  m.stdin_open = stdin_open == 1;
+  return m;
+}
+
+void encode(const Signal& m, std::vector<std::uint8_t>& out) {
+  put_u8(out, m.signo);
+}
+
+std::optional<Signal> decode_signal(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  Signal m;
+  if (!f.u8(m.signo) || !f.done() || m.signo < 1 || m.signo > 64) return std::nullopt;
+  return m;
+}
+
+}  // namespace abox::guest

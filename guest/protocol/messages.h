@@ -1,0 +1,172 @@
+// The guest control channel's messages: the payloads of frame.h's frames,
+// one struct per type, with encode() and a bounded decode() each
+// (docs/control-protocol.md has the table and the order of a session).
+//
+// Guest to host:  Hello (unkeyed), then SelftestReport, Started | StartFailed,
+//                 Output (stdout and stderr kept apart), Exited, Log, StdinCredit.
+// Host to guest:  Setup (unkeyed: it carries the key), then Go, Stdin, StdinEof,
+//                 OutputCredit, Signal, Poweroff.
+//
+// Every field is big-endian; a string or byte field is u32be length + bytes,
+// each with its own cap; a list is u16be count + items, capped. decode()
+// fails on any short field, any cap exceeded and any byte left over, so one
+// payload has exactly one reading. The host decodes only guest-to-host
+// messages: that is the parser of guest-controlled bytes (fuzz/guest_control_fuzz.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "guest/protocol/frame.h"
+
+namespace abox::guest {
+
+enum class GuestMessage : std::uint8_t {
+  kHello = 1,
+  kSelftestReport = 2,
+  kStarted = 3,
+  kStdout = 4,
+  kStderr = 5,
+  kExited = 6,
+  kLog = 7,
+  kStdinCredit = 8,
+  kStartFailed = 9,
+};
+
+enum class HostMessage : std::uint8_t {
+  kSetup = 1,
+  kGo = 2,
+  kStdin = 3,
+  kStdinEof = 4,
+  kOutputCredit = 5,
+  kSignal = 6,
+  kPoweroff = 7,
+};
+
+std::string_view guest_message_name(std::uint8_t type);
+std::string_view host_message_name(std::uint8_t type);
+
+// Caps on what a decoder accepts.
+inline constexpr std::size_t kMaxShortText = 256;  // names, versions, details
+inline constexpr std::size_t kMaxLogText = 4096;
+inline constexpr std::size_t kMaxEnvEntries = 256;
+inline constexpr std::size_t kMaxArgs = 1024;
+inline constexpr std::size_t kMaxProbes = 16;
+inline constexpr std::size_t kMaxCaPem = 16 * 1024;
+
+// ---- guest to host ----
+
+struct Hello {
+  std::uint16_t version = kProtocolVersion;
+  std::string agent;            // box-guest's version string
+  std::uint64_t uptime_ms = 0;  // the guest kernel's uptime when box-guest said hello
+  bool network_up = false;      // DHCP gave a lease and the interface is configured
+  std::string network;          // "10.0.2.15/24 via 10.0.2.2 dns 10.0.2.2 mtu 65520", or what failed
+};
+
+enum class ProbeKind : std::uint8_t {
+  kDeniedName = 1,       // target: a name the policy refuses; passes when no address comes back
+  kDirectAddress = 2,    // target: ADDR:PORT nobody answered for; passes when TCP connect fails
+  kForeignResolver = 3,  // target: ADDR:PORT of a resolver that is not the gateway; passes on no answer
+  kNonceInEnv = 4,       // target: an environment variable; passes when it holds a nonce
+};
+std::string_view probe_kind_name(ProbeKind k);
+
+enum class ProbeOutcome : std::uint8_t { kPassed = 0, kFailed = 1, kSkipped = 2 };
+std::string_view probe_outcome_name(ProbeOutcome o);
+
+struct ProbeResult {
+  ProbeKind kind = ProbeKind::kDeniedName;
+  ProbeOutcome outcome = ProbeOutcome::kFailed;
+  std::string target;
+  std::string detail;  // what the guest saw ("REFUSED", "connect: Connection refused", "answer from ...")
+};
+
+struct SelftestReport {
+  std::vector<ProbeResult> results;
+};
+
+struct Started {
+  std::uint32_t pid = 0;
+};
+
+enum class StartFailure : std::uint8_t { kNotFound = 1, kNotExecutable = 2, kWorkdir = 3, kOther = 4 };
+struct StartFailed {
+  StartFailure reason = StartFailure::kOther;
+  std::int32_t error = 0;  // errno in the guest
+  std::string detail;
+};
+
+struct Exited {
+  bool signalled = false;
+  std::uint32_t value = 0;  // exit status, or the signal number
+};
+
+struct LogLine {
+  std::string text;
+};
+
+struct Credit {
+  std::uint32_t bytes = 0;
+};
+
+// ---- host to guest ----
+
+struct EnvEntry {
+  std::string name;
+  std::string value;
+};
+
+struct Probe {
+  ProbeKind kind = ProbeKind::kDeniedName;
+  std::string target;
+};
+
+struct Setup {
+  ChannelKey key{};
+  std::string ca_pem;         // the instance CA the guest's TLS clients trust ("" without bindings)
+  std::vector<EnvEntry> env;  // the command's environment (nonces included)
+  std::string workdir;        // "" = the user's home
+  std::uint32_t uid = 1000;
+  std::uint32_t gid = 1000;
+  std::vector<std::string> argv;    // at least one
+  std::vector<Probe> probes;        // the self-test; empty = none
+  std::uint32_t output_credit = 0;  // stdout+stderr bytes the guest may send before more credit
+  bool stdin_open = false;          // false: the command's stdin is /dev/null
+};
+
+struct Signal {
+  std::uint8_t signo = 0;
+};
+
+// Encoders append the payload to out.
+void encode(const Hello& m, std::vector<std::uint8_t>& out);
+void encode(const SelftestReport& m, std::vector<std::uint8_t>& out);
+void encode(const Started& m, std::vector<std::uint8_t>& out);
+void encode(const StartFailed& m, std::vector<std::uint8_t>& out);
+void encode(const Exited& m, std::vector<std::uint8_t>& out);
+void encode(const LogLine& m, std::vector<std::uint8_t>& out);
+void encode(const Credit& m, std::vector<std::uint8_t>& out);
+void encode(const Setup& m, std::vector<std::uint8_t>& out);
+void encode(const Signal& m, std::vector<std::uint8_t>& out);
+
+// Decoders: nullopt when the payload is not exactly one valid message.
+std::optional<Hello> decode_hello(std::span<const std::uint8_t> p);
+std::optional<SelftestReport> decode_selftest_report(std::span<const std::uint8_t> p);
+std::optional<Started> decode_started(std::span<const std::uint8_t> p);
+std::optional<StartFailed> decode_start_failed(std::span<const std::uint8_t> p);
+std::optional<Exited> decode_exited(std::span<const std::uint8_t> p);
+std::optional<LogLine> decode_log(std::span<const std::uint8_t> p);
+std::optional<Credit> decode_credit(std::span<const std::uint8_t> p);
+std::optional<Setup> decode_setup(std::span<const std::uint8_t> p);
+std::optional<Signal> decode_signal(std::span<const std::uint8_t> p);
+// Empty messages (Go, StdinEof, Poweroff): true when the payload is empty.
+inline bool decode_empty(std::span<const std::uint8_t> p) {
+  return p.empty();
+}
+
+}  // namespace abox::guest

@@ -1,0 +1,438 @@
+#!/usr/bin/env python3
+"""End-to-end test of box-guest in the real minimal image (guest/image/minimal/)
+under QEMU (microvm, TCG) behind a real `abox-net run --stream`, with this
+test as the host side of the control channel (guest_protocol.py, written from
+docs/control-protocol.md: an oracle independent of guest/protocol/). The fake
+internet is netns_rig.py's (nsd for example.test, nginx).
+
+Usage:
+  box_guest_e2e.py PATH/TO/abox-net PATH/TO/box-guest [--keep] [--only WORD[,WORD]]
+
+Each scenario is one boot (abox-net takes exactly one VMM, and box-guest runs
+one command per boot), and each boot ends with `poweroff`, which must end
+QEMU with status 0:
+- hello: box-guest leased the network by its own DHCP client (10.0.2.15/24
+  via 10.0.2.2, DNS 10.0.2.2, MTU 65520) and says so, unkeyed, first;
+- selftest: the four probes (a denied name, a direct address, a foreign
+  resolver, a nonce in the env) all pass behind abox-net, and abox-net's
+  events show the three refusals; a forged `poweroff` (wrong MAC) is dropped
+  and logged (log frame and console) and the honest `go` at the same
+  sequence number runs `sh -c 'echo out; echo err >&2; exit 7'`: out on
+  stdout frames, err on stderr frames, exited 7;
+- output: 1 MiB made in the guest arrives intact (its sha256, computed in the
+  guest) under an output credit of 8 KiB granted back 4 KiB at a time: the
+  guest never sends past its credit;
+- stdin: 300 KiB sent under the guest's stdin credit (re-granted past the
+  first 64 KiB window), then stdin_eof: `sha256sum` prints its digest;
+- identity: the command runs as uid/gid 1000 with no supplementary groups,
+  every capability set 0, NoNewPrivs 1, its own session and process group,
+  in /home/agent (owned by 1000), with setup's env exactly, and cannot read
+  box-guest's /proc/1/environ or /proc/1/mem;
+- signal: `signal` 15 reaches the command, which exits signalled 15;
+- passt: the same guest behind passt (which filters nothing) reports every
+  probe FAILED, and a nonce_in_env whose variable holds a key, not a nonce,
+  fails too: the self-test can fail. The command is never started.
+
+Prints one line per check and 'N passed, N failed'; exits 1 on any failure.
+Every wait is bounded; a boot that hangs before /init is retried once (the
+line says so). Everything the test makes is removed at the end.
+"""
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True  # the source tree may be read-only
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import guest_protocol as gp  # noqa: E402
+import netns_rig as nr  # noqa: E402
+import vm_e2e as vm  # noqa: E402  (the QEMU and passt pieces)
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+BUILD_IMAGE = os.path.join(REPO, "guest", "image", "minimal", "build.sh")
+
+WEB, SECRET = nr.fqdn("web"), nr.fqdn("secret")
+SECRET_ADDR, NS_ADDR = nr.ADDR["secret"], nr.ADDR["ns1"]
+NONCE = "abox-nonce-" + os.urandom(32).hex()
+PROBES = [(gp.DENIED_NAME, SECRET), (gp.DIRECT_ADDRESS, f"{SECRET_ADDR}:80"), (gp.FOREIGN_RESOLVER, f"{NS_ADDR}:53"),
+          (gp.NONCE_IN_ENV, "ABOX_TEST_NONCE")]
+BASE_ENV = [("PATH", "/bin:/sbin:/usr/bin:/usr/sbin"), ("HOME", "/home/agent"), ("LANG", "C")]
+CREDIT = 256 << 10
+
+BOOT_TIMEOUT = 40  # QEMU start to hello; 2-7 s here, more under load
+STEP_TIMEOUT = 30  # one command, one self-test
+POWEROFF_TIMEOUT = 20
+
+POLICY = f"""# box_guest_e2e.py: written by the test
+[dns]
+upstreams = ["{NS_ADDR}:53"]
+timeout_ms = 2000
+
+[[allow]]
+names = ["{WEB}"]
+ports = [80]
+"""
+
+
+class Boot:
+    """One QEMU boot of the minimal image; the test holds the control port."""
+    count = 0
+
+    def __init__(self, rig, initramfs, start_net):
+        self.rig, self.initramfs, self.start_net = rig, initramfs, start_net
+        self.qemu = self.net = self.listener = self.conn = self.ch = None
+        self.hello = None
+        self.note = ""
+
+    def console(self, lines=25):
+        try:
+            with open(self.rig.path(f"console{self.n}.log"), errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    def _start(self):
+        Boot.count += 1
+        self.n = Boot.count
+        ctl_path, net_path = self.rig.path(f"ctl{self.n}.sock"), self.rig.path(f"net{self.n}.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(ctl_path)
+        self.listener.listen(1)
+        self.net = self.start_net(net_path)
+        append = " ".join(["console=ttyS0", "quiet", "panic=-1", f"tsc_early_khz={vm.host_tsc_khz()}", "abox.ctl=ctl"])
+        cmd = ["qemu-system-x86_64", "-M", "microvm", "-accel", "tcg", "-m", str(vm.GUEST_MEM_MIB), "-smp", "1",
+               "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+               "-serial", f"file:{self.rig.path(f'console{self.n}.log')}",
+               "-netdev", f"stream,id=n0,server=off,addr.type=unix,addr.path={net_path}",
+               "-device", "virtio-net-device,netdev=n0,mac=52:54:00:12:34:56",
+               "-device", "virtio-serial-device",
+               "-chardev", f"socket,id=c0,path={ctl_path},server=off",
+               "-device", "virtserialport,chardev=c0,name=ctl",
+               "-kernel", os.path.join(vm.KERNEL_DIR, "vmlinux"), "-initrd", self.initramfs, "-append", append]
+        started = time.monotonic()
+        self.qemu = self.rig.spawn(f"qemu{self.n}", cmd, ns=self.rig.guest)
+        self.listener.settimeout(15)
+        self.conn, _ = self.listener.accept()
+        self.conn.settimeout(20)  # sends; reads wait in select()
+        self.ch = gp.HostChannel(self.conn)
+        self.hello = self.ch.hello(max(1, BOOT_TIMEOUT - (time.monotonic() - started)))
+        return time.monotonic() - started
+
+    def _stop(self):
+        for s in (self.conn, self.listener):
+            if s is not None:
+                s.close()
+        self.conn = self.listener = None
+        for p in (self.qemu, self.net):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+
+    def boot(self):
+        """Boots; once more (QEMU and the network anew) if the kernel hung
+        before /init, TCG's rare early hang. Returns seconds to hello."""
+        try:
+            return self._start()
+        except (TimeoutError, EOFError, OSError, gp.ProtocolError) as e:
+            first = f"{type(e).__name__}: {e}"
+            if self.qemu is None or "box-guest:" in self.console(1000):
+                raise RuntimeError(f"{first}; console:\n{self.console()}") from None
+            self._stop()
+        secs = self._start()
+        self.note = f"; retried: the first boot hung before /init ({first})"
+        return secs
+
+    def poweroff(self):
+        """poweroff on the channel; QEMU's exit status (None: still running)."""
+        self.ch.poweroff()
+        try:
+            return self.qemu.wait(timeout=POWEROFF_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self):
+        self._stop()
+
+
+class Checks:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def report(self, name, ok, note=""):
+        if ok:
+            self.passed += 1
+            print(f"ok   {name}{f' ({note})' if note else ''}", flush=True)
+        else:
+            self.failed += 1
+            print(f"FAIL {name}: {note}", flush=True)
+
+    def steps(self, boot, steps):
+        """Runs (name, fn) in order on one boot; after a failure the rest
+        cannot trust the channel and are reported as not run."""
+        broken = None
+        for name, fn in steps:
+            if broken:
+                self.report(name, False, f"not run: {broken} failed first")
+                continue
+            try:
+                self.report(name, True, fn() or "")
+            except Exception as e:  # noqa: BLE001 - report and go on
+                self.report(name, False, f"{type(e).__name__}: {e}")
+                broken = name
+        return broken is None
+
+
+# -- the scenarios ----------------------------------------------------------------------
+
+def selftest_report(boot):
+    report = gp.decode_selftest_report(boot.ch.expect(gp.SELFTEST_REPORT, STEP_TIMEOUT))
+    kinds = [(r["kind"], r["target"]) for r in report]
+    assert kinds == PROBES, f"the report's probes {kinds} are not setup's {PROBES}"
+    return report
+
+
+def describe(report):
+    return "; ".join(f"{gp.PROBE_NAMES[r['kind']]} {gp.OUTCOME_NAMES[r['outcome']]}: {r['detail']}" for r in report)
+
+
+def scenario_selftest_and_exit_7(c, rig, boot):
+    got = {}
+
+    def selftest_passes_behind_abox_net():
+        boot.ch.setup(argv=["sh", "-c", "echo out; echo err >&2; exit 7"], env=BASE_ENV + [("ABOX_TEST_NONCE", NONCE)],
+                      probes=PROBES, output_credit=CREDIT)
+        report = selftest_report(boot)
+        failed = [r for r in report if r["outcome"] != gp.PASSED]
+        assert not failed, describe(report)
+        return describe(report)
+
+    def events_show_the_three_refusals():
+        events = [json.loads(line) for line in open(rig.path("events.jsonl")) if line.strip()]
+
+        def has(**fields):
+            return any(e.get("kind") == "deny" and all(str(e.get(k, "")) == v for k, v in fields.items())
+                       for e in events)
+
+        missing = [w for w, f in (("name", {"name": SECRET}), ("address", {"dst": f"{SECRET_ADDR}:80"}),
+                                  ("resolver", {"dst": f"{NS_ADDR}:53", "proto": "udp"})) if not has(**f)]
+        assert not missing, f"no deny event for the {missing} probe(s) in {len(events)} events"
+
+    def forged_poweroff_is_dropped_and_logged_then_go_runs():
+        boot.ch.send_forged(gp.POWEROFF)  # would end the VM, were it believed
+        got["r"] = boot.ch.run_command(STEP_TIMEOUT, CREDIT)
+        logs = boot.ch.logs
+        assert any("frame_bad_mac" in line for line in logs), f"no log of the forged frame: {logs}"
+        assert not any("bad_sequence" in line for line in logs), f"the forgery took a sequence number: {logs}"
+        assert "frame_bad_mac" in boot.console(1000), "the console does not show the forged frame"
+        assert "started" in got["r"], f"the command did not start: {got['r']}"
+        return [line for line in logs if "frame_bad_mac" in line][0]
+
+    def out_err_and_exit_7():
+        r = got["r"]
+        assert r["stdout"] == b"out\n" and r["stderr"] == b"err\n", f"stdout {bytes(r['stdout'])!r}, stderr {bytes(r['stderr'])!r}"
+        assert r["exited"] == {"signalled": False, "value": 7}, f"exited {r['exited']}"
+        return f"pid {r['started']}"
+
+    return c.steps(boot, [("selftest_passes_behind_abox_net", selftest_passes_behind_abox_net),
+                   ("abox_net_events_show_the_three_refusals", events_show_the_three_refusals),
+                   ("forged_poweroff_is_dropped_and_logged_then_go_runs", forged_poweroff_is_dropped_and_logged_then_go_runs),
+                   ("out_on_stdout_err_on_stderr_exit_7", out_err_and_exit_7)])
+
+
+def scenario_output_under_credit(c, rig, boot):
+    def one_mib_arrives_intact_under_8_kib_of_credit():
+        boot.ch.setup(argv=["sh", "-c", "head -c 1048576 /dev/urandom >/tmp/blob && sha256sum </tmp/blob >&2 && cat /tmp/blob"],
+                      env=BASE_ENV, output_credit=8192)
+        r = boot.ch.run_command(STEP_TIMEOUT * 2, 8192, credit_step=4096)
+        digest = hashlib.sha256(r["stdout"]).hexdigest()
+        assert r.get("exited") == {"signalled": False, "value": 0}, f"{r.get('exited')} {bytes(r['stderr'])[:200]!r}"
+        assert len(r["stdout"]) == 1 << 20, f"{len(r['stdout'])} bytes"
+        assert r["stderr"].decode().split()[0] == digest, f"guest {r['stderr']!r}, host {digest}"
+        return f"sha256 {digest[:16]}..., at most {r['max_unacked']} bytes unacknowledged"
+
+    return c.steps(boot, [("one_mib_arrives_intact_under_8_kib_of_credit", one_mib_arrives_intact_under_8_kib_of_credit)])
+
+
+def scenario_stdin(c, rig, boot):
+    def stdin_under_credit_then_eof_reaches_sha256sum():
+        data = os.urandom(300 << 10)
+        boot.ch.setup(argv=["sha256sum"], env=BASE_ENV, output_credit=CREDIT, stdin_open=True)
+        r = boot.ch.run_command(STEP_TIMEOUT, CREDIT, stdin=data)
+        want = hashlib.sha256(data).hexdigest()
+        assert r.get("exited") == {"signalled": False, "value": 0}, f"{r.get('exited')} {bytes(r['stderr'])!r}"
+        assert r["stdout"].decode().split()[0] == want, f"guest {r['stdout']!r}, host {want}"
+        assert r["stdin_credit"] >= len(data), f"the guest granted {r['stdin_credit']} bytes of stdin credit"
+        return f"{len(data)} bytes, {r['stdin_credit']} bytes of credit granted in all"
+
+    return c.steps(boot, [("stdin_under_credit_then_eof_reaches_sha256sum", stdin_under_credit_then_eof_reaches_sha256sum)])
+
+
+IDENTITY_SCRIPT = r"""
+echo "ids=$(id -u) $(id -g) [$(id -G)]"
+grep -E '^(Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status
+echo "stat=$$ $(cut -d' ' -f5,6 /proc/$$/stat)"
+echo "pwd=$(pwd)"
+echo "home=$(stat -c '%u:%g %a' /home/agent)"
+tr '\0' '\n' </proc/$$/environ | sed 's/^/env=/'
+echo "environ=$(cat /proc/1/environ 2>&1 >/dev/null)"
+echo "mem=$(head -c 1 /proc/1/mem 2>&1 >/dev/null)"
+"""
+
+
+def scenario_identity(c, rig, boot):
+    def runs_as_1000_without_privileges_in_its_own_session():
+        env = BASE_ENV + [("ABOX_TEST_VALUE", "a b=c")]
+        boot.ch.setup(argv=["sh", "-c", IDENTITY_SCRIPT], env=env, output_credit=CREDIT)
+        r = boot.ch.run_command(STEP_TIMEOUT, CREDIT)
+        out = r["stdout"].decode(errors="replace")
+        assert r.get("exited") == {"signalled": False, "value": 0}, f"{r.get('exited')}: {out} {bytes(r['stderr'])!r}"
+        lines = out.splitlines()
+        field = {}
+        for line in lines:
+            k, _, v = line.partition("=") if "=" in line.split(":")[0] else line.partition(":")
+            field.setdefault(k.strip(), v.strip())
+        problems = []
+        if field.get("ids") != "1000 1000 [1000]":
+            problems.append(f"ids {field.get('ids')}")
+        if field.get("Groups") != "":
+            problems.append(f"supplementary groups {field.get('Groups')!r}")
+        for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+            if field.get(cap) != "0000000000000000":
+                problems.append(f"{cap} {field.get(cap)}")
+        if field.get("NoNewPrivs") != "1":
+            problems.append(f"NoNewPrivs {field.get('NoNewPrivs')}")
+        pid, pgrp, sid = (field.get("stat", "") + " x x x").split()[:3]
+        if not (pid == pgrp == sid == str(r["started"])):
+            problems.append(f"pid/pgrp/session {pid}/{pgrp}/{sid}, started said {r['started']}")
+        if field.get("pwd") != "/home/agent":
+            problems.append(f"pwd {field.get('pwd')}")
+        if field.get("home") != "1000:1000 700":
+            problems.append(f"/home/agent is {field.get('home')}")
+        got_env = sorted(line[len("env="):] for line in lines if line.startswith("env="))
+        if got_env != sorted(f"{k}={v}" for k, v in env):
+            problems.append(f"env {got_env}")
+        for what in ("environ", "mem"):
+            if "Permission denied" not in field.get(what, ""):
+                problems.append(f"/proc/1/{what}: {field.get(what)!r}")
+        assert not problems, "; ".join(problems) + f"\n{out}"
+        return f"{field.get('ids')}, caps 0, NoNewPrivs 1, /proc/1/environ: {field.get('environ')}"
+
+    return c.steps(boot, [("runs_as_1000_without_privileges_in_its_own_session",
+                    runs_as_1000_without_privileges_in_its_own_session)])
+
+
+def scenario_signal(c, rig, boot):
+    def signal_reaches_the_command():
+        sent = []
+
+        def on_output(ch, ftype, data):
+            if ftype == gp.STDOUT and b"ready" in data and not sent:
+                ch.send(gp.SIGNAL, gp.encode_signal(15))
+                sent.append(True)
+
+        boot.ch.setup(argv=["sh", "-c", "echo ready; exec sleep 60"], env=BASE_ENV, output_credit=CREDIT)
+        r = boot.ch.run_command(STEP_TIMEOUT, CREDIT, on_output=on_output)
+        assert sent, f"no 'ready' from the command: {r}"
+        assert r.get("exited") == {"signalled": True, "value": 15}, f"exited {r.get('exited')}"
+
+    return c.steps(boot, [("signal_15_reaches_the_command", signal_reaches_the_command)])
+
+
+def scenario_passt(c, rig, boot):
+    def every_probe_fails_behind_passt():
+        boot.ch.setup(argv=["sh", "-c", "echo must not run"], env=BASE_ENV + [("ABOX_TEST_NONCE", "sk-live-a-real-key")],
+                      probes=PROBES, output_credit=CREDIT)
+        report = selftest_report(boot)
+        passed = [r for r in report if r["outcome"] != gp.FAILED]
+        assert not passed, "a probe did not fail where nothing is filtered, so it proves nothing: " + describe(report)
+        assert "sk-live" not in describe(report), "the report echoes the variable's value"
+        return describe(report)
+
+    return c.steps(boot, [("every_probe_fails_behind_passt", every_probe_fails_behind_passt)])
+
+
+ABOX_SCENARIOS = [scenario_selftest_and_exit_7, scenario_output_under_credit, scenario_stdin, scenario_identity,
+                  scenario_signal]
+ALL_SCENARIOS = ABOX_SCENARIOS + [scenario_passt]
+
+
+def hello_line(boot):
+    h = boot.hello
+    want = f"{nr.GUEST_ADDR}/{nr.GUEST_PREFIX} via {nr.GATEWAY} dns {nr.GATEWAY} mtu {nr.GUEST_MTU}"
+    assert h["version"] == gp.PROTOCOL_VERSION, h
+    assert h["network_up"] and h["network"] == want, f"hello says {h}, want network {want!r}"
+    return h
+
+
+def run_boot(c, rig, initramfs, start_net, scenario):
+    boot = Boot(rig, initramfs, start_net)
+    label = scenario.__name__[len("scenario_"):]
+    try:
+        try:
+            secs = boot.boot()
+            h = hello_line(boot)
+            c.report(f"{label}: boots_and_says_hello", True,
+                     f"{secs:.1f} s after QEMU started, uptime {h['uptime_ms']} ms, {h['agent']}: {h['network']}{boot.note}")
+        except Exception as e:  # noqa: BLE001 - nothing else can run on this boot
+            c.report(f"{label}: boots_and_says_hello", False, f"{type(e).__name__}: {e}\n{boot.console()}")
+            return
+        ok = scenario(c, rig, boot)
+        if ok is False:
+            print("--- guest console (tail) ---\n" + boot.console(), end="")
+
+        def poweroff():
+            rc = boot.poweroff()
+            assert rc == 0, f"qemu exit status {rc}" if rc is not None else f"qemu still running {POWEROFF_TIMEOUT} s on"
+
+        c.steps(boot, [(f"{label}: poweroff_ends_qemu_with_0", poweroff)])
+    finally:
+        boot.close()
+
+
+def build_image(rig, box_guest):
+    r = rig.run(["bash", BUILD_IMAGE, "--box-guest", box_guest, "--kernel-dir", vm.KERNEL_DIR, rig.dir], timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"build.sh failed {r.returncode}: {r.stderr.strip()}")
+    return r.stdout.strip().splitlines()[-1]
+
+
+def main(argv):
+    if len(argv) >= 2 and not argv[1].startswith("--"):
+        box_guest = os.path.abspath(argv.pop(1))
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    if not os.path.isfile(os.path.join(vm.KERNEL_DIR, "vmlinux")):
+        print(f"box_guest_e2e: no guest kernel in {vm.KERNEL_DIR} (scripts/setup.sh fetches it)")
+        return 1
+    scenarios = list(ALL_SCENARIOS)
+
+    def setup(rig, mode):
+        rig.build_internet()
+        rig.make_ca([WEB])
+        rig.start_nsd(vm.ZONE_RECORDS)
+        rig.start_nginx({WEB: {"index.html": b"box-guest e2e\n"}}, extra_ports=())
+        rig.add_netns(rig.guest)  # QEMU's: nothing in it but lo
+
+    def run(rig, mode, abox):
+        c = Checks()
+        initramfs = build_image(rig, box_guest)
+        for scenario in scenarios:
+            if scenario is scenario_passt:
+                vm.prepare_passt(rig)  # a default route in outside: only after every abox-net boot
+                start_net = lambda path: vm.start_passt(rig, path)  # noqa: E731
+            else:
+                start_net = lambda path: rig.start_abox_net(abox, POLICY, link=["--stream", path])  # noqa: E731
+            run_boot(c, rig, initramfs, start_net, scenario)
+        return c.passed, c.failed
+
+    tools = ["ip", "nsd", "nginx", "dig", "openssl", "ss", "qemu-system-x86_64", "cpio", "strip", "readelf", "passt"]
+    return nr.run_suite("box_guest_e2e", "bge", tools, argv, scenarios, setup, run, doc=__doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

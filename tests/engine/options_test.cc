@@ -1,0 +1,74 @@
+// The command-line parser every abox command shares (engine/cli/options.h),
+// and the duration and size syntax of abox run.
+#include "engine/cli/options.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/cli/run_command.h"
+
+namespace abox::engine {
+namespace {
+
+constexpr OptionSpec kSpecs[] = {
+    {"policy", 'p', true}, {"env", 'e', true}, {"json", 0, false}, {"interactive", 'i', false}};
+
+base::Result<ParsedArgs, std::string> parse(std::vector<std::string_view> args, bool stop = true) {
+  return parse_options(args, kSpecs, stop);
+}
+
+TEST(Options, LongShortAndInlineSpellings) {
+  auto p =
+      parse({"--policy", "a.toml", "--env=A=1", "-e", "B=2", "-eC=3", "-i", "--json", "--", "sh", "-c", "x"});
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_EQ(p->last("policy"), "a.toml");
+  EXPECT_EQ(p->all("env"), (std::vector<std::string>{"A=1", "B=2", "C=3"}));
+  EXPECT_TRUE(p->has("interactive"));
+  EXPECT_TRUE(p->has("json"));
+  EXPECT_EQ(p->positionals, (std::vector<std::string>{"sh", "-c", "x"}));
+}
+
+TEST(Options, TheFirstNonOptionStartsTheCommandWhenAsked) {
+  auto p = parse({"-p", "a.toml", "echo", "--json"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->has("json"));  // it belongs to echo
+  EXPECT_EQ(p->positionals, (std::vector<std::string>{"echo", "--json"}));
+  auto q = parse({"ls", "--json"}, false);
+  ASSERT_TRUE(q.ok());
+  EXPECT_TRUE(q->has("json"));
+  EXPECT_EQ(q->positionals, (std::vector<std::string>{"ls"}));
+}
+
+TEST(Options, MistakesAreOneLine) {
+  EXPECT_EQ(parse({"--nope"}).error(), "unknown option '--nope'");
+  EXPECT_EQ(parse({"-x"}).error(), "unknown option '-x'");
+  EXPECT_EQ(parse({"--policy"}).error(), "--policy needs a value");
+  EXPECT_EQ(parse({"--json=yes"}).error(), "--json takes no value");
+  EXPECT_EQ(parse({"-ix"}).error(), "unknown option '-ix'");
+  EXPECT_TRUE(parse({"-h"})->help);
+  EXPECT_TRUE(parse({"-p", "x", "--help", "--nope"})->help);
+}
+
+TEST(Options, AValueMayLookLikeAnOption) {
+  auto p = parse({"--env", "--weird=1", "--", "true"});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->last("env"), "--weird=1");
+}
+
+TEST(RunSyntax, Durations) {
+  EXPECT_EQ(parse_duration("30s"), std::chrono::milliseconds(30000));
+  EXPECT_EQ(parse_duration("2"), std::chrono::milliseconds(2000));
+  EXPECT_EQ(parse_duration("250ms"), std::chrono::milliseconds(250));
+  EXPECT_EQ(parse_duration("5m"), std::chrono::milliseconds(300000));
+  EXPECT_EQ(parse_duration("1h"), std::chrono::milliseconds(3600000));
+  for (auto bad : {"", "0", "s", "1d", "-1s", "1.5s", "10 s"}) EXPECT_FALSE(parse_duration(bad)) << bad;
+}
+
+TEST(RunSyntax, Sizes) {
+  EXPECT_EQ(parse_mebibytes("512"), 512u);
+  EXPECT_EQ(parse_mebibytes("512M"), 512u);
+  EXPECT_EQ(parse_mebibytes("2G"), 2048u);
+  for (auto bad : {"", "0", "1T", "M", "-5", "1.5G"}) EXPECT_FALSE(parse_mebibytes(bad)) << bad;
+}
+
+}  // namespace
+}  // namespace abox::engine
