@@ -75,8 +75,10 @@ struct StackGlue {
   }
   static err_t accept(void*, tcp_pcb* pcb, err_t err) {
     if (err != ERR_OK || pcb == nullptr) return ERR_VAL;
-    g_stack->on_accept(pcb);
-    return ERR_OK;
+    // ERR_ABRT after a tcp_abort(): lwIP's tcp_process goes on with the
+    // pcb when told ERR_OK, and the pcb is freed (a guest opening one flow
+    // past [limits] flows reached lwIP's use of freed memory).
+    return g_stack->on_accept(pcb) ? ERR_OK : ERR_ABRT;
   }
   static void udp(void*, udp_pcb*, pbuf* p, const ip_addr_t* src, u16_t sport) {
     g_stack->on_udp(p, from_lwip(src), sport, from_lwip(ip_current_dest_addr()),
@@ -720,7 +722,7 @@ int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy
   return ABOX_LWIP_SYN_ACCEPT;
 }
 
-void GuestStack::on_accept(tcp_pcb* pcb) {
+bool GuestStack::on_accept(tcp_pcb* pcb) {
   policy::IpAddress dst = from_lwip(&pcb->local_ip);
   std::uint16_t port = pcb->local_port;
   // Decided again now that the handshake is done: the answer may have
@@ -728,12 +730,12 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
   Admission a = admit_flow(policy_, host_addresses_, table_, dst, port, policy::Protocol::tcp, loop_.now());
   if (!a.admitted() || (a.broker != nullptr && config_.broker_path.empty())) {
     tcp_abort(pcb);
-    return;
+    return false;
   }
   if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
     ++counters_.limit_flows;  // the limit is exact even if handshakes raced past the SYN check
     tcp_abort(pcb);
-    return;
+    return false;
   }
   ++counters_.tcp_admitted;
   if (a.broker != nullptr) ++counters_.tcp_brokered;
@@ -764,6 +766,7 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
   TcpFlow* raw = flow.get();
   tcp_flows_.emplace(raw, std::move(flow));
   raw->start();
+  return !raw->aborted();  // retired, not freed, when start() aborted it
 }
 
 void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port,
