@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/cli/broker_command.h"
+#include "engine/cli/cp_command.h"
 #include "engine/cli/exit_codes.h"
 #include "engine/cli/image_command.h"
 #include "engine/cli/policy_command.h"
@@ -23,7 +24,8 @@ constexpr std::string_view kUsage =
     "\n"
     "Commands:\n"
     "  run [options] -- CMD [ARGS...] run CMD in a micro-VM behind its own policy\n"
-    "  image build NAME | ls | rm     the guest images (minimal)\n"
+    "  image build RECIPE | ls | rm   the guest images (minimal, debian, your own)\n"
+    "  cp NAME:PATH -                 a file or folder of a running instance, as a tar stream\n"
     "  policy check FILE...          validate egress policy files\n"
     "  policy explain FILE TARGET    say whether a policy admits a name, port or address, and why\n"
     "  broker --policy FILE ...      run the TLS credential broker of one instance\n"
@@ -60,6 +62,9 @@ int main(int argc, char** argv) {
     }
     if (args[0] == "run") {
       return run_run_command(std::span(args).subspan(1));
+    }
+    if (args[0] == "cp") {
+      return run_cp_command(std::span(args).subspan(1));
     }
     if (args[0] == "image") {
       return run_image_command(std::span(args).subspan(1));
