@@ -1,19 +1,29 @@
 #include "engine/cli/cp_command.h"
 
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
+#include "base/random.h"
 #include "base/unique_fd.h"
 #include "engine/cli/exit_codes.h"
+#include "engine/cli/machine_setup.h"
 #include "engine/cli/options.h"
 #include "engine/cli/run_command.h"
 #include "engine/instance/state_folder.h"
+#include "engine/instance/supervisor.h"
+#include "engine/process/pipe_reader.h"
+#include "engine/vmm/qemu_microvm.h"
 
 namespace abox::engine {
 namespace {
@@ -21,8 +31,10 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: abox cp [--max-bytes SIZE] NAME:GUEST_PATH -\n"
     "\n"
-    "Writes GUEST_PATH (a file or a folder) of the running instance NAME to stdout\n"
-    "as a tar stream, and nothing else. The stream is made in the guest, by the\n"
+    "Writes GUEST_PATH (a file or a folder) of the instance NAME to stdout as a tar\n"
+    "stream, and nothing else: of a running instance, or of one stopped with --keep\n"
+    "(its disk boots once more in a VM of its own that runs nothing but the copy: the\n"
+    "host never opens the guest's filesystem itself). The stream is made in the guest, by the\n"
     "image's tar, as the agent (uid 1000): what the agent cannot read does not come\n"
     "out. abox never unpacks it and never follows anything in it; unpack it yourself,\n"
     "knowing the agent made it (e.g. tar -x --no-same-owner -C an-empty-folder).\n"
@@ -67,6 +79,72 @@ std::string read_line(int fd) {
   char c = 0;
   while (line.size() < 4096 && read_exact(fd, &c, 1) && c != '\n') line.push_back(c);
   return line;
+}
+
+// The stopped instance's kept disk, booted once more in a throwaway instance
+// (its image, its policy, no broker, no command) that only makes the stream.
+int copy_from_stopped(const std::string& folder, const std::string& name, const std::string& path,
+                      std::uint64_t max_bytes) {
+  std::ifstream record(folder + "/instance.json");
+  std::string json((std::istreambuf_iterator<char>(record)), std::istreambuf_iterator<char>());
+  std::string image;
+  constexpr std::string_view kKey = "\"image\":\"";
+  if (auto at = json.find(kKey); at != std::string::npos) {
+    auto end = json.find('"', at + kKey.size());
+    if (end != std::string::npos) image = json.substr(at + kKey.size(), end - at - kKey.size());
+  }
+  if (image.empty()) {
+    std::cerr << "abox cp: " << folder << "/instance.json does not name the instance's image\n";
+    return kExitFailed;
+  }
+  InstanceConfig c;
+  base::SystemRandom random;
+  static constexpr char kDigits[] = "0123456789abcdef";
+  c.name = "cp-";
+  for (std::uint64_t v = random.next_u64(), i = 0; i < 8; ++i) c.name += kDigits[(v >> (4 * i)) & 15];
+  auto root = default_instances_root();
+  c.instances_root = *root;
+  c.policy_file = folder + "/policy.toml";
+  c.argv = {"true"};  // never started
+  c.selftest = false;
+  c.existing_disk = folder + "/disk.ext4";
+  c.copy_out_only = CopyOutOnly{path, STDOUT_FILENO, max_bytes};
+  if (auto problem = prepare_machine(c, image, "auto", "abox cp", std::cerr); !problem.empty()) {
+    std::cerr << "abox cp: " << problem << '\n';
+    return kExitFailed;
+  }
+  if (c.root_disk.empty()) {
+    std::cerr << "abox cp: the image " << image
+              << " has no disk: a stopped instance of it kept nothing to copy\n";
+    return kExitFailed;
+  }
+  std::cerr << "abox cp: " << name << " is stopped: booting its disk to copy " << path << '\n';
+  ::signal(SIGPIPE, SIG_IGN);
+  boost::asio::io_context io;
+  QemuMicrovm qemu(c.qemu);
+  std::optional<InstanceOutcome> outcome;
+  auto null = open_dev_null();
+  InstanceSupervisor supervisor(io, c, qemu, null.get(), null.get(), STDERR_FILENO, -1,
+                                [&](const InstanceOutcome& o) {
+                                  outcome = o;
+                                  io.stop();
+                                });
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+    if (!ec) supervisor.stop(signo);
+  });
+  supervisor.start();
+  io.run();
+  if (!outcome || outcome->kind != InstanceOutcome::Kind::kExited) {
+    std::cerr << "abox cp: " << (outcome ? outcome->reason : std::string("the copy ended without an outcome"))
+              << '\n';
+    return kExitFailed;
+  }
+  if (!outcome->exit || outcome->exit->value != 0) {
+    std::cerr << "abox cp: " << path << ": " << outcome->reason << '\n';
+    return kExitNo;
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -115,8 +193,12 @@ int run_cp_command(std::span<const std::string_view> args) {
   }
   std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
   if (!fd || ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    int err = errno;
+    std::string folder = *root + "/" + name;
+    if (::access((folder + "/disk.ext4").c_str(), R_OK) == 0)
+      return copy_from_stopped(folder, name, path, max_bytes);
     std::cerr << "abox cp: the instance " << name << " is not running (" << socket_path << ": "
-              << std::strerror(errno) << ")\n";
+              << std::strerror(err) << "), and no kept disk of it is there to boot\n";
     return kExitFailed;
   }
   std::string request = "ABOX-CP/1 " + path + "\n";

@@ -15,6 +15,7 @@
 
 #include "base/json.h"
 #include "base/random.h"
+#include "engine/cli/machine_setup.h"
 #include "engine/cli/options.h"
 #include "engine/cli/terminal_mode.h"
 #include "engine/image/image_store.h"
@@ -231,7 +232,6 @@ int run_run_command(std::span<const std::string_view> args) {
   auto policy_file = a.last("policy");
   if (!policy_file) return usage_error("--policy FILE is required");
 
-  Layout layout = Layout::discover();
   InstanceConfig c;
   c.name = a.last("name").value_or(random_name());
   if (!valid_instance_name(c.name))
@@ -319,51 +319,10 @@ int run_run_command(std::span<const std::string_view> args) {
   std::string accel = a.last("accel").value_or("auto");
   if (accel != "auto" && accel != "kvm" && accel != "tcg") return usage_error("--accel: auto, kvm or tcg");
 
-  c.abox = layout.self;
-  c.abox_net = layout.abox_net;
-  c.qemu = layout.qemu;
-  c.tar = find_program("tar");
-  c.mkfs = find_program("mkfs.ext4");
-  if (!c.copy_in.empty() && c.tar.empty()) return usage_error("--copy-in needs tar on this host");
-  if (c.qemu.empty()) {
-    std::cerr << "abox run: qemu-system-x86_64 is not installed (Debian: qemu-system-x86)\n";
+  if (auto problem = prepare_machine(c, a.last("image").value_or(""), accel, "abox run", std::cerr);
+      !problem.empty()) {
+    std::cerr << "abox run: " << problem << '\n';
     return kRunCouldNotStart;
-  }
-  if (::access(c.abox_net.c_str(), X_OK) != 0) {
-    std::cerr << "abox run: abox-net not found at " << c.abox_net << " (set ABOX_NET)\n";
-    return kRunCouldNotStart;
-  }
-
-  // The image: built on first use, with progress.
-  ImageStore images(ImageStore::default_root(), layout);
-  // The agent image once it is built; minimal otherwise (built on first use).
-  c.image_name = a.last("image").value_or(images.find("debian").ok() ? "debian" : "minimal");
-  auto image =
-      images.ensure(c.image_name, [](std::string_view line) { std::cerr << "abox image: " << line << '\n'; });
-  if (!image.ok()) {
-    std::cerr << "abox run: " << image.error() << '\n';
-    return kRunCouldNotStart;
-  }
-  c.kernel = image->kernel;
-  c.initramfs = image->initramfs;
-  c.root_disk = image->root_disk;
-  if (!c.root_disk.empty() && c.mkfs.empty()) {
-    std::cerr << "abox run: the image " << c.image_name
-              << " needs mkfs.ext4 on this host (Debian: e2fsprogs)\n";
-    return kRunCouldNotStart;
-  }
-
-  auto choice = choose_accel(accel, c.qemu, c.kernel, default_cache_dir());
-  if (accel == "kvm" && choice.degraded) {
-    std::cerr << "abox run: --accel kvm: " << choice.why << '\n';
-    return kRunCouldNotStart;
-  }
-  c.accel = choice.accel;
-  if (choice.degraded) {
-    std::cerr
-        << "abox run: DEGRADED: " << choice.why
-        << "; running the guest on TCG (software emulation): it boots in seconds instead of a fraction of "
-           "one, and runs several times slower\n";
   }
   if (!c.selftest)
     std::cerr << "abox run: WARNING: --no-selftest: the guest's refusals are not proven before CMD runs\n";

@@ -20,6 +20,15 @@ struct CopyIn {
   std::string guest_dir;  // absolute
 };
 
+// `abox cp` from a stopped instance: the instance's kept writable layer boots
+// again (with its image) only for the guest to make the tar stream; nothing
+// runs but box-guest, and the stream goes to fd.
+struct CopyOutOnly {
+  std::string guest_path;
+  int fd = -1;
+  std::uint64_t max_bytes = 1ull << 30;
+};
+
 struct InstanceConfig {
   std::string name;
   std::string instances_root;    // the state folder is instances_root/name
@@ -32,6 +41,8 @@ struct InstanceConfig {
   std::string initramfs;  // the image's initramfs
   std::string root_disk;  // the image's read-only root (rootfs.ext4), "" for an initramfs-only image
   std::uint64_t disk_bytes = 4ull << 30;  // the instance's writable layer (with a root disk)
+  std::string existing_disk;              // use this writable layer, not a new one (copy_out_only)
+  std::optional<CopyOutOnly> copy_out_only;
   unsigned cpus = 1;
   unsigned memory_mib = 512;
   Accel accel = Accel::kTcg;

@@ -168,7 +168,7 @@ void InstanceSupervisor::start() {
     return;
   }
   start_network();
-  if (!config_.root_disk.empty()) start_disk();
+  if (!config_.root_disk.empty() && config_.existing_disk.empty()) start_disk();
 }
 
 void InstanceSupervisor::prepare() {
@@ -209,7 +209,10 @@ void InstanceSupervisor::prepare() {
   env_in.user = config_.user_env;
   std::vector<std::string_view> keys;
   std::optional<broker::Credentials> credentials;
-  if (has_bindings_) {
+  if (config_.copy_out_only) {
+    // Nothing of the operator's runs: no broker, no keys, no nonces, no self-test.
+    has_bindings_ = false;
+  } else if (has_bindings_) {
     if (config_.credentials_file.empty()) {
       throw std::runtime_error("the policy has [[broker]] bindings: give the keys with --credentials FILE");
     }
@@ -230,7 +233,9 @@ void InstanceSupervisor::prepare() {
   if (auto clean = check_no_key(*env, config_.argv, keys); !clean.ok())
     throw std::runtime_error(clean.error());
 
-  if (config_.selftest) {
+  if (config_.copy_out_only) {
+    // No command runs, so there is nothing to prove before it.
+  } else if (config_.selftest) {
     plan_ = plan_selftest(policy, config_.selftest_targets);
     outcome_.selftest_skipped = plan_.skipped;
   } else {
@@ -258,7 +263,8 @@ void InstanceSupervisor::prepare() {
                              std::to_string(guest::kMaxPayload));
   }
 
-  if (!config_.root_disk.empty()) {
+  upper_disk_ = config_.existing_disk.empty() ? folder_->file("disk.ext4") : config_.existing_disk;
+  if (!config_.root_disk.empty() && config_.existing_disk.empty()) {
     // The instance's writable layer: a sparse file of --disk bytes, which is
     // all the guest can ever write (a full disk is the agent's error, not the
     // host's). Formatted by mkfs.ext4 in start_disk(), beside abox-net's start.
@@ -274,6 +280,7 @@ void InstanceSupervisor::prepare() {
   }
 
   dev_null_ = open_dev_null();
+  if (config_.copy_out_only) copy_output_ = std::make_unique<HostOutput>(io_, config_.copy_out_only->fd);
   out_ = std::make_unique<HostOutput>(io_, stdout_fd_);
   err_ = std::make_unique<HostOutput>(io_, stderr_fd_);
   // Whoever reads our stdout went away: the command gets what a writer in a
@@ -421,7 +428,7 @@ void InstanceSupervisor::start_vmm() {
     vm.accel = config_.accel;
     if (!config_.root_disk.empty()) {
       vm.disks.push_back({config_.root_disk, /*read_only=*/true});
-      vm.disks.push_back({folder_->file("disk.ext4"), /*read_only=*/false});
+      vm.disks.push_back({upper_disk_, /*read_only=*/false});
     }
     vm.net_socket = folder_->net_socket();
     vm.control_socket = folder_->control_socket();
@@ -779,7 +786,7 @@ void InstanceSupervisor::check_done() {
   for (Child* c : {&vmm_child_, &net_, &broker_, &disk_tool_, &copy_tool_}) {
     if (c->running()) return;
   }
-  if ((out_ && !out_->idle()) || (err_ && !err_->idle()))
+  if ((out_ && !out_->idle()) || (err_ && !err_->idle()) || (copy_output_ && !copy_output_->idle()))
     return;  // the command's last output is still on its way
   finish();
 }
@@ -878,6 +885,14 @@ void InstanceSupervisor::maybe_start_vmm() {
 void InstanceSupervisor::next_copy_in() {
   if (stopping_) return;
   if (copy_index_ >= config_.copy_in.size()) {
+    if (config_.copy_out_only) {
+      transition(InstanceState::kRunning, "copy_out");
+      events_->emit("copy_out",
+                    {{"source", "supervisor"}, {"guest_path", config_.copy_out_only->guest_path}});
+      session_->begin_copy_out(config_.copy_out_only->guest_path, 256 * 1024);
+      copy_out_bytes_ = 0;
+      return;
+    }
     send_go();
     return;
   }
@@ -1033,6 +1048,21 @@ void InstanceSupervisor::serve_api(std::shared_ptr<ApiClient> client) {
 
 void InstanceSupervisor::on_copy_out_data(std::span<const std::uint8_t> bytes) {
   auto n = static_cast<std::uint32_t>(bytes.size());
+  if (config_.copy_out_only) {
+    copy_out_bytes_ += n;
+    if (copy_out_bytes_ > config_.copy_out_only->max_bytes) {
+      fail(InstanceOutcome::Kind::kExited, "the stream passed --max-bytes (" +
+                                               std::to_string(config_.copy_out_only->max_bytes) +
+                                               " bytes): stopped");
+      return;
+    }
+    copy_output_->write(bytes, [this, n, alive = alive_] {
+      if (!*alive) return;
+      if (session_ && session_->open()) session_->grant_copy(n);
+      check_done();
+    });
+    return;
+  }
   if (!copy_client_ || copy_client_->gone) {
     // The reader left: the guest's stream is drained and dropped.
     if (session_ && session_->open()) session_->grant_copy(n);
@@ -1054,6 +1084,17 @@ void InstanceSupervisor::on_copy_out_data(std::span<const std::uint8_t> bytes) {
 
 void InstanceSupervisor::on_copy_out_done(const guest::CopyResult& result) {
   events_->emit("copy_out_done", {{"source", "box-guest"}, {"ok", result.ok}, {"detail", result.detail}});
+  if (config_.copy_out_only) {
+    if (!outcome_set_) {
+      outcome_set_ = true;
+      outcome_.kind = InstanceOutcome::Kind::kExited;
+      outcome_.exit = guest::Exited{false, result.ok ? 0u : 1u};
+      if (!result.ok) outcome_.reason = result.detail;
+      outcome_.ms_ended = elapsed_ms();
+    }
+    begin_stop();
+    return;
+  }
   auto client = std::move(copy_client_);
   if (!client || client->gone) return;
   std::string detail = result.detail;

@@ -211,6 +211,9 @@ class InstanceSupervisor final : private ControlSession::Listener {
   std::unique_ptr<ControlSession> session_;
   std::unique_ptr<HostOutput> out_, err_;
   std::unique_ptr<HostInput> in_;
+  std::unique_ptr<HostOutput> copy_output_;  // copy_out_only: where the stream goes
+  std::uint64_t copy_out_bytes_ = 0;
+  std::string upper_disk_;  // the writable layer the VM gets
 
   boost::asio::steady_timer step_timer_;   // the current start-up step's deadline
   boost::asio::steady_timer run_timer_;    // --timeout
