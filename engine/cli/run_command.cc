@@ -73,7 +73,7 @@ constexpr std::string_view kUsage =
     "      --upstream-ca FILE            the broker also trusts this CA for providers (tests)\n"
     "\n"
     "SIGINT or SIGTERM stops the instance in order (the guest powers off, the VMM\n"
-    "is killed after a grace of 5 s); a second one kills it at once.\n"
+    "is killed after a grace of 3 s); a second one kills it at once.\n"
     "\n"
     "Exit status: CMD's (128+N when a signal ended it); 122 the VMM, abox-net or the\n"
     "broker crashed; 123 the self-test failed; 124 timed out; 125 abox could not start\n"

@@ -62,7 +62,7 @@ struct InstanceConfig {
   std::optional<std::chrono::milliseconds> timeout;       // stop the instance past it
   std::optional<std::chrono::milliseconds> idle_timeout;  // ... or when nothing moved that long
   std::chrono::milliseconds boot_timeout{60000};          // VMM start to box-guest's hello
-  std::chrono::milliseconds stop_grace{5000};             // poweroff to a kill of the VMM
+  std::chrono::milliseconds stop_grace{3000};             // poweroff to a kill of the VMM
 
   bool keep = false;  // keep the state folder afterwards
 
