@@ -9,6 +9,7 @@
 
 #include "base/json.h"
 #include "netstack/dns_host_server.h"
+#include "netstack/host_address_watch.h"
 #include "netstack/memory_trimmer.h"
 #include "netstack/process_setup.h"
 #include "netstack/sandbox.h"
@@ -41,7 +42,7 @@ constexpr std::string_view kUsage =
     "\n"
     "Exit status: 0 stopped by a signal, 2 usage error, 3 could not start\n"
     "(invalid policy, address in use, no upstream, stats socket not usable, no\n"
-    "sandbox possible).\n";
+    "sandbox possible, this host's addresses not readable).\n";
 
 }  // namespace
 
@@ -109,6 +110,13 @@ int run_dns_command(std::span<const std::string_view> args) {
     // answers, a flood of queries), every few seconds, as in `run`.
     MemoryTrimmer trimmer(loop, memory);
     DnsHostServer server(loop, policy, upstreams, *listen, events, random);
+    // This host's addresses, filtered out of every answer; before the
+    // sandbox (a netlink socket).
+    auto host_watch = HostAddressWatch::start(loop, server.host_addresses(), events);
+    if (!host_watch.ok()) {
+      std::cerr << "abox-net dns: " << host_watch.error() << '\n';
+      return 3;
+    }
     auto stats = [&] { return dns_stats_json(server, memory, &trimmer); };
     SignalWatch signals(loop, [&] { write_stats_line(STDERR_FILENO, stats()); });
     std::unique_ptr<StatsServer> stats_server;

@@ -13,6 +13,7 @@
 #include "base/json.h"
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
+#include "netstack/host_address_watch.h"
 #include "netstack/lwip/abox_lwip.h"
 #include "netstack/memory_trimmer.h"
 #include "netstack/pcap_writer.h"
@@ -71,7 +72,7 @@ constexpr std::string_view kUsage =
     "Exit status: 0 stopped by a signal, the namespace went away or the VM\n"
     "disconnected, 2 usage error, 3 could not start (invalid policy, namespace,\n"
     "tap or socket path, no upstream, pcap file or stats socket not usable, no\n"
-    "sandbox possible).\n";
+    "sandbox possible, this host's addresses not readable).\n";
 
 // Runs the loop (signals included) until a VMM connects to the listener.
 // Holds nullptr when a signal stopped the loop first.
@@ -342,6 +343,13 @@ int run_run_command(std::span<const std::string_view> args) {
     }
     guest_link = pcap ? static_cast<Link*>(&recording.emplace(*link, *pcap)) : link.get();
     stack = std::make_unique<GuestStack>(loop, *guest_link, policy, upstreams, events, random, gc);
+    // This host's addresses, before the first guest byte and before the
+    // syscall filter (a netlink socket): the gate and admission refuse them.
+    auto host_watch = HostAddressWatch::start(loop, stack->host_addresses(), events);
+    if (!host_watch.ok()) {
+      std::cerr << "abox-net run: " << host_watch.error() << '\n';
+      return 3;
+    }
     if (sandbox) {
       if (auto r = install_syscall_filter(); !r.ok()) {
         std::cerr << "abox-net run: cannot enter the sandbox: " << r.error() << '\n';
