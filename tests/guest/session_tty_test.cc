@@ -140,13 +140,15 @@ TEST(SessionTty, StdinEofIsTheEofCharacterAfterWhatWasTyped) {
 constexpr const char* kForegroundChild = R"(
 import os, signal, sys, time
 signal.signal(signal.SIGINT, lambda *a: print("parent-got-int", flush=True))
+ready_r, ready_w = os.pipe()
 pid = os.fork()
 if pid == 0:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.setpgid(0, 0)
+    os.write(ready_w, b"x")
     time.sleep(30)
     os._exit(0)
-os.setpgid(pid, pid)
+os.read(ready_r, 1)  # the child has its own group and default SIGINT
 os.tcsetpgrp(0, pid)
 print("ready", flush=True)
 _, status = os.waitpid(pid, 0)
