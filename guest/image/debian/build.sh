@@ -58,6 +58,10 @@ busybox=${BUSYBOX:-/bin/busybox}
 kernel_dir=${KERNEL_DIR:-$root/.cache/guest-kernel}
 mirror=${ABOX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security=${ABOX_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}
+# abox's image store runs recipes with a bare environment (no HOME): the
+# user's home comes from the password database then (npm wants it too).
+[[ -n ${HOME:-} ]] || HOME=$(getent passwd "$(id -u)" | cut -d: -f6)
+export HOME=${HOME:-/root}
 cache=${ABOX_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/abox}
 suite=bookworm
 base_packages=(ca-certificates curl git openssh-client python3 python3-requests nodejs npm busybox)
