@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -102,12 +103,27 @@ std::vector<std::string> ImageStore::recipes() const {
 }
 
 std::vector<std::string> ImageStore::recipe_env() const {
-  return {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-          "LC_ALL=C",
-          "BOX_GUEST=" + layout_.box_guest,
-          "BUSYBOX=" + find_program("busybox"),
-          "KERNEL_DIR=" + layout_.kernel_dir,
-          "MODULES_LIST=" + layout_.modules_list};
+  std::vector<std::string> env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                  "LC_ALL=C",
+                                  "BOX_GUEST=" + layout_.box_guest,
+                                  "BUSYBOX=" + find_program("busybox"),
+                                  "KERNEL_DIR=" + layout_.kernel_dir,
+                                  "MODULES_LIST=" + layout_.modules_list};
+  // What the operator's machine needs to reach Debian's mirror and the npm
+  // registry (a home for the caches, a proxy, a CA of its own) passes
+  // through; nothing else of abox's environment does.
+  static constexpr std::string_view kPassed[] = {
+      "HOME",         "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE",
+      "http_proxy",   "https_proxy",         "no_proxy",      "HTTP_PROXY",   "HTTPS_PROXY",    "NO_PROXY",
+      "XDG_CACHE_HOME"};
+  for (auto name : kPassed) {
+    if (const char* v = std::getenv(std::string(name).c_str())) env.push_back(std::string(name) + "=" + v);
+  }
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    if (kv.starts_with("npm_config_") || kv.starts_with("NPM_CONFIG_")) env.emplace_back(kv);
+  }
+  return env;
 }
 
 std::string ImageRecipe::text() const {
