@@ -1,14 +1,24 @@
 #include "engine/cli/options.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace abox::engine {
 
+namespace {
+void check_declared(const ParsedArgs& a, std::string_view name) {
+  if (std::find(a.declared.begin(), a.declared.end(), name) == a.declared.end())
+    throw std::logic_error("option --" + std::string(name) + " is read but not declared");
+}
+}  // namespace
+
 bool ParsedArgs::has(std::string_view name) const {
+  check_declared(*this, name);
   return std::any_of(options.begin(), options.end(), [&](const ParsedOption& o) { return o.name == name; });
 }
 
 std::optional<std::string> ParsedArgs::last(std::string_view name) const {
+  check_declared(*this, name);
   for (auto it = options.rbegin(); it != options.rend(); ++it) {
     if (it->name == name) return it->value;
   }
@@ -16,6 +26,7 @@ std::optional<std::string> ParsedArgs::last(std::string_view name) const {
 }
 
 std::vector<std::string> ParsedArgs::all(std::string_view name) const {
+  check_declared(*this, name);
   std::vector<std::string> out;
   for (const auto& o : options) {
     if (o.name == name) out.push_back(o.value);
@@ -27,6 +38,7 @@ base::Result<ParsedArgs, std::string> parse_options(std::span<const std::string_
                                                     std::span<const OptionSpec> specs,
                                                     bool stop_at_positional) {
   ParsedArgs out;
+  for (const auto& spec : specs) out.declared.push_back(spec.name);
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
     if (a == "--") {

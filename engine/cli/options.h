@@ -34,6 +34,10 @@ struct ParsedArgs {
   std::vector<ParsedOption> options;
   std::vector<std::string> positionals;  // everything after "--", or from the first non-option
   bool help = false;
+  // The names parse_options was given. Asking has/last/all for a name not
+  // among them throws std::logic_error: an option a command reads but never
+  // declared would otherwise be refused as unknown with no test noticing.
+  std::vector<std::string_view> declared;
 
   bool has(std::string_view name) const;
   // The last value given for name, if any.

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
 #include "engine/cli/run_command.h"
 
 namespace abox::engine {
@@ -52,6 +56,19 @@ TEST(Options, AValueMayLookLikeAnOption) {
   auto p = parse({"--env", "--weird=1", "--", "true"});
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->last("env"), "--weird=1");
+}
+
+TEST(Options, ReadingAnUndeclaredOptionIsAProgrammingError) {
+  // The way --tty, --copy-in, --disk and --idle-timeout were once read by
+  // abox run and refused as unknown: the parser's table lacked them.
+  static constexpr OptionSpec kJsonOnly[] = {{"json", 0, false}};
+  std::vector<std::string_view> args{"--json"};
+  auto parsed = parse_options(args, kJsonOnly, false);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_TRUE(parsed->has("json"));
+  EXPECT_THROW((void)parsed->has("jsn"), std::logic_error);
+  EXPECT_THROW((void)parsed->last("tty"), std::logic_error);
+  EXPECT_THROW((void)parsed->all("copy-in"), std::logic_error);
 }
 
 TEST(RunSyntax, Durations) {
