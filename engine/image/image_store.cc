@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -110,12 +110,26 @@ std::vector<std::string> ImageStore::recipe_env() const {
                                   "KERNEL_DIR=" + layout_.kernel_dir,
                                   "MODULES_LIST=" + layout_.modules_list};
   // What the operator's machine needs to reach Debian's mirror and the npm
-  // registry (a home for the caches, a proxy, a CA of its own) passes
-  // through; nothing else of abox's environment does.
-  static constexpr std::string_view kPassed[] = {
-      "HOME",         "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE",
-      "http_proxy",   "https_proxy",         "no_proxy",      "HTTP_PROXY",   "HTTPS_PROXY",    "NO_PROXY",
-      "XDG_CACHE_HOME"};
+  // registry (a home for the caches, a proxy, a CA of its own, a mirror of
+  // its own, the recipe's cache settings) passes through; nothing else of
+  // abox's environment does.
+  static constexpr std::string_view kPassed[] = {"HOME",
+                                                 "NODE_EXTRA_CA_CERTS",
+                                                 "SSL_CERT_FILE",
+                                                 "SSL_CERT_DIR",
+                                                 "CURL_CA_BUNDLE",
+                                                 "REQUESTS_CA_BUNDLE",
+                                                 "http_proxy",
+                                                 "https_proxy",
+                                                 "no_proxy",
+                                                 "HTTP_PROXY",
+                                                 "HTTPS_PROXY",
+                                                 "NO_PROXY",
+                                                 "XDG_CACHE_HOME",
+                                                 "ABOX_IMAGE_CACHE",
+                                                 "ABOX_DEBIAN_MIRROR",
+                                                 "ABOX_DEBIAN_SECURITY",
+                                                 "ABOX_DEBIAN_TREE_MAX_AGE_DAYS"};
   for (auto name : kPassed) {
     if (const char* v = std::getenv(std::string(name).c_str())) env.push_back(std::string(name) + "=" + v);
   }

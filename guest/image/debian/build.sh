@@ -37,6 +37,13 @@
 #   --cache DIR           where downloaded .debs and npm tarballs are kept, so
 #                         a rebuild does not fetch them again [ABOX_IMAGE_CACHE]
 #                         (default ${XDG_CACHE_HOME:-~/.cache}/abox: DIR/debian-debs, DIR/npm)
+#   --tree-max-age DAYS   reuse the Debian tree a build of the same suite, mirrors
+#                         and packages left in DIR/debian-trees (after apt, before
+#                         npm and box-guest) when it is younger than DAYS
+#                         [ABOX_DEBIAN_TREE_MAX_AGE_DAYS] (default 7; 0 never):
+#                         a rebuild for a new box-guest or npm package takes
+#                         seconds instead of minutes, and security updates
+#                         are at most DAYS old
 #
 # Needs root (debootstrap and apt in the tree do); packing the disk does not
 # mount anything (mkfs.ext4 -d). Deterministic where it can be: every mtime
@@ -69,6 +76,10 @@ add_packages=()
 add_npm=()
 out_dir=
 print_inputs=0
+tree_max_age_days=${ABOX_DEBIAN_TREE_MAX_AGE_DAYS:-7}
+# Bump when what is made before the tree is saved changes (debootstrap's
+# arguments, the apt configuration), so that no older tree is reused.
+tree_format=1
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0}
 
 usage() {
@@ -86,6 +97,7 @@ while (($#)); do
     --mirror) mirror=${2:?}; shift 2 ;;
     --security) security=${2:?}; shift 2 ;;
     --cache) cache=${2:?}; shift 2 ;;
+    --tree-max-age) tree_max_age_days=${2:?}; shift 2 ;;
     --print-inputs) print_inputs=1; shift ;;
     -h | --help) usage ;;
     -*) echo "build.sh: unknown option $1" >&2; usage ;;
@@ -154,41 +166,61 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "debootstrap --variant=minbase $suite from $mirror (.debs cached in $cache/debian-debs)"
-debootstrap --variant=minbase --cache-dir="$cache/debian-debs" "$suite" "$tree" "$mirror" >"$work/debootstrap.log" 2>&1 ||
-  die "debootstrap failed: $(tail -3 "$work/debootstrap.log")"
-
-step "apt sources and policy"
-{
-  echo "deb $mirror $suite main"
-  echo "deb $mirror $suite-updates main"
-  [[ $security == none ]] || echo "deb $security $suite-security main"
-} >"$tree/etc/apt/sources.list"
-printf '#!/bin/sh\n# build.sh: no service starts while the image is built\nexit 101\n' >"$tree/usr/sbin/policy-rc.d"
-chmod 755 "$tree/usr/sbin/policy-rc.d"
-printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' >"$tree/etc/apt/apt.conf.d/90abox"
 in_tree() { chroot "$tree" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
   SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" LC_ALL=C "$@"; }
-mount -t proc proc "$tree/proc"
-
 packages=("${base_packages[@]}" "${add_packages[@]}")
-step "apt-get install ${packages[*]}"
-# What the cache has goes where apt looks first (debootstrap has linked its
-# own there already); what apt fetched goes back.
-archives=$tree/var/cache/apt/archives
-for deb in "$cache"/debian-debs/*.deb; do
-  [[ -e $deb && ! -e $archives/${deb##*/} ]] || continue
-  ln "$deb" "$archives/" 2>/dev/null || cp "$deb" "$archives/" || die "cannot copy $deb into the tree"
-done
-in_tree apt-get update -qq >"$work/apt.log" 2>&1 || die "apt-get update failed: $(tail -3 "$work/apt.log")"
-in_tree apt-get install -y -qq -o Dpkg::Use-Pty=0 "${packages[@]}" >>"$work/apt.log" 2>&1 ||
-  die "apt-get install failed: $(tail -5 "$work/apt.log")"
-for deb in "$archives"/*.deb; do
-  [[ -e $deb && ! -e $cache/debian-debs/${deb##*/} ]] || continue
-  cp "$deb" "$cache/debian-debs/" || die "cannot keep $deb in $cache/debian-debs"
-done
-in_tree apt-get clean
-step "$(in_tree dpkg-query -W -f='.\n' | wc -l) packages installed"
+[[ $tree_max_age_days =~ ^[0-9]+$ ]] || die "--tree-max-age $tree_max_age_days: a number of days"
+tree_key=$(printf '%s\n' "tree-format $tree_format" "$suite" "$mirror" "$security" \
+  "$(printf '%s\n' "${packages[@]}" | sort -u)" | sha256sum | cut -c1-16)
+saved_tree=$cache/debian-trees/$suite-$tree_key.tar
+if [[ -f $saved_tree ]] && ((tree_max_age_days > 0)) &&
+  [[ -n $(find "$saved_tree" -maxdepth 0 -mtime "-$tree_max_age_days") ]]; then
+  step "the Debian tree of $(date -u -r "$saved_tree" +%F) ($saved_tree; --tree-max-age $tree_max_age_days)"
+  mkdir "$tree"
+  tar -C "$tree" --numeric-owner --xattrs --xattrs-include='*' -xpf "$saved_tree" ||
+    die "cannot unpack $saved_tree (remove it to build the tree again)"
+else
+  step "debootstrap --variant=minbase $suite from $mirror (.debs cached in $cache/debian-debs)"
+  debootstrap --variant=minbase --cache-dir="$cache/debian-debs" "$suite" "$tree" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+    die "debootstrap failed: $(tail -3 "$work/debootstrap.log")"
+
+  step "apt sources and policy"
+  {
+    echo "deb $mirror $suite main"
+    echo "deb $mirror $suite-updates main"
+    [[ $security == none ]] || echo "deb $security $suite-security main"
+  } >"$tree/etc/apt/sources.list"
+  printf '#!/bin/sh\n# build.sh: no service starts while the image is built\nexit 101\n' >"$tree/usr/sbin/policy-rc.d"
+  chmod 755 "$tree/usr/sbin/policy-rc.d"
+  printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' >"$tree/etc/apt/apt.conf.d/90abox"
+  mount -t proc proc "$tree/proc"
+
+  step "apt-get install ${packages[*]}"
+  # What the cache has goes where apt looks first (debootstrap has linked its
+  # own there already); what apt fetched goes back.
+  archives=$tree/var/cache/apt/archives
+  for deb in "$cache"/debian-debs/*.deb; do
+    [[ -e $deb && ! -e $archives/${deb##*/} ]] || continue
+    ln "$deb" "$archives/" 2>/dev/null || cp "$deb" "$archives/" || die "cannot copy $deb into the tree"
+  done
+  in_tree apt-get update -qq >"$work/apt.log" 2>&1 || die "apt-get update failed: $(tail -3 "$work/apt.log")"
+  in_tree apt-get install -y -qq -o Dpkg::Use-Pty=0 "${packages[@]}" >>"$work/apt.log" 2>&1 ||
+    die "apt-get install failed: $(tail -5 "$work/apt.log")"
+  for deb in "$archives"/*.deb; do
+    [[ -e $deb && ! -e $cache/debian-debs/${deb##*/} ]] || continue
+    cp "$deb" "$cache/debian-debs/" || die "cannot keep $deb in $cache/debian-debs"
+  done
+  in_tree apt-get clean
+  step "$(in_tree dpkg-query -W -f='.\n' | wc -l) packages installed"
+  umount "$tree/proc"
+  if ((tree_max_age_days > 0)); then
+    step "keeping the Debian tree for rebuilds: $saved_tree"
+    mkdir -p "$cache/debian-trees"
+    rm -f "$cache/debian-trees/$suite"-*.tar  # one tree per suite: each is hundreds of MiB
+    tar -C "$tree" --numeric-owner --xattrs --xattrs-include='*' -cf "$saved_tree.partial" . &&
+      mv "$saved_tree.partial" "$saved_tree" || { rm -f "$saved_tree.partial"; die "cannot write $saved_tree"; }
+  fi
+fi
 
 if ((${#add_npm[@]})); then
   step "npm install --global (on the host, $(npm --version)) ${add_npm[*]}"
@@ -196,8 +228,6 @@ if ((${#add_npm[@]})); then
     --cache "$cache/npm" "${add_npm[@]}" >"$work/npm.log" 2>&1 || die "npm install failed: $(tail -5 "$work/npm.log")"
   chown -R 0:0 "$tree/usr/local"
 fi
-
-umount "$tree/proc"
 
 step "box-guest, the agent user, resolv.conf, hostname"
 strip --strip-all -o "$tree/sbin/box-guest" "$box_guest"
