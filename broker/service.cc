@@ -108,8 +108,8 @@ base::Result<Listener, std::string> open_listener(const std::string& listen) {
     if (rc != 0) return base::Err{path + ": cannot bind: " + errno_text()};
     l.where = listen;
   } else {
-    auto ep = policy::Endpoint::parse(listen, 0);
-    if (!ep) return base::Err{listen + ": not unix:PATH or ADDR:PORT"};
+    auto ep = policy::Endpoint::parse_listen(listen);
+    if (!ep) return base::Err{listen + ": not unix:PATH or ADDR:PORT (port 0 picks one)"};
     sockaddr_storage ss{};
     socklen_t len = fill_sockaddr(ep->address, ep->port, ss);
     l.fd.reset(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
