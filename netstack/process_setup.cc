@@ -1,9 +1,11 @@
 #include "netstack/process_setup.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +20,8 @@ namespace abox::netstack {
 std::optional<LoadedPolicy> load_policy_for(const std::string& mode, const std::string& path) {
   auto loaded = policy::load_policy(path);
   if (!loaded.ok()) {
-    std::cerr << loaded.error().to_string() << mode << ": the policy is invalid\n";
+    std::cerr << loaded.error().to_string() << mode << ": "
+              << (loaded.error().unreadable ? "the policy cannot be read" : "the policy is invalid") << '\n';
     return std::nullopt;
   }
   LoadedPolicy out;
@@ -51,6 +54,13 @@ std::optional<EventsSink> open_events(const std::string& mode, const std::string
     sink.fd = sink.file.get();
   }
   return sink;
+}
+
+bool has_effective_capability(int cap) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  return (data[cap / 32].effective & (1u << (cap % 32))) != 0;
 }
 
 SignalWatch::SignalWatch(EventLoop& loop, std::function<void()> on_usr1)

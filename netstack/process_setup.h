@@ -34,6 +34,10 @@ struct EventsSink {
 };
 std::optional<EventsSink> open_events(const std::string& mode, const std::string& path);
 
+// True when this process holds capability `cap` (CAP_NET_ADMIN, ...) in its
+// effective set: for hints when a step that needs privilege fails.
+bool has_effective_capability(int cap);
+
 // Blocks SIGINT, SIGTERM and SIGUSR1 and watches them on the loop: the first
 // two stop the loop, SIGUSR1 calls on_usr1. Keep the object alive while the
 // loop runs.
