@@ -117,7 +117,7 @@ def main(argv):
 
     policy = f"{work}/policy.toml"
     with open(policy, "w") as f:
-        f.write('version = 1\n[dns]\nupstreams = ["127.0.0.1:9"]\n')
+        f.write('version = 1\n[dns]\nupstreams = ["127.0.0.1:9"]\n[[allow]]\nnames = ["allowed.test"]\nports = [443]\n')
     policy_broker = f"{work}/policy-broker.toml"
     with open(policy_broker, "w") as f:
         f.write('version = 1\n[dns]\nupstreams = ["127.0.0.1:9"]\n[[broker]]\nname = "api.example.test"\n'

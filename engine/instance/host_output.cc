@@ -41,6 +41,12 @@ void HostOutput::write(std::span<const std::uint8_t> bytes, std::function<void()
   if (!writing_) write_more();
 }
 
+void HostOutput::mark_broken() {
+  if (broken_) return;
+  broken_ = true;
+  if (on_broken_) on_broken_();
+}
+
 void HostOutput::finish_front() {
   auto done = std::move(queue_.front().done);
   queue_.pop_front();
@@ -60,7 +66,7 @@ void HostOutput::write_more() {
                                  if (!*alive) return;
                                  written_ += n;
                                  writing_ = false;
-                                 if (ec) broken_ = true;
+                                 if (ec) mark_broken();
                                  finish_front();
                                  if (*alive && !writing_) write_more();
                                });
@@ -73,7 +79,7 @@ void HostOutput::write_more() {
       ssize_t n = ::write(fd_, bytes.data() + at, bytes.size() - at);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        broken_ = true;
+        mark_broken();
         break;
       }
       at += static_cast<std::size_t>(n);

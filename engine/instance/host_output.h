@@ -9,7 +9,9 @@
 // is when the guest gets the credit back, so a slow reader of abox's stdout
 // slows the command in the guest, and the host holds at most the credit.
 // After a write error (EPIPE: the reader went away) output is discarded and
-// `done` still runs, so the command is never stuck on a reader that left.
+// `done` still runs, so the command is never stuck on a reader that left;
+// on_broken runs once, so the owner can tell the command (a pipeline's
+// writer gets SIGPIPE when its reader goes: `abox run -- yes | head -1` ends).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -33,6 +35,7 @@ class HostOutput {
   ~HostOutput();
 
   void write(std::span<const std::uint8_t> bytes, std::function<void()> done);
+  void on_broken(std::function<void()> f) { on_broken_ = std::move(f); }
   bool idle() const { return queue_.empty(); }
   std::uint64_t bytes_written() const { return written_; }
   bool broken() const { return broken_; }
@@ -44,12 +47,14 @@ class HostOutput {
   };
   void write_more();
   void finish_front();
+  void mark_broken();
 
   int fd_;
   boost::asio::posix::stream_descriptor async_;  // when the fd could be reopened non-blocking
   std::deque<Chunk> queue_;
   bool writing_ = false;
   bool broken_ = false;
+  std::function<void()> on_broken_;
   std::uint64_t written_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -253,6 +253,14 @@ void InstanceSupervisor::prepare() {
   dev_null_ = open_dev_null();
   out_ = std::make_unique<HostOutput>(io_, stdout_fd_);
   err_ = std::make_unique<HostOutput>(io_, stderr_fd_);
+  // Whoever reads our stdout went away: the command gets what a writer in a
+  // pipeline gets, SIGPIPE (to its process group, in the guest).
+  out_->on_broken([this] {
+    if (session_ && session_->open() && command_started()) {
+      events_->emit("stdout_closed", {{"source", "supervisor"}, {"signal", "SIGPIPE"}});
+      session_->send_signal(SIGPIPE);
+    }
+  });
 }
 
 void InstanceSupervisor::spawn_child(Child& c, const ChildSpec& spec, base::UniqueFd out_read,
@@ -390,8 +398,6 @@ void InstanceSupervisor::start_vmm() {
     vm.stderr_fd = err.write.get();
     auto spec = vmm_.command(vm);
     if (!spec.ok()) throw std::runtime_error(std::string(vmm_.name()) + ": " + spec.error());
-    spec->program = config_.qemu;
-    spec->argv[0] = config_.qemu;
 
     console_log_ = std::make_unique<TailLog>(folder_->console_log(), kConsoleLogBytes);
     console_reader_ = std::make_unique<PipeReader>(

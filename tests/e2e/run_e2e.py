@@ -21,6 +21,7 @@ Cases (one boot each):
   no key, everything the agent can read (every file, /proc/cmdline, its env) holds no
   key, and QEMU's /proc/PID/cmdline holds neither key nor nonce;
 - stdin: `-i` forwards stdin with EOF (`sha256sum` of 300 KiB);
+- stdout_closed: `yes` with abox's stdout closed after 100 bytes gets SIGPIPE: exit 141;
 - not_found: a command that is not in the guest exits 127;
 - timeout: `--timeout 2s` on `sleep 60` exits 124 within the grace;
 - sigint: SIGINT to abox run while `sleep 60` runs: exit 130, everything gone within 5 s;
@@ -305,6 +306,29 @@ def case_stdin(h):
     h.nothing_left("stdin", name)
 
 
+def case_stdout_closed(h):
+    """`abox run -- yes | head -1`: when abox's reader goes away, the command
+    gets SIGPIPE in the guest, as a pipeline's writer would, and abox exits 141."""
+    name = h.name()
+    p = h.start(["--policy", h.policy, "--name", name, *SELFTEST, "--", "yes"])
+    got = b""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while len(got) < 100 and time.monotonic() < deadline:
+        chunk = os.read(p.stdout.fileno(), 100)
+        if not chunk:
+            break
+        got += chunk
+    p.stdout.close()
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    h.check("stdout_closed_gives_the_command_sigpipe", got.startswith(b"y\n") and p.returncode == 141,
+            f"exit {p.returncode}, got {got[:20]!r}: {p.stderr.read().decode(errors='replace')[-400:]}")
+    h.nothing_left("stdout_closed", name)
+
+
 def case_not_found(h):
     name = h.name()
     code, out, err = h.run(["--policy", h.policy, "--name", name, *SELFTEST, "--", "no-such-command-here"])
@@ -372,7 +396,7 @@ def case_bad_policy(h):
 
 
 CASES = [case_image, case_out_err_exit, case_one_mib, case_names_and_addresses, case_broker_secrets, case_stdin,
-         case_not_found, case_timeout, case_sigint, case_vmm_killed, case_bad_policy]
+         case_stdout_closed, case_not_found, case_timeout, case_sigint, case_vmm_killed, case_bad_policy]
 
 
 def main(argv):
