@@ -174,7 +174,10 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
                                                                                 base::EventLog& events) {
   auto impl = std::make_unique<Impl>(options, events);
   auto loaded = policy::load_policy(options.policy_file);
-  if (!loaded.ok()) return base::Err{loaded.error().to_string() + "the policy is invalid"};
+  if (!loaded.ok()) {
+    return base::Err{loaded.error().to_string() +
+                     (loaded.error().unreadable ? "the policy cannot be read" : "the policy is invalid")};
+  }
   impl->policy = std::make_unique<policy::Policy>(std::move(loaded).value());
   const policy::Policy& pol = *impl->policy;
   if (pol.brokers().empty()) return base::Err{options.policy_file + ": the policy has no [[broker]] binding"};

@@ -63,6 +63,18 @@ TEST_F(BrokerCommand, NoncesOnAPolicyWithoutBindingsSaysSo) {
   EXPECT_NE(j.err.find("no [[broker]] bindings"), std::string::npos);
 }
 
+TEST_F(BrokerCommand, APolicyThatCannotBeReadSaysWhy) {
+  const std::string missing = dir_.file("missing.toml");
+  auto r = broker({"-p", missing, "-c", dir_.file("c.toml"), "-s", state_, "-l", "127.0.0.1:0"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err,
+            "abox broker: " + missing +
+                ": cannot open the policy file: No such file or directory\nthe policy cannot be read\n");
+  auto n = broker({"nonces", "-p", missing, "-s", state_});
+  EXPECT_EQ(n.code, 3);
+  EXPECT_NE(n.err.find(missing + ": cannot be read"), std::string::npos) << n.err;
+}
+
 TEST_F(BrokerCommand, UsageErrorsAreOneLine) {
   auto r = broker({"--policy", "p.toml", "--credentials", "c.toml"});
   EXPECT_EQ(r.code, 2);
