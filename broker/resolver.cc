@@ -1,9 +1,12 @@
 #include "broker/resolver.h"
 
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -53,6 +56,29 @@ std::vector<std::uint8_t> build_query(std::uint16_t id, const std::vector<std::u
   return q;
 }
 
+// Every address of the broker's network namespace (getifaddrs(3): a
+// netlink dump, answered at once). False when it cannot be read or there
+// are more than HostAddresses holds.
+bool read_host_addresses(policy::HostAddresses& out) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return false;
+  bool ok = true;
+  for (const ifaddrs* i = list; i != nullptr && ok; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (i->ifa_addr->sa_family == AF_INET) {
+      const auto* sin = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+      ok = out.add(policy::IpAddress::v4_bytes(reinterpret_cast<const std::uint8_t*>(&sin->sin_addr)));
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      std::array<std::uint8_t, 16> b{};
+      std::memcpy(b.data(), &sin6->sin6_addr, b.size());
+      ok = out.add(policy::IpAddress::v6(b));
+    }
+  }
+  ::freeifaddrs(list);
+  return ok;
+}
+
 }  // namespace
 
 UpstreamResolver::UpstreamResolver(BrokerLoop& loop, const policy::Policy& policy,
@@ -72,7 +98,12 @@ UpstreamResolver::~UpstreamResolver() {
 UpstreamResolver::Ticket UpstreamResolver::resolve(const std::string& name, Callback cb) {
   Ticket ticket = next_ticket_++;
   auto cached = cache_.find(name);
-  if (cached != cache_.end() && cached->second.expires > loop_.now()) {
+  policy::HostAddresses host;
+  // A cached answer is used only while none of its addresses has become
+  // this host's; otherwise it is asked for again (and filtered).
+  if (cached != cache_.end() && cached->second.expires > loop_.now() && read_host_addresses(host) &&
+      std::none_of(cached->second.addresses.begin(), cached->second.addresses.end(),
+                   [&](const policy::IpAddress& a) { return host.contains(a); })) {
     ResolveResult r;
     r.addresses = cached->second.addresses;
     waiters_.emplace(ticket, std::make_pair(name, std::move(cb)));
@@ -158,9 +189,19 @@ void UpstreamResolver::on_readable(const std::string& name) {
     start_attempt(q);  // ICMP unreachable and the like: next upstream now
     return;
   }
+  // This host's addresses, read now: an answer naming one would take the
+  // key to a service of this host (policy/host_addresses.h). Unreadable:
+  // fail closed, this attempt is dropped like a garbled answer.
+  policy::HostAddresses host;
+  if (!read_host_addresses(host)) {
+    events_.emit("broker_config", {{"problem", "cannot read this host's addresses"}, {"name", q.name}});
+    loop_.cancel(q.timer);
+    start_attempt(q);
+    return;
+  }
   dns::AskedQuestion asked{q.id, q.qname_wire, q.qtype, dns::kClassIN};
   auto filtered =
-      dns::filter_upstream_answer(std::span(buf.data(), static_cast<std::size_t>(n)), asked, policy_);
+      dns::filter_upstream_answer(std::span(buf.data(), static_cast<std::size_t>(n)), asked, policy_, host);
   if (!filtered.ok()) {
     // Not our answer (ID or question mismatch) or garbage: keep waiting for
     // the real one until the timer moves on.

@@ -7,7 +7,10 @@
 // Answers go through dns::filter_upstream_answer(), the DNS gate's own
 // filter: only A/AAAA records on the CNAME chain of the asked name count,
 // and every address in a reserved range is dropped
-// (policy.check_address(); [unsafe] may lift one, which is logged). A
+// (policy.check_address(); [unsafe] may lift one, which is logged), as is
+// every address of the host the broker runs on (read with getifaddrs for
+// each answer, and checked again before a cached answer is used; never
+// lifted: policy/host_addresses.h). A
 // first, AAAA when A gives none. Results are cached for their (clamped) TTL.
 //
 // Bounds: at most kMaxPending names in flight (the names are the policy's

@@ -231,7 +231,7 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   impl->runtime.reset(new InstanceRuntime{
       options.instance, pol, *impl->credentials, *impl->nonces, *impl->gate, *impl->leaves,
       impl->server_ctx.get(), impl->upstream_ctx.get(), *impl->resolver, *impl->pool, *impl->accounting,
-      events, impl->loop, HeadLimits::from(pol.limits()), BodyLimits::from(pol.limits()), limits,
+      events, impl->loop, HeadLimits::from(pol.limits()), body_limits(pol.limits()), limits,
       options.listen.starts_with("unix:"), [raw](Connection* c) {
         std::uint64_t id = c->id();
         --raw->accounting->service().connections_open;

@@ -357,6 +357,7 @@ struct Filtering {
   std::span<const std::uint8_t> msg;
   const Upstream& up;
   const policy::Policy& egress;
+  const policy::HostAddresses& host;
   const Chain& chain;
   FilteredAnswer& out;
   StrippedSet stripped;
@@ -377,7 +378,7 @@ struct Filtering {
     } else {
       return Fate::strip;  // rdata_well_formed guarantees the sizes; keep the check local
     }
-    const policy::AddressVerdict v = egress.check_address(ip);
+    const policy::AddressVerdict v = egress.check_address(ip, host);
     if (v.refused()) {
       out.rebinding.push_back(RemovedAddress{ip, name_to_text(up.owner(rr)), v.reserved});
       return Fate::rebinding;
@@ -448,7 +449,8 @@ std::optional<std::uint32_t> negative_ttl(std::span<const std::uint8_t> msg,
 
 base::Result<FilteredAnswer, FilterError> filter_upstream_answer(std::span<const std::uint8_t> msg,
                                                                  const AskedQuestion& asked,
-                                                                 const policy::Policy& policy) {
+                                                                 const policy::Policy& policy,
+                                                                 const policy::HostAddresses& host) {
   Upstream up;
   switch (parse_upstream(msg, asked, up)) {
     case ParseOutcome::ok:
@@ -473,7 +475,7 @@ base::Result<FilteredAnswer, FilterError> filter_upstream_answer(std::span<const
   out.rcode = full_rcode <= 0xFF ? static_cast<std::uint8_t>(full_rcode) : rcode::SERVFAIL;
 
   const Chain chain = follow_chain(msg, up);
-  Filtering f{msg, up, policy, chain, out, {}, {}};
+  Filtering f{msg, up, policy, host, chain, out, {}, {}};
 
   // Fates per record, same layout as up.sections. RRSIGs are decided in a
   // second pass, once every other removal is known.

@@ -9,9 +9,9 @@
 //   - in the answer section, the CNAME chain from the asked name is followed
 //     (bounded, loops cut); A and AAAA records owned by a name on that chain
 //     are the addresses "answered for" the asked name. Each address in a
-//     reserved range (policy::Policy::check_address) is removed and reported
-//     as a rebinding attempt; an address lifted by [unsafe] is kept and
-//     reported as an unsafe use;
+//     reserved range, or of this host (policy::Policy::check_address with
+//     `host`), is removed and reported as a rebinding attempt; an address
+//     lifted by [unsafe] is kept and reported as an unsafe use;
 //   - A/AAAA records owned by names off the chain, and every A/AAAA in the
 //     authority and additional sections (glue), are removed: the gate only
 //     vouches for addresses of the name that was asked;
@@ -76,8 +76,10 @@ enum class FilterError : std::uint8_t {
 };
 std::string_view describe(FilterError e);
 
+// `host`: the addresses of the host the gate runs on (policy/host_addresses.h).
 base::Result<FilteredAnswer, FilterError> filter_upstream_answer(std::span<const std::uint8_t> msg,
                                                                  const AskedQuestion& asked,
-                                                                 const policy::Policy& policy);
+                                                                 const policy::Policy& policy,
+                                                                 const policy::HostAddresses& host);
 
 }  // namespace abox::dns

@@ -94,9 +94,11 @@ std::string type_name(std::uint16_t qtype) {
   }
 }
 
-DnsGate::DnsGate(const policy::Policy& policy, std::vector<policy::Endpoint> upstreams, AnswerTable& table,
-                 base::EventLog& events, base::RandomSource& random, GateSink& sink)
+DnsGate::DnsGate(const policy::Policy& policy, const policy::HostAddresses& host,
+                 std::vector<policy::Endpoint> upstreams, AnswerTable& table, base::EventLog& events,
+                 base::RandomSource& random, GateSink& sink)
     : policy_(policy),
+      host_(host),
       upstreams_(std::move(upstreams)),
       table_(table),
       events_(events),
@@ -202,7 +204,14 @@ bool DnsGate::on_guest_query(std::span<const std::uint8_t> msg, const GuestRef& 
     return true;
   }
 
-  if (auto hit = cache_.lookup(q, now, out_)) {
+  auto hit = cache_.lookup(q, now, out_);
+  // An answer cached before one of its addresses became this host's is
+  // asked for again: the filter removes that address now.
+  if (hit && std::any_of(hit->addresses.begin(), hit->addresses.end(),
+                         [&](const AnsweredAddress& a) { return host_.contains(a.address); })) {
+    hit.reset();
+  }
+  if (hit) {
     ++counters_.cache_hits;
     ++counters_.answered;
     for (const auto& a : hit->addresses) {
@@ -294,7 +303,7 @@ void DnsGate::on_upstream_reply(std::uint32_t idx, std::span<const std::uint8_t>
   AskedQuestion aq{s.upstream_id,
                    std::span<const std::uint8_t>(s.query_wire).subspan(kHeaderSize, asked.qname_wire_len),
                    asked.qtype, asked.qclass};
-  auto filtered = filter_upstream_answer(msg, aq, policy_);
+  auto filtered = filter_upstream_answer(msg, aq, policy_, host_);
   if (!filtered.ok()) {
     ++counters_.upstream_ignored;
     return;  // not ours, or garbage: keep waiting for the real answer or the deadline
@@ -350,12 +359,15 @@ void DnsGate::record_answer(const Query& q, const FilteredAnswer& a, base::MonoT
   for (const auto& r : a.rebinding) {
     ++counters_.rebinding;
     if (!events_.reserve_line()) continue;
-    events_.write_reserved("rebinding", {{"reason", "reserved address removed from answer"},
-                                         {"name", q.name.view()},
-                                         {"owner", r.owner},
-                                         {"address", r.address.to_string()},
-                                         {"range", r.range ? r.range->range.to_string() : std::string("?")},
-                                         {"range_name", r.range ? r.range->name : std::string_view("?")}});
+    events_.write_reserved("rebinding",
+                           {{"reason", "reserved address removed from answer"},
+                            {"name", q.name.view()},
+                            {"owner", r.owner},
+                            {"address", r.address.to_string()},
+                            {"range", r.range == &policy::HostAddresses::range() ? r.address.to_string()
+                                      : r.range                                  ? r.range->range.to_string()
+                                                                                 : std::string("?")},
+                            {"range_name", r.range ? r.range->name : std::string_view("?")}});
   }
   for (const auto& addr : a.addresses) {
     if (addr.lifted) {

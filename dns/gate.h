@@ -10,7 +10,9 @@
 //   4. HTTPS/SVCB questions for allowed names -> NOERROR with no records:
 //      their hints would name addresses and keys the gate never vetted.
 //   5. a fresh cached answer -> served at once, and its addresses are
-//      recorded again in the AnswerTable for their remaining TTL.
+//      recorded again in the AnswerTable for their remaining TTL (unless one
+//      of them has since become an address of this host: then it is asked
+//      again, step 6).
 //   6. otherwise the question is forwarded: identical questions already in
 //      flight share one upstream query (coalescing); else a free slot of the
 //      in-flight table (at most limits.dns_in_flight, made on first use)
@@ -98,8 +100,11 @@ class DnsGate {
 
   // upstreams: the resolved list (policy endpoints, or the system's from
   // resolv_conf.h); must not be empty. Everything passed must outlive the gate.
-  DnsGate(const policy::Policy& policy, std::vector<policy::Endpoint> upstreams, AnswerTable& table,
-          base::EventLog& events, base::RandomSource& random, GateSink& sink);
+  // `host`: this host's own addresses (policy/host_addresses.h), filtered
+  // out of every answer; the owner keeps it current.
+  DnsGate(const policy::Policy& policy, const policy::HostAddresses& host,
+          std::vector<policy::Endpoint> upstreams, AnswerTable& table, base::EventLog& events,
+          base::RandomSource& random, GateSink& sink);
 
   // Returns false when the query was dropped without an answer (not even an
   // ID to answer to): only then will `from` never reach send_to_guest().
@@ -147,6 +152,7 @@ class DnsGate {
   void record_answer(const Query& q, const FilteredAnswer& a, base::MonoTime now);
 
   const policy::Policy& policy_;
+  const policy::HostAddresses& host_;
   std::vector<policy::Endpoint> upstreams_;
   AnswerTable& table_;
   base::EventLog& events_;

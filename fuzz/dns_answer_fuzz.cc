@@ -14,6 +14,7 @@
 #include "base/byte_reader.h"
 #include "dns/answer_filter.h"
 #include "dns/name.h"
+#include "policy/host_addresses.h"
 #include "policy/policy_file.h"
 
 namespace {
@@ -41,6 +42,19 @@ const Policy& fuzz_policy() {
     return std::move(r).value();
   }();
   return p;
+}
+
+// This host's addresses, as a gate would have them: a public one, one the
+// policy's [unsafe] would lift, an IPv6 one (removed whatever the policy).
+const abox::policy::HostAddresses& fuzz_host_addresses() {
+  static const abox::policy::HostAddresses h = [] {
+    abox::policy::HostAddresses out;
+    for (const char* a : {"93.184.216.34", "127.0.0.53", "2001:db8::1"}) {
+      if (!out.add(*IpAddress::parse(a))) __builtin_trap();
+    }
+    return out;
+  }();
+  return h;
 }
 
 // The message's own question, or example.com A.
@@ -186,20 +200,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::uint8_t> name;
   const AskedQuestion asked = own_question(msg, name);
 
-  auto r = abox::dns::filter_upstream_answer(msg, asked, policy);
+  auto r = abox::dns::filter_upstream_answer(msg, asked, policy, fuzz_host_addresses());
   if (!r.ok()) {
     if (abox::dns::describe(r.error()).empty()) __builtin_trap();
     return 0;
   }
   const FilteredAnswer& a = *r;
   for (const auto& x : a.addresses) {
-    const auto v = policy.check_address(x.address);
+    const auto v = policy.check_address(x.address, fuzz_host_addresses());
     if (v.refused()) __builtin_trap();
     if (x.lifted != (v.lifted_by != nullptr)) __builtin_trap();
     if (!ttl_ok(x.ttl, policy)) __builtin_trap();
   }
   for (const auto& x : a.rebinding) {
-    if (!policy.check_address(x.address).refused() || x.range == nullptr || x.owner.empty()) __builtin_trap();
+    if (!policy.check_address(x.address, fuzz_host_addresses()).refused() || x.range == nullptr ||
+        x.owner.empty())
+      __builtin_trap();
+    // An address of this host is reported as such, and nothing else is.
+    if ((x.range == &abox::policy::HostAddresses::range()) != fuzz_host_addresses().contains(x.address))
+      __builtin_trap();
   }
   if (!ttl_ok(a.cache_ttl, policy)) __builtin_trap();
   check_wire(a, policy);

@@ -1,6 +1,8 @@
 // Fuzz target: netstack/rtnetlink's read_answer(), the parser of the
-// kernel's rtnetlink replies at setup. The kernel is trusted, but the parser
-// must not read past what it was given whatever arrives, so for any input:
+// kernel's rtnetlink replies at setup, and read_address_messages(), the
+// parser of its address dumps and notifications (HostAddressWatch). The
+// kernel is trusted, but the parsers must not read past what they were given
+// whatever arrives, so for any input:
 //   - no crash, no read out of bounds (ASan), no hang;
 //   - the answer is well-formed: an error code only with kError and always
 //     positive, an index only with kLink;
@@ -32,5 +34,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(a.kind == Answer::Kind::kLink || a.ifindex == 0);
   const Answer again = abox::netstack::rtnl::read_answer(datagram, seq);
   check(again.kind == a.kind && again.error == a.error && again.ifindex == a.ifindex);
+
+  // Address messages: an error code only with kError and always positive;
+  // nothing kept from a malformed datagram; every address of its family's size.
+  using abox::netstack::rtnl::AddressMessages;
+  const AddressMessages m = abox::netstack::rtnl::read_address_messages(datagram, seq);
+  check(m.end != AddressMessages::End::kError || m.error > 0);
+  check(m.end == AddressMessages::End::kError || m.error == 0);
+  check(m.end != AddressMessages::End::kMalformed || m.changes.empty());
+  check(m.changes.size() <= datagram.size() / 16);  // a header and an ifaddrmsg at least, each
+  const AddressMessages m2 = abox::netstack::rtnl::read_address_messages(datagram, seq);
+  check(m2.end == m.end && m2.changes.size() == m.changes.size());
   return 0;
 }

@@ -8,6 +8,8 @@ std::string_view describe(Refusal r) {
       return "admitted";
     case Refusal::reserved:
       return "destination in a reserved range";
+    case Refusal::host_address:
+      return "destination is an address of this host";
     case Refusal::not_answered:
       return "destination not answered by the DNS gate for an allowed name";
     case Refusal::port_not_allowed:
@@ -28,13 +30,14 @@ std::string_view describe(NameCheck c) {
   return "unknown";
 }
 
-Admission admit_flow(const policy::Policy& policy, const dns::AnswerTable& table,
-                     const policy::IpAddress& dst, std::uint16_t port, policy::Protocol protocol,
-                     base::MonoTime now) {
+Admission admit_flow(const policy::Policy& policy, const policy::HostAddresses& host,
+                     const dns::AnswerTable& table, const policy::IpAddress& dst, std::uint16_t port,
+                     policy::Protocol protocol, base::MonoTime now) {
   Admission a;
-  auto verdict = policy.check_address(dst);
+  auto verdict = policy.check_address(dst, host);
   if (verdict.refused()) {
-    a.refusal = Refusal::reserved;
+    a.refusal =
+        verdict.reserved == &policy::HostAddresses::range() ? Refusal::host_address : Refusal::reserved;
     return a;
   }
   if (verdict.reserved != nullptr) a.lifted = verdict.reserved;

@@ -3,7 +3,9 @@
 // Decided once, on a flow's first SYN (TCP) or first datagram (UDP), from the
 // policy and the instance's AnswerTable, in this order:
 //   1. a reserved destination is refused, whatever the table says (an address
-//      lifted by [unsafe] passes this step and is marked for logging);
+//      lifted by [unsafe] passes this step and is marked for logging), and
+//      so is an address of this host (policy/host_addresses.h), which
+//      nothing lifts;
 //   2. the destination must have been answered by the DNS gate, unexpired,
 //      for some allowed name;
 //   3. among those names (most recently answered first), one whose
@@ -28,6 +30,7 @@ namespace abox::netstack {
 enum class Refusal : std::uint8_t {
   none,
   reserved,          // the destination is in a reserved range
+  host_address,      // the destination is an address of this host
   not_answered,      // no unexpired answer for an allowed name carries it
   port_not_allowed,  // answered, but no rule for its names allows this port/protocol
 };
@@ -44,9 +47,10 @@ struct Admission {
   bool admitted() const { return refusal == Refusal::none; }
 };
 
-Admission admit_flow(const policy::Policy& policy, const dns::AnswerTable& table,
-                     const policy::IpAddress& dst, std::uint16_t port, policy::Protocol protocol,
-                     base::MonoTime now);
+// `host`: this host's own addresses, kept current by its owner.
+Admission admit_flow(const policy::Policy& policy, const policy::HostAddresses& host,
+                     const dns::AnswerTable& table, const policy::IpAddress& dst, std::uint16_t port,
+                     policy::Protocol protocol, base::MonoTime now);
 
 enum class NameCheck : std::uint8_t {
   ok,

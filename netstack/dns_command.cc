@@ -10,6 +10,7 @@
 #include "base/command_line.h"
 #include "base/json.h"
 #include "netstack/dns_host_server.h"
+#include "netstack/host_address_watch.h"
 #include "netstack/memory_trimmer.h"
 #include "netstack/process_setup.h"
 #include "netstack/sandbox.h"
@@ -43,7 +44,7 @@ constexpr std::string_view kUsage =
     "\n"
     "Exit status: 0 stopped by a signal, 2 usage error, 3 could not start\n"
     "(invalid policy, address in use, no upstream, stats socket not usable, no\n"
-    "sandbox possible).\n";
+    "sandbox possible, this host's addresses not readable).\n";
 
 }  // namespace
 
@@ -82,7 +83,7 @@ int run_dns_command(std::span<const std::string_view> args) {
   const auto& upstreams = loaded->upstreams;
   auto sink = open_events("abox-net dns", events_path);
   if (!sink) return 3;
-  base::EventLog events = base::EventLog::to_fd(instance, sink->fd);
+  base::EventLog events = sink->log(instance);
   base::SystemRandom random;
   MemoryProbe memory;
 
@@ -92,6 +93,13 @@ int run_dns_command(std::span<const std::string_view> args) {
     // answers, a flood of queries), every few seconds, as in `run`.
     MemoryTrimmer trimmer(loop, memory);
     DnsHostServer server(loop, policy, upstreams, *listen, events, random);
+    // This host's addresses, filtered out of every answer; before the
+    // sandbox (a netlink socket).
+    auto host_watch = HostAddressWatch::start(loop, server.host_addresses(), events);
+    if (!host_watch.ok()) {
+      std::cerr << "abox-net dns: " << host_watch.error() << '\n';
+      return 3;
+    }
     auto stats = [&] { return dns_stats_json(server, memory, &trimmer); };
     SignalWatch signals(loop, [&] { write_stats_line(STDERR_FILENO, stats()); });
     std::unique_ptr<StatsServer> stats_server;
@@ -112,6 +120,7 @@ int run_dns_command(std::span<const std::string_view> args) {
     // The ready line first, then the start event: with --events - both go
     // to stdout, and whoever waits for the ready line reads it first.
     std::cout << "listening on " << server.address().to_string() << std::endl;
+    sink->release();  // what setup emitted (this host's addresses) comes after the ready line
     events.emit("start", {{"mode", "dns"},
                           {"listen", server.address().to_string()},
                           {"policy", policy.source()},

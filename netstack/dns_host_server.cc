@@ -75,7 +75,7 @@ DnsHostServer::DnsHostServer(EventLoop& loop, const policy::Policy& policy,
       events_(events),
       table_(policy, policy.limits().answer_entries),
       upstream_(loop, policy.limits().dns_in_flight),
-      gate_(policy, std::move(upstreams), table_, events, random, *this) {
+      gate_(policy, host_addresses_, std::move(upstreams), table_, events, random, *this) {
   upstream_.set_gate(&gate_);
 
   udp_fd_ = bound_socket(listen, SOCK_DGRAM);

@@ -55,6 +55,10 @@ class DnsHostServer final : public dns::GateSink {
   const dns::DnsGate& gate() const { return gate_; }
   const dns::AnswerTable& table() const { return table_; }
   const DnsServerCounters& counters() const { return counters_; }
+  // The addresses of the host it runs on, filtered out of every answer
+  // (policy/host_addresses.h). Empty until its owner fills it (abox-net dns:
+  // a HostAddressWatch).
+  policy::HostAddresses& host_addresses() { return host_addresses_; }
 
   // GateSink
   void send_to_guest(const dns::GuestRef& to, std::span<const std::uint8_t> msg) override;
@@ -83,6 +87,7 @@ class DnsHostServer final : public dns::GateSink {
 
   EventLoop& loop_;
   base::EventLog& events_;
+  policy::HostAddresses host_addresses_;  // before gate_, which reads it
   dns::AnswerTable table_;
   DnsUpstreamClient upstream_;
   dns::DnsGate gate_;

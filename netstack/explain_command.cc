@@ -92,7 +92,7 @@ std::string answer_explain(const GuestStack& stack, std::string_view args_text, 
           {std::string(name), std::chrono::duration_cast<base::Millis>(expires - now).count()});
     }
     if (target->port) {
-      admission = admit_flow(pol, table, *target->address, *target->port, proto, now);
+      admission = admit_flow(pol, stack.host_addresses(), table, *target->address, *target->port, proto, now);
       admitted = admission->admitted();
       if (admitted && admission->broker != nullptr && stack.config().broker_path.empty()) {
         admitted = false;

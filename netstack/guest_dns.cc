@@ -39,12 +39,12 @@ err_t accept_cb(void*, tcp_pcb* pcb, err_t err) {
 
 }  // namespace
 
-GuestDns::GuestDns(EventLoop& loop, const policy::Policy& policy, std::vector<policy::Endpoint> upstreams,
-                   dns::AnswerTable& table, base::EventLog& events, base::RandomSource& random,
-                   std::uint32_t gateway)
+GuestDns::GuestDns(EventLoop& loop, const policy::Policy& policy, const policy::HostAddresses& host,
+                   std::vector<policy::Endpoint> upstreams, dns::AnswerTable& table, base::EventLog& events,
+                   base::RandomSource& random, std::uint32_t gateway)
     : loop_(loop),
       upstream_(loop, policy.limits().dns_in_flight),
-      gate_(policy, std::move(upstreams), table, events, random, *this),
+      gate_(policy, host, std::move(upstreams), table, events, random, *this),
       tcp_(kMaxTcpClients) {
   if (g_dns != nullptr) throw std::runtime_error("one GuestDns per process");
   g_dns = this;

@@ -38,9 +38,11 @@ class GuestDns final : public dns::GateSink {
   static constexpr std::size_t kTcpBufferLimit = 128 * 1024;
 
   // gateway: the address (network order, as lwIP keeps it) port 53 is served on.
-  GuestDns(EventLoop& loop, const policy::Policy& policy, std::vector<policy::Endpoint> upstreams,
-           dns::AnswerTable& table, base::EventLog& events, base::RandomSource& random,
-           std::uint32_t gateway);
+  // host: this host's addresses, filtered out of every answer (the owner
+  // keeps it current).
+  GuestDns(EventLoop& loop, const policy::Policy& policy, const policy::HostAddresses& host,
+           std::vector<policy::Endpoint> upstreams, dns::AnswerTable& table, base::EventLog& events,
+           base::RandomSource& random, std::uint32_t gateway);
   ~GuestDns() override;
 
   const dns::DnsGate& gate() const { return gate_; }

@@ -168,7 +168,8 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   netif_set_default(netif_.get());
   netif_set_up(netif_.get());
 
-  dns_ = std::make_unique<GuestDns>(loop, policy, std::move(upstreams), table_, events, random, gw.addr);
+  dns_ = std::make_unique<GuestDns>(loop, policy, host_addresses_, std::move(upstreams), table_, events,
+                                    random, gw.addr);
 
   tcp_pcb* pcb = tcp_new();
   if (pcb == nullptr) throw std::runtime_error("lwIP tcp_new failed");
@@ -710,7 +711,8 @@ int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy
                                        {"proto", "tcp"}});
     return ABOX_LWIP_SYN_DROP;  // the guest retries; old flows keep going
   }
-  Admission a = admit_flow(policy_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
+  Admission a =
+      admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
   if (!a.admitted()) {
     ++counters_.tcp_refused;
     if (events_.reserve_line())
@@ -735,7 +737,7 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
   std::uint16_t port = pcb->local_port;
   // Decided again now that the handshake is done: the answer may have
   // expired in between, and nothing is remembered per SYN.
-  Admission a = admit_flow(policy_, table_, dst, port, policy::Protocol::tcp, loop_.now());
+  Admission a = admit_flow(policy_, host_addresses_, table_, dst, port, policy::Protocol::tcp, loop_.now());
   if (!a.admitted() || (a.broker != nullptr && config_.broker_path.empty())) {
     tcp_abort(pcb);
     return;
@@ -809,7 +811,8 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     pbuf_free(p);
     return;
   }
-  Admission a = admit_flow(policy_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
+  Admission a =
+      admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
   if (!a.admitted()) {
     refuse(describe(a.refusal));
     return;

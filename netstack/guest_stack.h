@@ -131,6 +131,10 @@ class GuestStack {
   const StackCounters& counters() const { return counters_; }
   const dns::AnswerTable& table() const { return table_; }
   const GuestDns& dns() const { return *dns_; }
+  // The addresses of the host abox-net runs on: reserved for the DNS gate
+  // and admission (policy/host_addresses.h). Empty until its owner fills it
+  // (abox-net run: a HostAddressWatch); the stack only reads it.
+  policy::HostAddresses& host_addresses() { return host_addresses_; }
   const GuestConfig& config() const { return config_; }
   std::size_t tcp_flows() const { return tcp_flows_.size(); }
   std::size_t udp_flows() const { return udp_flows_.size(); }
@@ -157,6 +161,7 @@ class GuestStack {
   const policy::Policy& policy() const { return policy_; }
   base::EventLog& events() { return events_; }
   dns::AnswerTable& answer_table() { return table_; }
+  const policy::HostAddresses& host_addresses() const { return host_addresses_; }
   StackCounters& mutable_counters() { return counters_; }
   netif* guest_netif() { return netif_.get(); }
   // The lwIP pcb that answers the guest from dst (network order) and port:
@@ -231,6 +236,7 @@ class GuestStack {
   const policy::Policy& policy_;
   base::EventLog& events_;
   GuestConfig config_;
+  policy::HostAddresses host_addresses_;  // before dns_, which reads it
   dns::AnswerTable table_;
   DhcpServer dhcp_;
   std::unique_ptr<netif> netif_;

@@ -26,9 +26,12 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <optional>
 
 #include "base/byte_reader.h"
+#include "base/http1_request_head.h"
+#include "base/http1_syntax.h"
 
 namespace abox::netstack {
 
@@ -49,17 +52,11 @@ constexpr std::size_t kHandshakeHeaderSize = 4;
 constexpr std::size_t kRandomSize = 32;
 constexpr std::uint8_t kMaxSessionIdSize = 32;
 constexpr std::uint16_t kExtServerName = 0;
-constexpr std::uint16_t kExtEncryptedClientHello = 0xfe0d;
-constexpr std::uint16_t kExtEncryptedServerName = 0xffce;  // ESNI, ECH's withdrawn predecessor
 constexpr std::uint8_t kNameTypeHostName = 0;
 
 constexpr std::uint8_t kTlsFirstByte = kContentHandshake;
 
-constexpr std::uint8_t kCR = '\r';
-constexpr std::uint8_t kLF = '\n';
 constexpr std::uint8_t kSP = ' ';
-constexpr std::uint8_t kHTAB = '\t';
-constexpr std::uint8_t kDEL = 0x7F;
 constexpr std::size_t kMaxPortDigits = 5;
 constexpr std::uint32_t kMaxPort = 65535;
 
@@ -90,22 +87,6 @@ PeekResult named(PeekStatus s, const CanonicalName& name) {
 
 std::string_view as_text(Bytes b) {
   return {reinterpret_cast<const char*>(b.data()), b.size()};
-}
-
-std::uint8_t fold(std::uint8_t c) {
-  return c >= 'A' && c <= 'Z' ? static_cast<std::uint8_t>(c - 'A' + 'a') : c;
-}
-
-// `bytes` equals `text`; if `ignore_case`, `text` must be lower case.
-bool equals(Bytes bytes, std::string_view text, bool ignore_case) {
-  ByteReader r(bytes);
-  if (r.size() != text.size()) return false;
-  for (const char want : text) {
-    const auto c = r.u8();
-    if (!c) return false;
-    if ((ignore_case ? fold(*c) : *c) != static_cast<std::uint8_t>(want)) return false;
-  }
-  return true;
 }
 
 template <class Pred>
@@ -159,6 +140,11 @@ class ExtensionSet {
  private:
   std::array<std::uint64_t, 65536 / 64> words_{};
 };
+
+bool is_encrypted_hello(std::uint16_t type) {
+  return std::any_of(std::begin(kEncryptedHelloExtensions), std::end(kEncryptedHelloExtensions),
+                     [&](const EncryptedHelloExtension& e) { return e.type == type; });
+}
 
 // server_name (RFC 6066 section 3): a list that must hold exactly one entry,
 // a host_name, with a canonical, non-numeric name.
@@ -220,7 +206,7 @@ PeekResult parse_client_hello(Bytes message) {
       const PeekError e = read_server_name(*data, sni);
       if (e != PeekError::none) return malformed(e);
       has_sni = true;
-    } else if (*type == kExtEncryptedClientHello || *type == kExtEncryptedServerName) {
+    } else if (is_encrypted_hello(*type)) {
       encrypted = true;
     }
   }
@@ -334,91 +320,107 @@ bool is_digit(std::uint8_t c) {
 bool is_method_byte(std::uint8_t c) {
   return is_upper(c) || c == '-' || c == '_';
 }
-// RFC 9110 section 5.6.2.
-bool is_tchar(std::uint8_t c) {
-  if (is_upper(c) || (c >= 'a' && c <= 'z') || is_digit(c)) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-}
-bool is_control(std::uint8_t c) {
-  return (c < 0x20 && c != kHTAB) || c == kDEL;
-}
-bool is_ows(std::uint8_t c) {
-  return c == kSP || c == kHTAB;
-}
-// Visible ASCII: what a request-target may hold (RFC 9112 section 3.2).
-bool is_target_byte(std::uint8_t c) {
-  return c > kSP && c < kDEL;
+
+PeekError from_http1(base::http1::Error e) {
+  using base::http1::Error;
+  switch (e) {
+    case Error::line_ending:
+      return PeekError::http_line_ending;
+    case Error::control_byte:
+      return PeekError::http_control_byte;
+    case Error::version:
+      return PeekError::http_version;
+    case Error::connect_method:
+      return PeekError::http_connect;
+    case Error::absolute_form:
+    case Error::authority_form:
+    case Error::asterisk_form:
+    case Error::target_syntax:
+    case Error::path_dot_segment:
+    case Error::path_encoded_separator:
+      return PeekError::http_request_target;
+    case Error::obs_fold:
+      return PeekError::http_obs_fold;
+    case Error::field_syntax:
+      return PeekError::http_header_syntax;
+    case Error::too_many_fields:
+      return PeekError::http_too_many_fields;
+    case Error::missing_host:
+      return PeekError::http_missing_host;
+    case Error::duplicate_host:
+      return PeekError::http_duplicate_host;
+    case Error::content_length_value:
+    case Error::duplicate_content_length:
+    case Error::transfer_encoding:
+    case Error::length_and_chunked:
+      return PeekError::http_framing;
+    case Error::none:
+    case Error::head_too_large:  // the caller's too_large, never passed here
+    case Error::request_line:
+    case Error::method:
+    case Error::trace_method:
+    case Error::body_too_large:
+    case Error::chunk_size:
+    case Error::chunk_extension:
+    case Error::chunk_crlf:
+    case Error::trailer:
+    case Error::trailer_syntax:
+    case Error::trailer_too_large:
+      break;
+  }
+  return PeekError::http_request_line;
 }
 
-enum class LineState : std::uint8_t { complete, incomplete, bad };
-
-// The next line, CRLF excluded, moving the cursor past its CRLF. Refuses a
-// bare LF, a CR not followed by LF and a control byte (HTAB aside) as soon
-// as it is seen.
-LineState next_line(ByteReader& r, Bytes& line, PeekError& error) {
+PeekResult peek_http(Bytes window, std::size_t limit) {
+  ByteReader r(window);
+  // The method decides whether this is HTTP at all: "SSH-2.0-..." is not.
   for (std::size_t i = 0;; ++i) {
     const auto c = r.peek(i);
-    if (!c) return LineState::incomplete;
-    if (*c == kCR) {
-      const auto next = r.peek(i + 1);
-      if (!next) return LineState::incomplete;
-      if (*next != kLF) break;
-      line = *r.bytes(i);
-      static_cast<void>(r.skip(2));  // the CRLF just peeked
-      return LineState::complete;
-    }
-    if (*c == kLF) break;
-    if (is_control(*c)) {
-      error = PeekError::http_control_byte;
-      return LineState::bad;
-    }
+    if (!c) return need_more();
+    if (*c == kSP) break;
+    if (!is_method_byte(*c)) return with_status(PeekStatus::no_name);
   }
-  error = PeekError::http_line_ending;
-  return LineState::bad;
-}
-
-// OWS stripped from both ends (RFC 9110 section 5.5).
-Bytes trim_ows(Bytes value) {
-  ByteReader r(value);
-  while (r.peek() && is_ows(*r.peek())) static_cast<void>(r.skip(1));
-  std::size_t keep = r.remaining();
-  while (keep > 0 && is_ows(*r.peek(keep - 1))) --keep;
-  return *r.bytes(keep);
-}
-
-// The request line (RFC 9112 section 3): a decision (no_name for the HTTP/2
-// preface, or the fault), or nullopt to go on to the headers.
-std::optional<PeekResult> check_request_line(Bytes line) {
-  ByteReader r(line);
-  const auto method = take_until(r, kSP);
-  if (!method || !r.skip(1)) return malformed(PeekError::http_request_line);
-  const auto target = take_until(r, kSP);
-  if (!target || target->empty() || !r.skip(1)) return malformed(PeekError::http_request_line);
-  const Bytes version = r.rest();
-
-  if (equals(*method, "PRI", false) && equals(*target, "*", false) && equals(version, "HTTP/2.0", false)) {
+  // The HTTP/2 preface starts like a request line, but it is not HTTP/1.
+  const base::http1::Line first = base::http1::next_line(r);
+  if (first.status == base::http1::LineStatus::line && base::http1::as_text(first.text) == "PRI * HTTP/2.0") {
     return with_status(PeekStatus::no_name);
   }
-  // Case-insensitively: a server that folds method case must not see a tunnel we missed.
-  if (equals(*method, "connect", true)) return malformed(PeekError::http_connect);
-  if (!all_bytes(*target, is_target_byte)) return malformed(PeekError::http_request_target);
-  ByteReader t(*target);
-  const bool origin_form = t.peek() == std::uint8_t{'/'};
-  const bool asterisk_form = equals(*target, "*", false) && equals(*method, "OPTIONS", false);
-  if (!origin_form && !asterisk_form) return malformed(PeekError::http_request_target);
-
-  ByteReader v(version);
-  const auto prefix = v.bytes(7);
-  const auto minor = v.u8();
-  if (!prefix || !equals(*prefix, "HTTP/1.", false) || !minor || !is_digit(*minor) || !v.empty()) {
-    return malformed(PeekError::http_version);
+  base::http1::RequestHead head;
+  const auto read = base::http1::read_request_head(window, http_request_rules(limit), head);
+  if (!read) {
+    if (read.error() == base::http1::Error::head_too_large) return with_status(PeekStatus::too_large);
+    return malformed(from_http1(read.error()));
   }
-  return std::nullopt;
+  if (*read == base::http1::HeadStatus::need_more) return need_more();
+  CanonicalName host;
+  const PeekError e = read_http_host(head.host, host);
+  if (e != PeekError::none) return malformed(e);
+  return named(PeekStatus::http_host, host);
 }
 
-// A Host value, OWS trimmed: host[:port] (RFC 9110 section 7.2).
-PeekError read_host(Bytes value, CanonicalName& out) {
-  ByteReader r(value);
+PeekResult classify(Bytes window, std::size_t limit) {
+  ByteReader r(window);
+  const auto first = r.peek();
+  if (!first) return need_more();
+  if (*first == kTlsFirstByte) return peek_tls(window, limit);
+  if (is_upper(*first)) return peek_http(window, limit);
+  return with_status(PeekStatus::no_name);
+}
+
+}  // namespace
+
+base::http1::RequestRules http_request_rules(std::size_t limit) {
+  base::http1::RequestRules rules;
+  rules.max_head_bytes = std::min(limit, kMaxPeekLimit);
+  rules.max_fields = kMaxRequestFields;
+  rules.http_1_0 = true;
+  rules.trace = true;
+  rules.target = base::http1::TargetRules::visible;
+  return rules;
+}
+
+PeekError read_http_host(std::string_view value, CanonicalName& out) {
+  ByteReader r(base::as_bytes(value));
   if (r.peek() == std::uint8_t{'['}) return PeekError::http_host_ip_literal;
   auto host = take_until(r, ':');
   if (host) {
@@ -440,67 +442,6 @@ PeekError read_host(Bytes value, CanonicalName& out) {
   out = *canonical;
   return PeekError::none;
 }
-
-PeekResult peek_http(Bytes window) {
-  ByteReader r(window);
-  // The method decides whether this is HTTP at all: "SSH-2.0-..." is not.
-  for (std::size_t i = 0;; ++i) {
-    const auto c = r.peek(i);
-    if (!c) return need_more();
-    if (*c == kSP) break;
-    if (!is_method_byte(*c)) return with_status(PeekStatus::no_name);
-  }
-
-  Bytes line;
-  PeekError error = PeekError::none;
-  switch (next_line(r, line, error)) {
-    case LineState::incomplete:
-      return need_more();
-    case LineState::bad:
-      return malformed(error);
-    case LineState::complete:
-      break;
-  }
-  if (auto decision = check_request_line(line)) return *decision;
-
-  CanonicalName host;
-  bool has_host = false;
-  for (;;) {
-    switch (next_line(r, line, error)) {
-      case LineState::incomplete:
-        return need_more();
-      case LineState::bad:
-        return malformed(error);
-      case LineState::complete:
-        break;
-    }
-    if (line.empty()) break;  // the end of the header section
-    ByteReader h(line);
-    if (is_ows(*h.peek())) return malformed(PeekError::http_obs_fold);
-    const auto name = take_until(h, ':');
-    if (!name || name->empty() || !all_bytes(*name, is_tchar))
-      return malformed(PeekError::http_header_syntax);
-    if (!equals(*name, "host", true)) continue;
-    if (has_host) return malformed(PeekError::http_duplicate_host);
-    static_cast<void>(h.skip(1));  // the ':'
-    const PeekError e = read_host(trim_ows(h.rest()), host);
-    if (e != PeekError::none) return malformed(e);
-    has_host = true;
-  }
-  if (!has_host) return malformed(PeekError::http_missing_host);
-  return named(PeekStatus::http_host, host);
-}
-
-PeekResult classify(Bytes window, std::size_t limit) {
-  ByteReader r(window);
-  const auto first = r.peek();
-  if (!first) return need_more();
-  if (*first == kTlsFirstByte) return peek_tls(window, limit);
-  if (is_upper(*first)) return peek_http(window);
-  return with_status(PeekStatus::no_name);
-}
-
-}  // namespace
 
 PeekResult peek_name(std::span<const std::uint8_t> first_bytes, std::size_t limit) {
   limit = std::min(limit, kMaxPeekLimit);
@@ -574,6 +515,10 @@ std::string_view describe(PeekError e) {
       return "a header line starts with whitespace (obs-fold)";
     case PeekError::http_header_syntax:
       return "a header line is not token \":\" value";
+    case PeekError::http_too_many_fields:
+      return "the request has more header fields than abox-net reads";
+    case PeekError::http_framing:
+      return "the request's Content-Length or Transfer-Encoding is invalid, or it has both";
     case PeekError::http_missing_host:
       return "the request has no Host header";
     case PeekError::http_duplicate_host:

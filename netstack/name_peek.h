@@ -25,21 +25,24 @@
 // extension holds exactly one entry, of type host_name, whose name has a
 // canonical form (policy::CanonicalName: case folded, one trailing dot
 // dropped) and does not end in a number (an IP literal: RFC 6066 forbids
-// them). A bad server_name is malformed even next to ECH. Bytes after the
-// ClientHello are not read.
+// them). An extension of kEncryptedHelloExtensions (ECH or ESNI, under any
+// code point they were deployed with) makes it tls_ech. A bad server_name is
+// malformed even next to ECH. Bytes after the ClientHello are not read.
 //
-// HTTP (RFC 9112). "METHOD SP request-target SP HTTP/1.d CRLF", then header
-// lines, then an empty line. Every line ends in CRLF (a bare LF or a lone CR
-// is malformed), holds no control byte but HTAB, and no header line starts
-// with whitespace (obs-fold). A header is "name:value" with a token name, no
-// space before the colon. The request-target is origin-form ("/...") or "*"
-// for OPTIONS; absolute-form and authority-form (proxy requests) and the
-// CONNECT method are malformed. Exactly one Host header (name compared
-// case-insensitively), its value host[:port] with OWS trimmed: the port, if
-// any, is 1..65535 in decimal and is dropped; the host must have a canonical
-// form and not end in a number; "[...]" IP literals are malformed too, since
+// HTTP (RFC 9112): the first request head, read by the shared reader
+// (base/http1_request_head.h) with http_request_rules(limit): HTTP/1.1 or
+// HTTP/1.0, origin-form or "*" with OPTIONS (absolute-form, authority-form
+// and CONNECT are malformed: a server would take the host from them, not
+// from Host), any visible ASCII in the target, CRLF lines with no control
+// byte but HTAB and no obs-fold, token ":" value fields (at most
+// kMaxRequestFields), exactly one Host, a strict Content-Length or
+// "chunked" (never both; no Transfer-Encoding in HTTP/1.0). The Host value
+// is read by read_http_host(): host[:port] with OWS trimmed, the port, if
+// any, 1..65535 in decimal and dropped; the host must have a canonical form
+// and not end in a number; "[...]" IP literals are malformed too, since
 // admission can only check names. "PRI * HTTP/2.0" (the HTTP/2 preface) is
-// no_name. Nothing after the header section is read.
+// no_name. Nothing after the head is read: the request follower
+// (http_request_follower.h) takes the flow from there.
 //
 // Invariants:
 //   - Monotone: once a prefix of the flow decides (any status but need_more),
@@ -62,6 +65,7 @@
 #include <span>
 #include <string_view>
 
+#include "base/http1_request_head.h"
 #include "policy/name.h"
 
 namespace abox::netstack {
@@ -70,14 +74,41 @@ namespace abox::netstack {
 // caps peek_bytes at the same value).
 inline constexpr std::size_t kMaxPeekLimit = 65536;
 
+// Every extension type under which a ClientHello has carried an encrypted
+// ClientHello or an encrypted server name, in a draft that was implemented
+// and deployed or in the RFC. A ClientHello with any of them is tls_ech: a
+// server that still speaks that draft would read the real name out of it,
+// and the SNI we check would only be the public name. Each draft took the
+// next value (the ECH drafts name it 0xfe00 + the draft's number from
+// draft-08 on); the inner-only markers (ech_nonce 0xff03 and
+// outer_extensions 0xff04 of draft-07, ech_is_inner 0xda09 of drafts 09-12,
+// ech_outer_extensions 0xfd00) are not here: they belong to the encrypted
+// inner hello and hide nothing in an outer one.
+struct EncryptedHelloExtension {
+  std::uint16_t type;
+  std::string_view source;  // where the code point is defined, and who deployed it
+};
+inline constexpr EncryptedHelloExtension kEncryptedHelloExtensions[] = {
+    {0xffce, "encrypted_server_name: ESNI, draft-ietf-tls-esni-00..05 (Firefox, Cloudflare 2018-2020)"},
+    {0xff02, "encrypted_client_hello: draft-ietf-tls-esni-06 and -07"},
+    {0xfe08, "encrypted_client_hello: draft-ietf-tls-esni-08 (NSS, Firefox)"},
+    {0xfe09, "encrypted_client_hello: draft-ietf-tls-esni-09"},
+    {0xfe0a, "encrypted_client_hello: draft-ietf-tls-esni-10 (NSS, BoringSSL, Cloudflare)"},
+    {0xfe0b, "encrypted_client_hello: draft-ietf-tls-esni-11"},
+    {0xfe0c, "encrypted_client_hello: draft-ietf-tls-esni-12"},
+    {0xfe0d,
+     "encrypted_client_hello: draft-ietf-tls-esni-13 to -25 and RFC 9849 (Chrome, Firefox, BoringSSL)"},
+};
+
 enum class PeekStatus : std::uint8_t {
   need_more,        // no decision yet: call again with more bytes
   tls_sni,          // a ClientHello naming `name`
-  tls_ech,          // a ClientHello with encrypted_client_hello (0xfe0d) or ESNI
-                    // (0xffce): the real destination is hidden. `name` is the
-                    // outer SNI if any (the ECH public name, or a GREASE ECH
-                    // client's real name), for logs and for a policy that
-                    // chooses to trust it.
+  tls_ech,          // a ClientHello with an extension of kEncryptedHelloExtensions
+                    // (ECH under any code point it was deployed with, or ESNI):
+                    // the real destination is hidden. `name` is the outer SNI
+                    // if any (the ECH public name, or a GREASE ECH client's
+                    // real name), for logs and for a policy that chooses to
+                    // trust it.
   tls_without_sni,  // a well-formed ClientHello without server_name
   http_host,        // an HTTP/1 request whose Host is `name`
   no_name,          // neither TLS nor HTTP/1 (or the HTTP/2 preface)
@@ -106,6 +137,8 @@ enum class PeekError : std::uint8_t {
   http_request_target,      // not origin-form ("/...") or "*" for OPTIONS: a proxy request or junk
   http_obs_fold,            // a header line starts with whitespace (line folding)
   http_header_syntax,       // a header line is not token ":" value
+  http_too_many_fields,     // more than kMaxRequestFields header fields
+  http_framing,             // Content-Length or Transfer-Encoding invalid, or both
   http_missing_host,        // the header section has no Host
   http_duplicate_host,      // the header section has more than one Host
   http_host_value,          // the Host has no canonical form, or a bad port
@@ -126,6 +159,21 @@ struct PeekResult {
 inline bool decided(PeekStatus s) {
   return s != PeekStatus::need_more;
 }
+
+// How many header fields a request on a name-checked flow may have (the
+// broker's default too). A real client sends a few dozen at most; the bound
+// keeps the cost of reading a head that arrives a line at a time in check.
+inline constexpr std::size_t kMaxRequestFields = 100;
+
+// The shared head reader's rules for requests on a name-checked plain-HTTP
+// flow, heads of at most `limit` bytes (capped at kMaxPeekLimit): the peek
+// reads the first request with them, the follower every later one.
+base::http1::RequestRules http_request_rules(std::size_t limit);
+
+// A Host value (OWS trimmed): host[:port], as the header above says. Sets
+// `out` and returns PeekError::none, or returns http_host_value or
+// http_host_ip_literal.
+PeekError read_http_host(std::string_view value, policy::CanonicalName& out);
 
 // For logs and counters: "tls_sni", "malformed", ...
 std::string_view to_string(PeekStatus s);

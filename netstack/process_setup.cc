@@ -56,6 +56,31 @@ std::optional<EventsSink> open_events(const std::string& mode, const std::string
   return sink;
 }
 
+bool EventsSink::write(std::string_view line) {
+  if (!released_ && held_.size() + line.size() <= kMaxHeldBytes) {
+    held_.append(line);
+    return true;
+  }
+  for (;;) {
+    const ssize_t n = ::write(fd, line.data(), line.size());
+    if (n == static_cast<ssize_t>(line.size())) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;  // partial, EAGAIN or a dead reader: the line is dropped, as EventLog::to_fd does
+  }
+}
+
+base::EventLog EventsSink::log(std::string instance) {
+  return base::EventLog(std::move(instance), [this](std::string_view line) { return write(line); });
+}
+
+void EventsSink::release() {
+  if (released_) return;
+  released_ = true;
+  std::string held = std::move(held_);
+  held_.clear();
+  if (!held.empty() && fd >= 0) write(held);
+}
+
 bool has_effective_capability(int cap) {
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2]{};

@@ -28,9 +28,32 @@ std::optional<LoadedPolicy> load_policy_for(const std::string& mode, const std::
 // The events sink: "" is stderr, "-" stdout, anything else a file opened for
 // appending (owned by the returned object). Ignores SIGPIPE so a gone reader
 // costs events, never the process.
+//
+// Lines of log() are held until release() (at most kMaxHeldBytes; past that
+// they are written at once), so that the ready line is the first line on
+// stdout even when the events go there too (--events -): setup emits events
+// (this host's addresses, ...) before the mode is ready. The caller prints
+// its ready line, then calls release(). Held lines are also written when the
+// sink goes (a start that failed keeps its events). Must not move once
+// log() has been called.
 struct EventsSink {
+  static constexpr std::size_t kMaxHeldBytes = 64 * 1024;
+
   base::UniqueFd file;
   int fd = -1;
+
+  EventsSink() = default;
+  EventsSink(EventsSink&&) = default;
+  EventsSink& operator=(EventsSink&&) = delete;
+  ~EventsSink() { release(); }
+
+  base::EventLog log(std::string instance);
+  void release();
+
+ private:
+  bool write(std::string_view line);
+  std::string held_;
+  bool released_ = false;
 };
 std::optional<EventsSink> open_events(const std::string& mode, const std::string& path);
 

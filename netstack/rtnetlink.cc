@@ -8,6 +8,8 @@
 #include <net/if.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -130,6 +132,99 @@ Answer read_answer(std::span<const std::uint8_t> datagram, std::uint32_t seq) {
     // NLMSG_NOOP, NLMSG_DONE, anything else: not an answer.
   }
   return Answer{};
+}
+
+// -- read_address_messages ----------------------------------------------------
+
+namespace {
+
+// The address an RTM_NEWADDR/RTM_DELADDR names (see the header), nullopt
+// when it names none we read; `bad` set when its attributes do not add up.
+std::optional<policy::IpAddress> address_of(base::ByteReader& payload, bool& bad) {
+  const auto msg = read_struct<ifaddrmsg>(payload);
+  if (!msg) {
+    bad = true;
+    return std::nullopt;
+  }
+  std::size_t size = 0;
+  if (msg->ifa_family == AF_INET) {
+    size = 4;
+  } else if (msg->ifa_family == AF_INET6) {
+    size = 16;
+  } else {
+    return std::nullopt;
+  }
+  // The attributes start at NLMSG_ALIGN(sizeof(ifaddrmsg)) = 8: no padding.
+  std::optional<policy::IpAddress> local;
+  std::optional<policy::IpAddress> address;
+  while (!payload.empty()) {
+    const auto a = read_struct<rtattr>(payload);
+    if (!a || a->rta_len < sizeof(rtattr)) {
+      bad = true;
+      return std::nullopt;
+    }
+    const auto value = payload.bytes(a->rta_len - sizeof(rtattr));
+    if (!value) {
+      bad = true;
+      return std::nullopt;
+    }
+    if (!payload.skip(std::min(align4(a->rta_len) - a->rta_len, payload.remaining()))) {
+      bad = true;
+      return std::nullopt;
+    }
+    if (a->rta_type != IFA_LOCAL && a->rta_type != IFA_ADDRESS) continue;
+    if (value->size() != size) {
+      bad = true;
+      return std::nullopt;
+    }
+    std::array<std::uint8_t, 16> b{};
+    std::copy(value->begin(), value->end(), b.begin());
+    const policy::IpAddress ip = size == 4 ? policy::IpAddress::v4_bytes(b.data()) : policy::IpAddress::v6(b);
+    (a->rta_type == IFA_LOCAL ? local : address) = ip;
+  }
+  return local ? local : address;
+}
+
+}  // namespace
+
+AddressMessages read_address_messages(std::span<const std::uint8_t> datagram, std::uint32_t dump_seq) {
+  base::ByteReader r(datagram);
+  AddressMessages out;
+  auto malformed = [] {
+    AddressMessages m;
+    m.end = AddressMessages::End::kMalformed;
+    return m;
+  };
+  while (!r.empty()) {
+    const auto h = read_struct<nlmsghdr>(r);
+    if (!h) return malformed();
+    if (h->nlmsg_len < sizeof(nlmsghdr)) return malformed();
+    const auto payload_bytes = r.bytes(h->nlmsg_len - sizeof(nlmsghdr));
+    if (!payload_bytes) return malformed();
+    if (!r.skip(std::min(align4(h->nlmsg_len) - h->nlmsg_len, r.remaining()))) return malformed();
+    base::ByteReader payload(*payload_bytes);
+    if (h->nlmsg_type == RTM_NEWADDR || h->nlmsg_type == RTM_DELADDR) {
+      bool bad = false;
+      const auto ip = address_of(payload, bad);
+      if (bad) return malformed();
+      if (ip) out.changes.push_back(AddressChange{h->nlmsg_type == RTM_NEWADDR, *ip});
+      continue;
+    }
+    if (h->nlmsg_seq != dump_seq) continue;
+    if (h->nlmsg_type == NLMSG_DONE) {
+      out.end = AddressMessages::End::kDone;
+      return out;
+    }
+    if (h->nlmsg_type == NLMSG_ERROR) {
+      const auto code = read_struct<int>(payload);
+      if (!code) return malformed();
+      if (*code == 0) continue;  // an ack: not the end of a dump
+      out.end = AddressMessages::End::kError;
+      out.error = *code < 0 && *code >= -kMaxErrno ? -*code : EPROTO;
+      return out;
+    }
+  }
+  return out;
 }
 
 // -- RouteSocket --------------------------------------------------------------

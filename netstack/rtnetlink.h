@@ -3,6 +3,10 @@
 // index by name, change a link's MTU, MAC address and up flag, add an
 // address, add a default route. Nothing on the data path uses it.
 //
+// read_address_messages() reads the kernel's address dumps and
+// notifications for HostAddressWatch (host_address_watch.h), which follows
+// abox-net's own addresses on a socket of its own.
+//
 // One NETLINK_ROUTE socket per RouteSocket (closed with it). The socket
 // belongs to the network namespace it was opened in, whichever namespace
 // the thread is in later. Each request is one message with a fresh sequence
@@ -76,6 +80,34 @@ struct Answer {
 // covers the header and stays inside the datagram, an NLMSG_ERROR holds its
 // error code, an RTM_NEWLINK holds its ifinfomsg.
 Answer read_answer(std::span<const std::uint8_t> datagram, std::uint32_t seq);
+
+// What one datagram from the kernel says about addresses: a part of an
+// RTM_GETADDR dump (numbered `dump_seq`) or notifications of the
+// RTMGRP_IPV4_IFADDR / RTMGRP_IPV6_IFADDR groups (any sequence number).
+struct AddressChange {
+  bool added = true;  // RTM_NEWADDR; false: RTM_DELADDR
+  policy::IpAddress address;
+};
+struct AddressMessages {
+  enum class End {
+    kMore,       // read on
+    kDone,       // NLMSG_DONE of the dump numbered dump_seq
+    kError,      // NLMSG_ERROR for it: errno in `error`
+    kMalformed,  // lengths that do not add up: nothing of the datagram is used
+  };
+  End end = End::kMore;
+  int error = 0;
+  std::vector<AddressChange> changes;  // in the datagram's order
+};
+
+// Reads every message of one datagram, in order. Checks, besides
+// read_answer()'s: an RTM_NEWADDR or RTM_DELADDR holds its ifaddrmsg, each
+// attribute's length covers its header and stays inside the message, and
+// the address (IFA_LOCAL, or IFA_ADDRESS when there is none: the host's own
+// end of the link, never a point-to-point peer) is 4 bytes for AF_INET or
+// 16 for AF_INET6. Other families, other messages and an address message
+// without an address are skipped.
+AddressMessages read_address_messages(std::span<const std::uint8_t> datagram, std::uint32_t dump_seq);
 
 class RouteSocket {
  public:

@@ -18,6 +18,7 @@
 #include "netstack/explain_command.h"
 #include "netstack/guest_dns.h"
 #include "netstack/guest_stack.h"
+#include "netstack/host_address_watch.h"
 #include "netstack/lwip/abox_lwip.h"
 #include "netstack/memory_trimmer.h"
 #include "netstack/pcap_writer.h"
@@ -91,10 +92,10 @@ constexpr std::string_view kUsage =
     "Exit status: 0 stopped by a signal, the namespace went away or the VM\n"
     "disconnected, 2 usage error, 3 could not start (invalid or unreadable policy,\n"
     "namespace, tap or socket path, no upstream, pcap file or stats socket not\n"
-    "usable, no sandbox possible). With CMD: CMD's status (128+N when signal N\n"
-    "ended it), or 122 abox-net died while CMD ran, 125 abox-net could not start\n"
-    "(usage, policy, namespace, appliance), 126 CMD could not be executed, 127 CMD\n"
-    "was not found.\n";
+    "usable, no sandbox possible, this host's addresses not readable). With CMD:\n"
+    "CMD's status (128+N when signal N ended it), or 122 abox-net died while CMD\n"
+    "ran, 125 abox-net could not start (usage, policy, namespace, appliance), 126\n"
+    "CMD could not be executed, 127 CMD was not found.\n";
 
 // Runs the loop (signals included) until a VMM connects to the listener.
 // Holds nullptr when a signal stopped the loop first.
@@ -331,7 +332,7 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
 
   auto sink = open_events("abox-net run", o.events_path);
   if (!sink) return 3;
-  base::EventLog events = base::EventLog::to_fd(o.instance, sink->fd);
+  base::EventLog events = sink->log(o.instance);
   base::SystemRandom random;
 
   try {
@@ -388,9 +389,11 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
         return 3;
       }
     }
-    // The start event follows the ready line: with --events - both go to
-    // stdout, and whoever waits for "ready" must read it first.
+    // The start event, and whatever setup emitted (held by the sink), follow
+    // the ready line: with --events - they share stdout, and whoever waits
+    // for "ready" must read it first.
     auto start_event = [&] {
+      sink->release();
       events.emit("start", {{"mode", "run"},
                             {"sandbox", o.sandbox},
                             {"policy", policy.source()},
@@ -417,6 +420,13 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     }
     guest_link = pcap ? static_cast<Link*>(&recording.emplace(*link, *pcap)) : link.get();
     stack = std::make_unique<GuestStack>(loop, *guest_link, policy, upstreams, events, random, gc);
+    // This host's addresses, before the first guest byte and before the
+    // syscall filter (a netlink socket): the gate and admission refuse them.
+    auto host_watch = HostAddressWatch::start(loop, stack->host_addresses(), events);
+    if (!host_watch.ok()) {
+      std::cerr << "abox-net run: " << host_watch.error() << '\n';
+      return 3;
+    }
     if (o.sandbox) {
       if (auto r = install_syscall_filter(); !r.ok()) {
         std::cerr << "abox-net run: cannot enter the sandbox: " << r.error() << '\n';

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <span>
+#include <string>
 
 #include "base/broker_handoff.h"
 #include "lwip/pbuf.h"
@@ -256,6 +258,9 @@ void TcpFlow::on_guest_data(pbuf* p) {
     peek();
     return;
   }
+  // Checked before any of it is sent: a refusal aborts the flow, and these
+  // bytes go with it.
+  if (follower_ && !follower_->opaque() && !follow(p)) return;
   if (state_ == State::open) {
     flush_to_host();
     if (state_ != State::done) update_watch();
@@ -269,29 +274,64 @@ void TcpFlow::peek() {
   pbuf_copy_partial(to_host_, peeked_.data(), static_cast<u16_t>(std::min<std::size_t>(take, 0xFFFF)), 0);
   PeekResult r = peek_name(peeked_, limit);
   if (r.status == PeekStatus::need_more && to_host_bytes_ < limit) return;
-  auto refuse = [&](std::string_view why, std::string_view shown) {
-    ++stack_.mutable_counters().name_refused;
-    if (stack_.events().reserve_line())
-      stack_.events().write_reserved(
-          "deny",
-          {{"reason", why}, {"name", name_}, {"peeked", shown}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
-    abort_both("name check failed");
-  };
   if (r.status != PeekStatus::tls_sni && r.status != PeekStatus::http_host) {
     std::string why = "no acceptable name in the first bytes: " + std::string(to_string(r.status));
     if (r.error != PeekError::none) why += std::string(" (") + std::string(describe(r.error)) + ")";
-    refuse(why, r.status == PeekStatus::tls_ech ? r.name.view() : std::string_view());
+    refuse_name(why, r.status == PeekStatus::tls_ech ? r.name.view() : std::string_view());
     return;
   }
   auto check = check_peeked_name(stack_.policy(), stack_.answer_table(), dst_.address, dst_.port,
                                  r.name.view(), stack_.loop().now());
   if (check != NameCheck::ok) {
-    refuse(describe(check), r.name.view());
+    refuse_name(describe(check), r.name.view());
     return;
   }
   peeked_.clear();
   peeked_.shrink_to_fit();
+  if (r.status == PeekStatus::http_host) {
+    // From the flow's first byte: the first request is read again, and
+    // whatever the guest pipelined behind it in the held bytes is checked
+    // before any of it goes.
+    follower_ = std::make_unique<HttpRequestFollower>(limit);
+    if (!follow(to_host_)) return;
+  }
   connect_host();
+}
+
+void TcpFlow::refuse_name(std::string_view why, std::string_view shown) {
+  ++stack_.mutable_counters().name_refused;
+  if (stack_.events().reserve_line())
+    stack_.events().write_reserved(
+        "deny",
+        {{"reason", why}, {"name", name_}, {"peeked", shown}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
+  abort_both("name check failed");
+}
+
+bool TcpFlow::follow(const pbuf* chain) {
+  for (const pbuf* q = chain; q != nullptr; q = q->next) {
+    std::span<const std::uint8_t> in(static_cast<const std::uint8_t*>(q->payload), q->len);
+    while (!in.empty()) {
+      const FollowStep step = follower_->feed(in);
+      if (step.kind == FollowStep::Kind::refused) {
+        refuse_name(
+            "request " + std::to_string(follower_->requests() + 1) + " on the flow: " + describe(step),
+            step.peek.name.view());
+        return false;
+      }
+      if (step.kind == FollowStep::Kind::request) {
+        const auto check = check_peeked_name(stack_.policy(), stack_.answer_table(), dst_.address, dst_.port,
+                                             step.name.view(), stack_.loop().now());
+        if (check != NameCheck::ok) {
+          refuse_name("request " + std::to_string(follower_->requests()) +
+                          " on the flow: " + std::string(describe(check)),
+                      step.name.view());
+          return false;
+        }
+      }
+      in = in.subspan(step.consumed);
+    }
+  }
+  return true;
 }
 
 void TcpFlow::flush_to_host() {
@@ -532,6 +572,15 @@ void TcpFlow::check_deadlines(base::MonoTime now) {
             {{"reason", "connect timed out"}, {"name", name_}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
     }
     abort_both("deadline");
+    return;
+  }
+  if (stack_.host_addresses().contains(dst_.address)) {
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved("flow", {{"reason", "the destination became an address of this host"},
+                                              {"name", name_},
+                                              {"dst", dst_.to_string()},
+                                              {"proto", "tcp"}});
+    abort_both("host address");
     return;
   }
   // An answer admits new flows until it expires; flows already running get

@@ -5,7 +5,12 @@
 //               are held, not acknowledged to the host side, until a TLS SNI
 //               or HTTP Host is read (name_peek.h) and checked against the
 //               AnswerTable (admission.h); a mismatch, a timeout or
-//               peek_bytes without a decision resets the guest.
+//               peek_bytes without a decision resets the guest. A flow whose
+//               first bytes are an HTTP request is followed from then on
+//               (http_request_follower.h): each piece of guest bytes is read
+//               before it is sent, and every request head's Host is checked
+//               the same way; a mismatch, or bytes that cannot be followed,
+//               reset both sides before the piece that ends the head goes.
 //   connecting  a non-blocking connect to the original destination, bounded
 //               by timeouts.connect_ms; failure resets the guest. A flow to
 //               a [[broker]] name connects to the broker's unix socket
@@ -38,12 +43,15 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include "base/clock.h"
 #include "base/unique_fd.h"
 #include "netstack/event_loop.h"
 #include "netstack/guest_send_buffer.h"
+#include "netstack/http_request_follower.h"
 #include "policy/ip_address.h"
 #include "policy/policy.h"
 
@@ -104,6 +112,10 @@ class TcpFlow final : public EventLoop::Watcher {
   void abort_both(const char* reason);
   void close_clean();
   void peek();
+  // Reads the guest bytes of `chain` (and the pbufs after it) through the
+  // follower; false when it refused them (the flow is then aborted).
+  bool follow(const pbuf* chain);
+  void refuse_name(std::string_view why, std::string_view shown);
   void detach_pcb();
 
   GuestStack& stack_;
@@ -135,7 +147,10 @@ class TcpFlow final : public EventLoop::Watcher {
   pbuf* to_host_ = nullptr;  // guest bytes not yet taken by the host socket
   std::size_t to_host_bytes_ = 0;
   std::vector<std::uint8_t> peeked_;  // copy of the first bytes while peeking
-  GuestSendBuffer to_guest_;          // host bytes lwIP's segments point into
+  // Every request of a plain-HTTP flow on a name-checked port (set when the
+  // peek found one); null for every other flow.
+  std::unique_ptr<HttpRequestFollower> follower_;
+  GuestSendBuffer to_guest_;  // host bytes lwIP's segments point into
 
   bool guest_fin_ = false;      // the guest sent FIN
   bool host_shut_wr_ = false;   // we shut the host socket's write side

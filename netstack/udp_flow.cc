@@ -203,8 +203,17 @@ void UdpFlow::from_host(std::span<const std::uint8_t> datagram) {
 
 void UdpFlow::check_idle(base::MonoTime now) {
   if (retired_) return;
-  bool expired = now >= stack_.answer_table().live_until(dst_.address, name_);
-  if (expired) {
+  // An address that became this host's since the flow was admitted ends it
+  // as an expired answer would (host_address_watch.h).
+  const bool now_host = stack_.host_addresses().contains(dst_.address);
+  if (now_host && stack_.events().reserve_line()) {
+    stack_.events().write_reserved("flow", {{"reason", "the destination became an address of this host"},
+                                            {"name", name_},
+                                            {"dst", dst_.to_string()},
+                                            {"proto", "udp"}});
+  }
+  bool expired = now_host || now >= stack_.answer_table().live_until(dst_.address, name_);
+  if (expired && !now_host) {
     if (stack_.events().reserve_line())
       stack_.events().write_reserved("flow",
                                      {{"reason", "the answer that admitted the flow expired (TTL + grace)"},

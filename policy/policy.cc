@@ -51,6 +51,15 @@ const BrokerBinding* Policy::broker_for(std::string_view canonical, std::uint16_
   return found;
 }
 
+AddressVerdict Policy::check_address(const IpAddress& a, const HostAddresses& host) const {
+  if (host.contains(a)) {
+    AddressVerdict v;
+    v.reserved = &HostAddresses::range();
+    return v;  // never lifted
+  }
+  return check_address(a);
+}
+
 AddressVerdict Policy::check_address(const IpAddress& a) const {
   AddressVerdict v;
   v.reserved = find_reserved(a);

@@ -9,7 +9,7 @@
 //   allows_name(name)               may the DNS gate resolve this name at all?
 //   admits(name, port, protocol)    which [[allow]] rule admits a flow (or none)
 //   broker_for(name, port)          the [[broker]] binding that takes the flow
-//   check_address(addr)             reserved? lifted by [unsafe]?
+//   check_address(addr[, host])     reserved (or this host's own)? lifted by [unsafe]?
 // Names passed in must be canonical (policy/name.h): the data path
 // canonicalizes once at its edge.
 #pragma once
@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "policy/host_addresses.h"
 #include "policy/ip_address.h"
 #include "policy/name.h"
 #include "policy/name_matcher.h"
@@ -145,6 +146,10 @@ class Policy {
   const BrokerBinding* broker_for(std::string_view canonical, std::uint16_t port) const;
 
   AddressVerdict check_address(const IpAddress& a) const;
+  // The same, and an address of this host (HostAddresses) is reserved too,
+  // under HostAddresses::range(), and never lifted. What the data path uses:
+  // the DNS gate's answer filter, admission, the broker's resolver.
+  AddressVerdict check_address(const IpAddress& a, const HostAddresses& host) const;
   bool is_reserved(const IpAddress& a) const { return check_address(a).refused(); }
 
   // Every rule whose names match, in lookup order (for explain). fn returns

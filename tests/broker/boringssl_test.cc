@@ -47,7 +47,8 @@ TEST(BoringSsl, OnlyBoringSslInTheProcess) {
   ASSERT_TRUE(policy.ok());
   static const std::uint8_t kGarbage[] = {0, 1, 2, 3};
   std::uint8_t qname[] = {1, 'a', 4, 't', 'e', 's', 't', 0};
-  auto r = dns::filter_upstream_answer(kGarbage, dns::AskedQuestion{1, qname, 1, 1}, *policy);
+  const policy::HostAddresses host;
+  auto r = dns::filter_upstream_answer(kGarbage, dns::AskedQuestion{1, qname, 1, 1}, *policy, host);
   EXPECT_FALSE(r.ok());
   std::ifstream maps("/proc/self/maps");
   std::stringstream text;

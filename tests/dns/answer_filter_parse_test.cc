@@ -27,6 +27,8 @@ namespace {
 using Bytes = std::vector<std::uint8_t>;
 constexpr std::uint16_t kId = 0x4A7B;
 
+const policy::HostAddresses kNoHostAddresses;
+
 const policy::Policy& test_policy() {
   static const policy::Policy p = [] {
     auto r = policy::parse_policy(
@@ -73,7 +75,7 @@ struct Asked {
 
 FilterError error_of(const Bytes& msg, std::uint16_t qtype = 1) {
   Asked asked(qtype);
-  auto r = filter_upstream_answer(msg, asked.q, test_policy());
+  auto r = filter_upstream_answer(msg, asked.q, test_policy(), kNoHostAddresses);
   EXPECT_FALSE(r.ok());
   return r.ok() ? FilterError::too_large : r.error();
 }
@@ -190,7 +192,7 @@ TEST(AnswerFilterParse, UnknownTypeRdataCopiedAsIs) {
   const Bytes opaque = {0xC0, 0x0C, 0xC0, 0xFF, 0x40, 0};
   m.rr(kQname, 0xFF00, opaque);
   Asked asked;
-  auto r = filter_upstream_answer(m.b, asked.q, test_policy());
+  auto r = filter_upstream_answer(m.b, asked.q, test_policy(), kNoHostAddresses);
   ASSERT_TRUE(r.ok()) << describe(r.error());
   Bytes tail = {0xFF, 0x00, 0, 1, 0, 0, 1, 0, 0, 6};
   tail.insert(tail.end(), opaque.begin(), opaque.end());
@@ -216,7 +218,7 @@ TEST(AnswerFilterParse, RdataNamesDecompressedThenCompressedOnlyWhereAllowed) {
        {0, 1, 0, 2, 0x01, 0xBB, static_cast<std::uint8_t>(0xC0 | (mail_at >> 8)),
         static_cast<std::uint8_t>(mail_at)});
   Asked asked(255);
-  auto r = filter_upstream_answer(m.b, asked.q, test_policy());
+  auto r = filter_upstream_answer(m.b, asked.q, test_policy(), kNoHostAddresses);
   ASSERT_TRUE(r.ok()) << describe(r.error());
   EXPECT_EQ(r->stripped_records, 1u);
   Decoded seen(r->wire);
@@ -273,7 +275,7 @@ TEST(AnswerFilterParse, LdnsReadsOurOutputAsItReadTheInput) {
     const AskedQuestion asked{static_cast<std::uint16_t>((msg[0] << 8) | msg[1]), name,
                               static_cast<std::uint16_t>(ldns_rr_get_type(q)),
                               static_cast<std::uint16_t>(ldns_rr_get_class(q))};
-    auto r = filter_upstream_answer(msg, asked, test_policy());
+    auto r = filter_upstream_answer(msg, asked, test_policy(), kNoHostAddresses);
     if (!r.ok()) continue;
     bool in_ok = false;
     bool out_ok = false;

@@ -145,9 +145,12 @@ Bytes build(const Upstream& u) {
   return Bytes(wire.get(), wire.get() + size);
 }
 
+const policy::HostAddresses kNoHostAddresses;
+
 base::Result<FilteredAnswer, FilterError> run(const Bytes& msg, const Asked& asked,
-                                              const policy::Policy& p = plain_policy()) {
-  return filter_upstream_answer(msg, asked.q, p);
+                                              const policy::Policy& p = plain_policy(),
+                                              const policy::HostAddresses& host = kNoHostAddresses) {
+  return filter_upstream_answer(msg, asked.q, p, host);
 }
 
 // The filtered answer as the guest sees it.
@@ -190,6 +193,42 @@ std::vector<std::string> addresses_of(const FilteredAnswer& a) {
 }
 
 using Lines = std::vector<std::string>;
+
+// Issue 15: an answer naming an address of the host the gate runs on (its
+// public outside address, an address on its loopback) reached the guest and
+// the AnswerTable. Removed as rebinding, under the host's own entry, and no
+// [unsafe] lifts it.
+TEST(AnswerFilterTest, AddressesOfThisHostAreRemovedAsRebinding) {
+  policy::HostAddresses host;
+  ASSERT_TRUE(host.add(*policy::IpAddress::parse("93.184.216.34")));
+  ASSERT_TRUE(host.add(*policy::IpAddress::parse("127.0.0.1")));  // in a range [unsafe] lifts below
+  ASSERT_TRUE(host.add(*policy::IpAddress::parse("2001:4860::1")));
+  Asked asked("example.com", kTypeA);
+  Upstream u;
+  u.answer = {"example.com. 300 IN A 93.184.216.34", "example.com. 300 IN A 93.184.216.35",
+              "example.com. 300 IN A 127.0.0.1"};
+  auto r = run(build(u), asked, lifting_policy(), host);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(addresses_of(*r), Lines{"93.184.216.35"});
+  ASSERT_EQ(r->rebinding.size(), 2u);
+  for (const auto& removed : r->rebinding) {
+    EXPECT_EQ(removed.range, &policy::HostAddresses::range()) << removed.address.to_string();
+    EXPECT_TRUE(removed.range->never_lifted);
+  }
+  EXPECT_EQ(Seen(r->wire).answer(), Lines{"example.com. 300 IN A 93.184.216.35"});
+  Asked asked6("example.com", kTypeAAAA);
+  Upstream u6;
+  u6.question = "example.com. IN AAAA";
+  u6.answer = {"example.com. 300 IN AAAA 2001:4860::1"};
+  auto r6 = run(build(u6), asked6, plain_policy(), host);
+  ASSERT_TRUE(r6.ok());
+  EXPECT_TRUE(r6->addresses.empty());
+  ASSERT_EQ(r6->rebinding.size(), 1u);
+  // The same answer without the host's addresses keeps them all.
+  auto plain = run(build(u), asked, lifting_policy());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->addresses.size(), 3u);
+}
 
 // ---------------------------------------------------------------------------
 // Plain answers

@@ -128,7 +128,8 @@ class GateTest : public ::testing::Test {
     ASSERT_TRUE(p.ok()) << p.error().to_string();
     policy_ = std::make_unique<policy::Policy>(std::move(p).value());
     table_ = std::make_unique<AnswerTable>(*policy_, policy_->limits().answer_entries);
-    gate_ = std::make_unique<DnsGate>(*policy_, policy_->dns().upstreams, *table_, events_, random_, sink_);
+    gate_ = std::make_unique<DnsGate>(*policy_, host_, policy_->dns().upstreams, *table_, events_, random_,
+                                      sink_);
   }
 
   void query(std::uint64_t token, const std::vector<std::uint8_t>& q, Transport t = Transport::udp) {
@@ -143,6 +144,7 @@ class GateTest : public ::testing::Test {
   base::SeededRandom random_{7};
   RecordingSink sink_;
   std::unique_ptr<policy::Policy> policy_;
+  policy::HostAddresses host_;
   std::unique_ptr<AnswerTable> table_;
   std::unique_ptr<DnsGate> gate_;
   MonoTime now_ = MonoTime{} + std::chrono::hours(1);
@@ -252,6 +254,40 @@ TEST_F(GateTest, RebindingAddressesAreRemovedAndLogged) {
   EXPECT_EQ(rebinding_events, 2);
 }
 
+// Issue 15: an address of the host the gate runs on is removed from answers
+// as rebinding, named as the host's own; an answer cached before the host
+// took that address is not served again but asked for again and filtered.
+TEST_F(GateTest, AddressesOfThisHostAreRemovedEvenFromCachedAnswers) {
+  const auto host_ip = *policy::IpAddress::parse("93.184.215.77");
+  query(1, make_query(7, "web.example.com", rr_type::A));
+  auto up = sink_.upstream.at(0);
+  const std::vector<std::string> records = {"web.example.com. 300 IN A 93.184.215.77",
+                                            "web.example.com. 300 IN A 93.184.215.14"};
+  gate_->on_upstream_reply(up.slot, make_answer(up.msg, records), now_);
+  ASSERT_EQ(ancount(sink_.guest.at(0).msg), 2u);  // not this host's yet
+
+  ASSERT_TRUE(host_.add(host_ip));
+  query(2, make_query(8, "web.example.com", rr_type::A));
+  ASSERT_EQ(sink_.upstream.size(), 2u) << "a cached answer naming this host's address was served";
+  EXPECT_EQ(gate_->counters().cache_hits, 0u);
+  up = sink_.upstream.at(1);
+  gate_->on_upstream_reply(up.slot, make_answer(up.msg, records), now_);
+  ASSERT_EQ(sink_.guest.size(), 2u);
+  EXPECT_EQ(ancount(sink_.guest[1].msg), 1u);
+  EXPECT_EQ(gate_->counters().rebinding, 1u);
+  bool named = false;
+  for (const auto& e : event_lines_) {
+    named |= e.find("\"kind\":\"rebinding\"") != std::string::npos &&
+             e.find("\"range\":\"93.184.215.77\"") != std::string::npos &&
+             e.find("\"range_name\":\"this host's own address\"") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << "no rebinding event naming this host's address";
+  // The filtered answer is cached; it is served from there now.
+  query(3, make_query(9, "web.example.com", rr_type::A));
+  EXPECT_EQ(sink_.upstream.size(), 2u);
+  EXPECT_EQ(ancount(sink_.guest.at(2).msg), 1u);
+}
+
 // Past the event rate cap the rebinding lines are not written, but every
 // removal is still counted: by the gate, and as suppressed lines by the log.
 TEST_F(GateTest, RebindingEventsPastTheRateCapAreCountedNotWritten) {
@@ -344,7 +380,8 @@ TEST_F(GateTest, IdleGateCostsTheSameWhateverItsInFlightLimit) {
     make("[dns]\nupstreams = [\"192.0.2.1\"]\n[limits]\n" + limits);
     gate_.reset();
     abox::testing::AllocationCounter allocs;
-    gate_ = std::make_unique<DnsGate>(*policy_, policy_->dns().upstreams, *table_, events_, random_, sink_);
+    gate_ = std::make_unique<DnsGate>(*policy_, host_, policy_->dns().upstreams, *table_, events_, random_,
+                                      sink_);
     return allocs.bytes();
   };
   const std::size_t small = bytes_for("dns_in_flight = 1\n");

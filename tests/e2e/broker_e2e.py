@@ -49,6 +49,8 @@ BEARER = "bearer.example.test"    # a binding whose key goes in authorization: B
 WRONG = "wrong.example.test"      # its provider shows a certificate for another name
 UNTRUSTED = "untrusted.example.test"  # its provider's certificate is from an unknown CA
 REBIND = "rebind.example.test"    # resolves to 127.0.0.1 only
+SELF = "self.example.test"        # resolves to the broker's own address (outside's end of the veth), where a
+                                  # provider of the broker's host listens: issue 15
 WS = "ws.example.test"            # a binding that allows upgrades
 ADDRS = {API: "93.184.215.14", BEARER: "93.184.215.14", WS: "93.184.215.14", WRONG: "93.184.215.16", UNTRUSTED: "93.184.215.17"}
 KEY = "sk-test-REALKEY-0123456789abcdef0123456789"
@@ -101,6 +103,12 @@ name = "{REBIND}"
 credential = "provider"
 header = "x-api-key"
 nonce_env = "REBIND_API_KEY"
+
+[[broker]]
+name = "{SELF}"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "SELF_API_KEY"
 
 [limits]
 http_head_bytes = 4096
@@ -777,6 +785,20 @@ def upstream_resolving_to_loopback_is_refused(env):
 
 
 @case
+def upstream_resolving_to_the_brokers_own_address_is_refused(env):
+    # Issue 15: an answer naming an address of the broker's own host passed
+    # the reserved ranges (it is public) and the key went to whatever
+    # listens there: a service of the host (here a provider with a valid
+    # certificate for the name, on the outside end of the veth).
+    before = env.provider_log("self")
+    resp = raw_exchange(env, request(env, host=SELF, nonce=env.nonces[SELF]), sni=SELF)
+    assert_refused(env, resp, 502, "upstream_address_reserved")
+    nothing_reached_provider(env, before, "self")
+    reserved = [e for e in env.events() if e.get("kind") == "broker_upstream_reserved" and e.get("name") == SELF]
+    assert any(e.get("address") == nr.OUTSIDE_LINK for e in reserved), f"no broker_upstream_reserved event: {reserved}"
+
+
+@case
 def sni_without_a_binding_gets_no_certificate(env):
     before = env.provider_log()
     ctx = tls_context(env)
@@ -1337,10 +1359,11 @@ def self_signed(rig, name):
 
 def setup(rig, abox):
     rig.build_internet()
-    ca = rig.make_ca([API, BEARER])
+    ca = rig.make_ca([API, BEARER, SELF])
     rig.start_nsd([f"api IN A {ADDRS[API]}", f"bearer IN A {ADDRS[BEARER]}", f"ws IN A {ADDRS[WS]}", f"wrong IN A {ADDRS[WRONG]}",
-                   f"untrusted IN A {ADDRS[UNTRUSTED]}", "rebind IN A 127.0.0.1", f"ns1 IN A {nr.ADDR['ns1']}"])
-    logs = {k: rig.path(f"provider-{k}.jsonl") for k in ("api", "wrong", "untrusted")}
+                   f"untrusted IN A {ADDRS[UNTRUSTED]}", "rebind IN A 127.0.0.1", f"self IN A {nr.OUTSIDE_LINK}",
+                   f"ns1 IN A {nr.ADDR['ns1']}"])
+    logs = {k: rig.path(f"provider-{k}.jsonl") for k in ("api", "wrong", "untrusted", "self")}
     provider_script = os.path.join(HERE, "broker_fake_provider.py")
     # api, bearer and ws share one provider (one address), whose
     # certificate names all three.
@@ -1353,6 +1376,11 @@ def setup(rig, abox):
                       ns=rig.inet)
         rig.wait_for(f"provider {which}", lambda a=addr: listening_on(rig, rig.inet, a, 443), proc=p,
                      log=f"provider-{which}")
+    # A provider of the broker's own host: in outside, on the veth's end.
+    p = rig.spawn("provider-self", [sys.executable, provider_script, nr.OUTSIDE_LINK, "443", *rig.ca[SELF],
+                                    logs["self"]], ns=rig.outside)
+    rig.wait_for("provider self", lambda: listening_on(rig, rig.outside, nr.OUTSIDE_LINK, 443), proc=p,
+                 log="provider-self")
 
     # The outside namespace resolves the provider names to the broker, as
     # the guest's DNS through abox-net would lead its flows to the broker.
@@ -1364,7 +1392,7 @@ def setup(rig, abox):
     rig.etc_netns.append(d)
     with open(f"{d}/hosts", "w") as f:
         f.write("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 {n}\n" for n in (API, BEARER, WS, WRONG,
-                                                                               UNTRUSTED, REBIND)))
+                                                                               UNTRUSTED, REBIND, SELF)))
 
     policy = rig.path("policy.toml")
     with open(policy, "w") as f:

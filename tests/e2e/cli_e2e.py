@@ -58,8 +58,8 @@ ports = [443]
 
 
 class Env:
-    def __init__(self, abox, abox_net, tmp, ns):
-        self.abox, self.abox_net, self.tmp, self.ns = abox, abox_net, tmp, ns
+    def __init__(self, abox, abox_net, tmp, ns, guest_ns):
+        self.abox, self.abox_net, self.tmp, self.ns, self.guest_ns = abox, abox_net, tmp, ns, guest_ns
         self.procs = []
 
     def path(self, name):
@@ -174,11 +174,16 @@ def case_ready_line_first_with_events_on_stdout(e):
     p, first, second = e.start([e.abox_net, "dns", "--policy", policy, "--listen", "127.0.0.1:0",
                                 "--events", "-"])
     expect(first.startswith("listening on "), f"dns: first line {first!r}")
-    expect(json.loads(second)["kind"] == "start", f"dns: second line {second!r}")
+    expect(json.loads(second)["kind"] in ("start", "host_address"), f"dns: second line {second!r}")
     sock = e.path("vm.sock")
     p, first, second = e.start([e.abox_net, "run", "--policy", policy, "--stream", sock, "--events", "-"])
     expect(first.startswith(f"ready stream={sock} "), f"run --stream: first line {first!r}")
     expect(json.loads(second)["kind"] == "start", f"run --stream: second line {second!r}")
+    # A tap in a guest namespace: setup emits events of its own (this host's
+    # addresses) before the guest side is up; they wait for the ready line.
+    p, first, second = e.start([e.abox_net, "run", "--policy", policy, "--netns", e.guest_ns, "--events", "-"])
+    expect(first.startswith("ready guest=10.0.2.15/24 "), f"run --netns: first line {first!r} {e.stderr_of(p)}")
+    expect(json.loads(second)["kind"] in ("start", "host_address"), f"run --netns: second line {second!r}")
 
 
 def broker_files(e, tag):
@@ -249,15 +254,16 @@ def main(argv):
             print(f"cli_e2e: {tool} is missing (scripts/setup.sh installs it)")
             return 1
     tmp = tempfile.mkdtemp(prefix="abox-cli-e2e-")
-    ns = f"abcli{os.getpid()}"
+    ns, guest_ns = f"abcli{os.getpid()}", f"abcli{os.getpid()}g"
     passed = failed = 0
-    made_ns = False
-    e = Env(abox, abox_net, tmp, ns)
+    made = []
+    e = Env(abox, abox_net, tmp, ns, guest_ns)
     old = {s: signal.signal(s, nr._raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        subprocess.run(["ip", "netns", "add", ns], check=True, timeout=10)
-        made_ns = True
-        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, timeout=10)
+        for n in (ns, guest_ns):
+            subprocess.run(["ip", "netns", "add", n], check=True, timeout=10)
+            made.append(n)
+            subprocess.run(["ip", "-n", n, "link", "set", "lo", "up"], check=True, timeout=10)
         for fn in (case_version_everywhere, case_help_cmd_is_the_commands_help, case_usage_errors_are_one_line,
                    case_opt_equals_short_flags_and_dash_dash, case_ready_line_first_with_events_on_stdout,
                    case_broker_listens_on_a_port_the_kernel_picks, case_broker_bindings_without_broker_warn_at_start,
@@ -277,23 +283,24 @@ def main(argv):
         failed += 1
     finally:
         e.stop_all()
-        if made_ns:
-            for pid in nr.netns_pids(ns):
+        for n in made:
+            for pid in nr.netns_pids(n):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=10)
         if keep:
             print(f"(kept {tmp})")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
         for s, h in old.items():
             signal.signal(s, h)
-    left = ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout.split()
-    if left:
-        print(f"FAIL cleanup: netns {ns} left")
-        failed += 1
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10).stdout.split()
+    for n in (ns, guest_ns):
+        if n in listed:
+            print(f"FAIL cleanup: netns {n} left")
+            failed += 1
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

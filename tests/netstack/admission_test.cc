@@ -49,10 +49,11 @@ allow_reserved = ["198.18.0.0/15"]
     table_->record(ip(addr), name, now_ + base::Seconds(ttl_s), now_);
   }
   Admission admit(const char* addr, std::uint16_t port, Protocol p = Protocol::tcp) {
-    return admit_flow(*policy_, *table_, ip(addr), port, p, now_);
+    return admit_flow(*policy_, host_, *table_, ip(addr), port, p, now_);
   }
 
   std::unique_ptr<policy::Policy> policy_;
+  policy::HostAddresses host_;
   std::unique_ptr<dns::AnswerTable> table_;
   base::MonoTime now_ = base::MonoTime{} + std::chrono::hours(1);
 };
@@ -85,6 +86,25 @@ TEST_F(AdmissionTest, LiftedReservedIsAdmittedAndMarked) {
   ASSERT_TRUE(a.admitted());
   ASSERT_NE(a.lifted, nullptr);
   EXPECT_EQ(admit("198.18.0.11", 443).refusal, Refusal::not_answered);  // still needs an answer
+}
+
+// Issue 15: an answer naming the host abox-net runs on was admitted as an
+// answered name whenever the host's address was not in a reserved range.
+TEST_F(AdmissionTest, AnAddressOfThisHostIsNeverAdmitted) {
+  answer("140.82.112.3", "github.com");
+  answer("198.18.0.10", "github.com");
+  answer("2606:50c0:8000::153", "github.com");
+  ASSERT_TRUE(host_.add(ip("140.82.112.3")));
+  ASSERT_TRUE(host_.add(ip("198.18.0.10")));  // inside the range [unsafe] lifts: still refused
+  ASSERT_TRUE(host_.add(ip("2606:50c0:8000::153")));
+  EXPECT_EQ(admit("140.82.112.3", 443).refusal, Refusal::host_address);
+  EXPECT_EQ(admit("140.82.112.3", 22).refusal, Refusal::host_address);
+  EXPECT_EQ(admit("198.18.0.10", 443).refusal, Refusal::host_address);
+  EXPECT_EQ(admit("2606:50c0:8000::153", 443).refusal, Refusal::host_address);
+  EXPECT_EQ(describe(Refusal::host_address), "destination is an address of this host");
+  // Followed as it changes: once it is no longer this host's, the answer admits again.
+  host_.remove(ip("140.82.112.3"));
+  EXPECT_TRUE(admit("140.82.112.3", 443).admitted());
 }
 
 TEST_F(AdmissionTest, PortAllowedOnlyForAnotherName) {

@@ -429,6 +429,30 @@ TEST(NamePeekTls, EncryptedClientHello) {
   EXPECT_PEEK(hello({ech_ext(), ech_ext(), sni_ext("a.example")}), fault(PeekError::tls_duplicate_extension));
 }
 
+// Issue 15: a hello under a pre-final ECH code point (0xfe08..0xfe0c, 0xff02)
+// was admitted on its outer SNI. Every code point of the table is refused,
+// with the ECH payload of that draft or with anything at all in it.
+TEST(NamePeekTls, EveryDeployedEncryptedHelloCodePointIsEch) {
+  for (const auto& e : kEncryptedHelloExtensions) {
+    Extension ext = ech_ext();
+    ext.type = e.type;
+    EXPECT_PEEK(hello({sni_ext("public.example"), tls13_ext(), ext}),
+                result(PeekStatus::tls_ech, "public.example"))
+        << std::hex << e.type << " " << e.source;
+    EXPECT_PEEK(hello({{e.type, {}}}), result(PeekStatus::tls_ech)) << std::hex << e.type;
+    EXPECT_FALSE(e.source.empty());
+  }
+  for (std::uint16_t type : {0xfe0d, 0xfe0c, 0xfe0b, 0xfe0a, 0xfe09, 0xfe08, 0xff02, 0xffce}) {
+    EXPECT_PEEK(hello({{type, {7}}, sni_ext("public.example")}),
+                result(PeekStatus::tls_ech, "public.example"))
+        << std::hex << type;
+  }
+  // Their neighbours, and the inner-only markers, are ordinary extensions.
+  for (std::uint16_t type : {0xfe07, 0xfe0e, 0xff01, 0xff03, 0xff04, 0xffcd, 0xffcf, 0xfd00, 0xda09}) {
+    EXPECT_PEEK(hello({{type, {7}}, sni_ext("public.example")}), sni("public.example")) << std::hex << type;
+  }
+}
+
 TEST(NamePeekTls, HelloLargerThanTheLimitIsTooLargeAtOnce) {
   // message = 4 + body; flow = 5 + message. Make the flow exactly kLimit.
   const Bytes base = hello_message({sni_ext("big.example"), padding_ext(0)});
@@ -629,7 +653,8 @@ TEST(NamePeekHttp, TwoHosts) {
 
 TEST(NamePeekHttp, ObsFold) {
   EXPECT_PEEK("GET / HTTP/1.1\r\nHost: a.example\r\nX-A: b\r\n c\r\n\r\n", fault(PeekError::http_obs_fold));
-  EXPECT_PEEK("GET / HTTP/1.1\r\nHost:\r\n\ta.example\r\n\r\n", fault(PeekError::http_host_value));
+  // The Host value is read at the end of the head, so the fold is found first.
+  EXPECT_PEEK("GET / HTTP/1.1\r\nHost:\r\n\ta.example\r\n\r\n", fault(PeekError::http_obs_fold));
   // Whitespace before the first header line (RFC 9112 section 2.2).
   EXPECT_PEEK("GET / HTTP/1.1\r\n Host: a.example\r\n\r\n", fault(PeekError::http_obs_fold));
 }
@@ -674,15 +699,42 @@ TEST(NamePeekHttp, AsteriskFormOnlyForOptions) {
 
 TEST(NamePeekHttp, RequestLineShape) {
   EXPECT_PEEK("GET  / HTTP/1.1\r\n", fault(PeekError::http_request_line));
-  EXPECT_PEEK("GET /\r\n", fault(PeekError::http_request_line));  // HTTP/0.9
-  EXPECT_PEEK("GET / HTTP/1.1 \r\n", fault(PeekError::http_version));
+  EXPECT_PEEK("GET /\r\n", fault(PeekError::http_request_line));            // HTTP/0.9
+  EXPECT_PEEK("GET / HTTP/1.1 \r\n", fault(PeekError::http_request_line));  // a third space
   EXPECT_PEEK("GET / HTTP/2.0\r\n", fault(PeekError::http_version));
-  EXPECT_PEEK("GET / http/1.1\r\n", fault(PeekError::http_version));
+  EXPECT_PEEK("GET / http/1.1\r\n", fault(PeekError::http_request_line));  // not "HTTP/"
+  EXPECT_PEEK("GET / HTTP/1.2\r\n", fault(PeekError::http_version));       // only 1.0 and 1.1 exist
   EXPECT_PEEK("GET / HTTP/1.\r\n", fault(PeekError::http_version));
   EXPECT_PEEK("GET / HTTP/1.10\r\n", fault(PeekError::http_version));
   EXPECT_PEEK("GET /\t HTTP/1.1\r\n", fault(PeekError::http_request_target));
   EXPECT_PEEK("GET /\xc3\xa4 HTTP/1.1\r\n", fault(PeekError::http_request_target));
   EXPECT_PEEK("VERSION-CONTROL /a HTTP/1.1\r\nHost: a.example\r\n\r\n", host("a.example"));
+}
+
+// The shared reader's framing rules hold for the first request too: what
+// the request follower could not follow is refused before anything leaves.
+TEST(NamePeekHttp, BodyFramingIsStrict) {
+  EXPECT_PEEK("POST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\n\r\n", host("a.example"));
+  EXPECT_PEEK("POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n", host("a.example"));
+  for (const char* bad : {
+           "POST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+           "POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+           "POST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+           "POST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5, 5\r\n\r\n",
+           "POST / HTTP/1.1\r\nHost: a.example\r\nContent-Length: +5\r\n\r\n",
+           "POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+           "POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: identity\r\n\r\n",
+           "POST / HTTP/1.0\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n",
+       }) {
+    EXPECT_PEEK(bad, fault(PeekError::http_framing)) << bad;
+  }
+}
+
+TEST(NamePeekHttp, AtMostKMaxRequestFields) {
+  std::string head = "GET / HTTP/1.1\r\nHost: a.example\r\n";
+  for (std::size_t i = 1; i < kMaxRequestFields; ++i) head += "X: 1\r\n";
+  EXPECT_PEEK(head + "\r\n", host("a.example"));
+  EXPECT_PEEK(head + "X: 1\r\n\r\n", fault(PeekError::http_too_many_fields));
 }
 
 TEST(NamePeekHttp, HeaderLineShape) {

@@ -1,11 +1,14 @@
-// rtnl::read_answer on nasty replies, rtnl::Request's layout, and
+// rtnl::read_answer and rtnl::read_address_messages on nasty replies,
+// rtnl::Request's layout, and
 // RouteSocket against the kernel in a namespace of its own (root only; the
 // tap tests in tap_link_test.cc configure a whole guest network through it).
 #include "netstack/rtnetlink.h"
 
 #include <gtest/gtest.h>
+#include <linux/if_addr.h>
 #include <linux/rtnetlink.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -149,6 +152,116 @@ TEST(RtnetlinkReadAnswer, EveryTruncationOfAGoodReplyIsSafe) {
     EXPECT_NE(a.kind, Answer::Kind::kLink) << n;  // never read from past the cut
   }
   EXPECT_EQ(read_answer(d, 4).ifindex, 9);
+}
+
+// An ifaddrmsg of `family` and the attributes (type, value), each padded.
+Bytes address_payload(std::uint8_t family, const std::vector<std::pair<std::uint16_t, Bytes>>& attrs) {
+  ifaddrmsg msg{};
+  msg.ifa_family = family;
+  Bytes out = bytes_of(msg);
+  for (const auto& [type, value] : attrs) {
+    rtattr a{};
+    a.rta_len = static_cast<unsigned short>(sizeof a + value.size());
+    a.rta_type = type;
+    const Bytes head = bytes_of(a);
+    out.insert(out.end(), head.begin(), head.end());
+    out.insert(out.end(), value.begin(), value.end());
+    while (out.size() % 4 != 0) out.push_back(0);
+  }
+  return out;
+}
+
+const Bytes kV4Local = {45, 33, 250, 1};
+const Bytes kV4Peer = {45, 33, 250, 2};
+const Bytes kV6 = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5};
+
+TEST(RtnetlinkAddressMessages, NewAndDeletedAddressesInOrder) {
+  Bytes d;
+  add_message(d, RTM_NEWADDR, 0, address_payload(AF_INET, {{IFA_ADDRESS, kV4Local}, {IFA_LOCAL, kV4Local}}));
+  add_message(d, RTM_NEWADDR, 0, address_payload(AF_INET6, {{IFA_ADDRESS, kV6}}));
+  add_message(d, RTM_DELADDR, 0, address_payload(AF_INET, {{IFA_LOCAL, kV4Local}}));
+  const auto m = read_address_messages(d, 5);
+  EXPECT_EQ(m.end, AddressMessages::End::kMore);
+  ASSERT_EQ(m.changes.size(), 3u);
+  EXPECT_TRUE(m.changes[0].added);
+  EXPECT_EQ(m.changes[0].address.to_string(), "45.33.250.1");
+  EXPECT_EQ(m.changes[1].address.to_string(), "2001:db8::5");
+  EXPECT_FALSE(m.changes[2].added);
+}
+
+TEST(RtnetlinkAddressMessages, TheLocalEndNotAPointToPointPeer) {
+  Bytes d;
+  add_message(d, RTM_NEWADDR, 0, address_payload(AF_INET, {{IFA_ADDRESS, kV4Peer}, {IFA_LOCAL, kV4Local}}));
+  add_message(d, RTM_NEWADDR, 0, address_payload(AF_INET, {{IFA_LOCAL, kV4Local}, {IFA_ADDRESS, kV4Peer}}));
+  const auto m = read_address_messages(d, 5);
+  ASSERT_EQ(m.changes.size(), 2u);
+  EXPECT_EQ(m.changes[0].address.to_string(), "45.33.250.1");
+  EXPECT_EQ(m.changes[1].address.to_string(), "45.33.250.1");
+}
+
+TEST(RtnetlinkAddressMessages, TheDumpsEndAndErrorAreItsOwn) {
+  Bytes d;
+  add_message(d, NLMSG_DONE, 4, bytes_of(0));  // an older dump's
+  add_message(d, RTM_NEWADDR, 5, address_payload(AF_INET, {{IFA_LOCAL, kV4Local}}));
+  add_message(d, NLMSG_DONE, 5, bytes_of(0));
+  add_message(d, RTM_NEWADDR, 0, address_payload(AF_INET6, {{IFA_ADDRESS, kV6}}));  // after the end: not read
+  const auto m = read_address_messages(d, 5);
+  EXPECT_EQ(m.end, AddressMessages::End::kDone);
+  ASSERT_EQ(m.changes.size(), 1u);
+  Bytes e;
+  add_message(e, NLMSG_ERROR, 5, error_payload(-EBUSY));
+  const auto err = read_address_messages(e, 5);
+  EXPECT_EQ(err.end, AddressMessages::End::kError);
+  EXPECT_EQ(err.error, EBUSY);
+  Bytes other;
+  add_message(other, NLMSG_ERROR, 4, error_payload(-EBUSY));
+  EXPECT_EQ(read_address_messages(other, 5).end, AddressMessages::End::kMore);
+}
+
+TEST(RtnetlinkAddressMessages, WhatIsNotAnAddressIsSkipped) {
+  Bytes d;
+  add_message(d, RTM_NEWADDR, 0, address_payload(AF_PACKET, {{IFA_LOCAL, Bytes(6, 1)}}));  // another family
+  add_message(d, RTM_NEWADDR, 0, address_payload(AF_INET, {{IFA_LABEL, Bytes{'l', 'o', 0}}}));  // no address
+  add_message(d, RTM_NEWLINK, 0, link_payload(3));
+  const auto m = read_address_messages(d, 5);
+  EXPECT_EQ(m.end, AddressMessages::End::kMore);
+  EXPECT_TRUE(m.changes.empty());
+}
+
+TEST(RtnetlinkAddressMessages, LengthsThatDoNotAddUpAreMalformed) {
+  auto malformed = [](const Bytes& d) {
+    const auto m = read_address_messages(d, 5);
+    return m.end == AddressMessages::End::kMalformed && m.changes.empty();
+  };
+  Bytes short_msg;
+  add_message(short_msg, RTM_NEWADDR, 0, Bytes(sizeof(ifaddrmsg) - 1, 0));
+  EXPECT_TRUE(malformed(short_msg));
+  Bytes wrong_size;  // an IPv4 address of 16 bytes
+  add_message(wrong_size, RTM_NEWADDR, 0, address_payload(AF_INET, {{IFA_LOCAL, kV6}}));
+  EXPECT_TRUE(malformed(wrong_size));
+  Bytes attr_past_end = address_payload(AF_INET, {{IFA_LOCAL, kV4Local}});
+  attr_past_end[sizeof(ifaddrmsg)] = 64;  // rta_len past the message
+  Bytes d;
+  add_message(d, RTM_NEWADDR, 0, attr_past_end);
+  EXPECT_TRUE(malformed(d));
+  Bytes attr_below_header = address_payload(AF_INET, {{IFA_LOCAL, kV4Local}});
+  attr_below_header[sizeof(ifaddrmsg)] = 2;
+  Bytes d2;
+  add_message(d2, RTM_NEWADDR, 0, attr_below_header);
+  EXPECT_TRUE(malformed(d2));
+  // A good message, then a torn one: nothing of the datagram is used.
+  Bytes torn;
+  add_message(torn, RTM_NEWADDR, 0, address_payload(AF_INET, {{IFA_LOCAL, kV4Local}}));
+  add_message(torn, RTM_NEWADDR, 0, address_payload(AF_INET, {{IFA_LOCAL, kV4Local}}), 4096);
+  EXPECT_TRUE(malformed(torn));
+  // Every cut of a good datagram is safe.
+  Bytes good;
+  add_message(good, RTM_NEWADDR, 0, address_payload(AF_INET6, {{IFA_ADDRESS, kV6}}));
+  add_message(good, NLMSG_DONE, 5, bytes_of(0));
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    const auto m = read_address_messages(std::span(good.data(), n), 5);
+    EXPECT_NE(m.end, AddressMessages::End::kDone) << n;
+  }
 }
 
 TEST(RtnetlinkRequest, LayoutIsHeaderFamilyHeaderThenPaddedAttributes) {

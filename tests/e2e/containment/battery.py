@@ -100,12 +100,22 @@ REBIND = [  # (short name, type, address, routable)
     ("rb-ula", "AAAA", "fd00::1", False),
 ]
 RB_MIXED, RB_CNAME = nr.fqdn("rb-mixed"), nr.fqdn("rb-cname")  # public + private; a CNAME to a private one
+# Addresses of the namespace abox-net runs in (outside), each public-looking,
+# and an allowed name answered with each: the outside end of the veth, a /32
+# on outside's lo made before abox-net starts, and one made while it runs. A
+# service of "this host" listens on port 80 there (--host-service).
+HOST_LO_ADDR, HOST_LATE_ADDR = "45.33.250.77", "45.33.250.99"
+HOST_NAMES = {nr.fqdn("rb-host-veth"): nr.OUTSIDE_LINK, nr.fqdn("rb-host-lo"): HOST_LO_ADDR,
+              nr.fqdn("rb-host-late"): HOST_LATE_ADDR}
+HOST_SERVICE_PORT = 80
+HOST_SERVICE_PAGE = "abox battery: a service of the host abox-net runs on\n"
 PRIVATE_SERVERS = sorted({a for _, t, a, routable in REBIND if routable})
 
 ZONE_RECORDS = ([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()]
                 + [f"ttl {TTL} IN A {TTL_ADDR}", f"*.flood IN A {FLOOD_ADDR}", f"*.hang IN A {FLOOD_ADDR}"]
                 + [f"{short} IN {rtype} {addr}" for short, rtype, addr, _ in REBIND]
-                + [f"rb-mixed IN A {WEB_ADDR}", "rb-mixed IN A 10.99.0.1", "rb-cname IN CNAME rb-private10"])
+                + [f"rb-mixed IN A {WEB_ADDR}", "rb-mixed IN A 10.99.0.1", "rb-cname IN CNAME rb-private10"]
+                + [f"{name.split('.')[0]} IN A {addr}" for name, addr in HOST_NAMES.items()])
 
 # Where legitimate flows go: the spy logs everything else.
 ALLOWED_TCP = {(WEB_ADDR, 80), (WEB_ADDR, 443), (TTL_ADDR, 80), (FLOOD_ADDR, 80),
@@ -113,7 +123,7 @@ ALLOWED_TCP = {(WEB_ADDR, 80), (WEB_ADDR, 443), (TTL_ADDR, 80), (FLOOD_ADDR, 80)
 ALLOWED_UDP = {(TOOLS_ADDR, UDP_PORT), (TTL_ADDR, UDP_PORT)}
 # No admit event may ever name these.
 FORBIDDEN_ADDRS = {SECRET_ADDR, NS_ADDR, PROXY_ADDR, DOH_ADDR, nr.GATEWAY, "127.0.0.1",
-                   *(a for _, t, a, _r in REBIND if t == "A")}
+                   *(a for _, t, a, _r in REBIND if t == "A"), *HOST_NAMES.values()}
 
 LIMITS = dict(flows=256, half_open=32, dns_in_flight=64, answer_entries=1024)
 PEEK_MS = 3000
@@ -165,7 +175,8 @@ names = ["{TTL_NAME}"]
 ports = [80]
 
 [[allow]]
-names = [{", ".join(f'"{nr.fqdn(s)}"' for s, *_ in REBIND)}, "{RB_MIXED}", "{RB_CNAME}"]
+names = [{", ".join(f'"{nr.fqdn(s)}"' for s, *_ in REBIND)}, "{RB_MIXED}", "{RB_CNAME}",
+         {", ".join(f'"{n}"' for n in HOST_NAMES)}]
 ports = [80, 443]
 
 [[allow]]
@@ -183,7 +194,7 @@ answer_entries = {LIMITS['answer_entries']}
 connect_ms = 3000
 peek_ms = {PEEK_MS}
 """
-ALLOWED_EXACT = {WEB, TOOLS, TTL_NAME, RB_MIXED, RB_CNAME, *(nr.fqdn(s) for s, *_ in REBIND)}
+ALLOWED_EXACT = {WEB, TOOLS, TTL_NAME, RB_MIXED, RB_CNAME, *(nr.fqdn(s) for s, *_ in REBIND), *HOST_NAMES}
 ALLOWED_WILD = (FLOOD_SUFFIX, HANG_SUFFIX)
 
 TOKEN = os.urandom(8).hex()
@@ -1023,7 +1034,73 @@ def client_frames(which):
     return {"kinds": kinds, "frames": len(frames), "errors": errors, "iface": iface}
 
 
-CLIENTS = {"probe": client_probe, "udp": client_udp, "icmp": client_icmp, "dns": client_dns, "dot": client_dot,
+def client_raw(spec):
+    """Raw TCP exchanges, one connection each: [{"name", "addr", "port",
+    "steps": [["send", hex] | ["read", seconds]]}] -> what each got back (hex,
+    at most 256 KiB) and how it ended: "reset", "eof", or "open" (still
+    open after its last read). A read waits for the given time or until the
+    connection ends."""
+    out = []
+    for x in json.loads(spec):
+        got, end = b"", "open"
+        try:
+            s = socket.create_connection((x["addr"], int(x["port"])), timeout=4)
+        except OSError as e:
+            out.append({"name": x["name"], "got": "", "end": f"connect {_outcome(e)}"})
+            continue
+        with s:
+            try:
+                for kind, arg in x["steps"]:
+                    if kind == "send":
+                        s.sendall(bytes.fromhex(arg))
+                        continue
+                    deadline = time.monotonic() + float(arg)
+                    while time.monotonic() < deadline and len(got) < 256 << 10:
+                        s.settimeout(max(0.01, deadline - time.monotonic()))
+                        try:
+                            b = s.recv(65536)
+                        except socket.timeout:
+                            break
+                        if not b:
+                            end = "eof"
+                            break
+                        got += b
+                    if end == "eof":
+                        break
+            except OSError as e:
+                end = "reset" if isinstance(e, (ConnectionResetError, BrokenPipeError)) else _outcome(e)
+        out.append({"name": x["name"], "got": got.hex(), "end": end})
+    return {"results": out}
+
+
+def tls12_client_hello(sni, extra_type=None, extra=b""):
+    """A TLS 1.2 ClientHello a stock server answers (ECDHE with P-256 or
+    X25519, AES-GCM, ECDSA or RSA), naming `sni`, with one more extension of
+    `extra_type` if given (the ECH code point under test)."""
+    def ext(t, body):
+        return struct.pack("!HH", t, len(body)) + body
+    name = sni.encode()
+    exts = ext(0, struct.pack("!HBH", len(name) + 3, 0, len(name)) + name)
+    exts += ext(10, struct.pack("!HHH", 4, 0x001d, 0x0017))  # supported_groups
+    exts += ext(11, b"\x01\x00")  # ec_point_formats: uncompressed
+    algs = (0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501)
+    exts += ext(13, struct.pack("!H", 2 * len(algs)) + b"".join(struct.pack("!H", a) for a in algs))
+    exts += ext(0xff01, b"\x00")  # renegotiation_info
+    if extra_type is not None:
+        exts += ext(extra_type, extra)
+    suites = (0xc02b, 0xc02f, 0xc02c, 0xc030, 0x009c)
+    body = (b"\x03\x03" + os.urandom(32) + b"\x00" + struct.pack("!H", 2 * len(suites))
+            + b"".join(struct.pack("!H", c) for c in suites) + b"\x01\x00" + struct.pack("!H", len(exts)) + exts)
+    hs = b"\x01" + struct.pack("!I", len(body))[1:] + body
+    return b"\x16\x03\x01" + struct.pack("!H", len(hs)) + hs
+
+
+def is_server_hello(data):
+    """A TLS handshake record whose first message is a ServerHello."""
+    return len(data) >= 6 and data[0] == 0x16 and data[1] == 3 and data[5] == 2
+
+
+CLIENTS = {"raw": client_raw, "probe": client_probe, "udp": client_udp, "icmp": client_icmp, "dns": client_dns, "dot": client_dot,
            "doh": client_doh, "tools": client_tools, "expiry": client_expiry, "legit": client_legit,
            "slow": client_slow, "flows": client_flows, "dnsflood": client_dnsflood, "synflood": client_synflood,
            "frames": client_frames}
@@ -1163,6 +1240,35 @@ def serve(config_path):
     for target, args in ((spy, ()), (echo, ()), (proxy_udp, ()), (tcp_listener, (cfg["proxy"], 53)),
                          (tcp_listener, ("0.0.0.0", 853, tls))):
         threading.Thread(target=target, args=args, daemon=True).start()
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+
+
+def host_service(log_path):
+    """`battery.py --host-service LOG`, in the namespace abox-net runs in: a
+    service of "this host" on port 80 of every address there. Logs each
+    connection and answers it one HTTP page."""
+    log = open(log_path, "a", buffering=1)
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("0.0.0.0", HOST_SERVICE_PORT))
+    ls.listen(64)
+
+    def one(c, peer):
+        with c:
+            log.write(json.dumps({"t": time.time(), "host_service": "%s:%d" % c.getsockname(), "from": peer[0]})
+                      + "\n")
+            with contextlib.suppress(OSError):
+                c.settimeout(3)
+                c.recv(65536)
+                body = HOST_SERVICE_PAGE.encode()
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+
+    def accept():
+        while True:  # for the life of the run, like --serve's listeners
+            c, peer = ls.accept()
+            threading.Thread(target=one, args=(c, peer), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
 
@@ -1613,6 +1719,123 @@ def rebinding_targets_never_answered_nor_admitted(t):
     return "; ".join(notes)
 
 
+def _http(method, host, path="/index.html", extra=""):
+    return f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode()
+
+
+@case("name_refused", "tcp_refused")
+def every_request_on_a_kept_alive_http_flow_is_name_checked(t):
+    """Issue 15: only the first request's Host was checked; a later one on the
+    same connection reached the denied virtual host on the shared address."""
+    other = _http("GET", OTHER)
+    chunked = b"POST /index.html HTTP/1.1\r\nHost: " + WEB.encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
+    attacks = {
+        "kept alive: a second request for another host": [_http("GET", WEB), 2.0, other, 2.0],
+        "pipelined behind the first": [_http("GET", WEB) + other, 2.0],
+        "behind a POST with Content-Length: 0": [_http("POST", WEB, extra="Content-Length: 0\r\n") + other, 2.0],
+        "behind a chunked body": [chunked + b"5\r\nhello\r\n0\r\n\r\n" + other, 2.0],
+        "in the same segment as the first, after a body": [
+            _http("POST", WEB, extra="Content-Length: 5\r\n") + b"hello" + other, 2.0],
+    }
+    specs = [{"name": name, "addr": WEB_ADDR, "port": 80,
+              "steps": [["send", x.hex()] if isinstance(x, bytes) else ["read", x] for x in steps]}
+             for name, steps in attacks.items()]
+    got = {r["name"]: r for r in t.client("raw", json.dumps(specs), timeout=60)["results"]}
+    notes = []
+    for name in attacks:
+        r = got[name]
+        data = bytes.fromhex(r["got"]).decode("latin-1")
+        reached = INDEX[OTHER] in data
+        t.attack(name, not reached and r["end"] in ("reset", "eof"), reached, r)
+        notes.append(f"{name}: {r['end']}")
+    # Legitimate: several requests for the allowed name on one connection,
+    # kept alive and pipelined, with bodies in between, all answered.
+    legit = (_http("GET", WEB) + _http("POST", WEB, extra="Content-Length: 5\r\n") + b"hello" + chunked
+             + b"3\r\nabc\r\n0\r\n\r\n" + _http("GET", WEB.upper() + ".:80", extra="Connection: close\r\n"))
+    r = t.client("raw", json.dumps([{"name": "legit", "addr": WEB_ADDR, "port": 80,
+                                     "steps": [["send", legit.hex()], ["read", 4.0]]}]))["results"][0]
+    data = bytes.fromhex(r["got"]).decode("latin-1")
+    assert data.count("HTTP/1.1 ") == 4 and data.count(INDEX[WEB]) == 2 and r["end"] == "eof", \
+        f"legitimate requests on one connection broke: {r['end']}, {data[:600]!r}"
+    if not t.control:
+        denies = [e for e in read_events(t) if e.get("kind") == "deny" and "on the flow" in str(e.get("reason"))]
+        assert len(denies) >= len(attacks), f"expected a deny event per attack, got {denies}"
+        assert all(e.get("peeked") == OTHER for e in denies), denies
+    t.web_works("http")
+    t.web_works()
+    return "; ".join(notes)
+
+
+@case("dns_rebinding", "tcp_refused")
+def answers_naming_this_hosts_own_addresses_never_admitted(t):
+    """Issue 15: an allowed name answered with an address of the machine
+    abox-net runs on (its outside address, one on its loopback, one added
+    while it runs) was admitted and reached the host's own services."""
+    late_name = nr.fqdn("rb-host-late")
+    notes = []
+
+    def reached_host_service(addr):
+        return [r for r in t.spied(lambda r: "host_service" in r) if r["host_service"].startswith(addr + ":")]
+
+    def try_name(name, addr, what):
+        r = t.dig(nr.GATEWAY, name)
+        t.attack(f"{what}: {name} answered with {addr}", not _ip_in(addr, r.out.split()), _ip_in(addr, r.out.split()), r)
+        c = t.curl(f"http://{addr}/", "-H", f"Host: {name}")
+        t.attack(f"{what}: http to {addr} (Host {name})", c.rc == 7 and c.elapsed < FAST,
+                 c.rc == 0 and c.out == HOST_SERVICE_PAGE, c)
+        if not t.control:
+            assert not reached_host_service(addr), f"the host's service saw {reached_host_service(addr)}"
+        notes.append(f"{name}: {r.out.strip() or 'no address'}")
+
+    for name, addr in HOST_NAMES.items():
+        if name != late_name:
+            try_name(name, addr, "present at start")
+    # Not the host's yet: answered (it routes nowhere). Then it becomes the
+    # host's while abox-net runs: the next answer (not the cached one) drops it.
+    r = t.dig(nr.GATEWAY, late_name)
+    assert _ip_in(HOST_LATE_ADDR, r.out.split()), f"{late_name} before it is the host's: {r}"
+    t.rig.ip("addr", "add", f"{HOST_LATE_ADDR}/32", "dev", "lo", ns=t.rig.outside)
+    try:
+        time.sleep(0.3)  # the netlink notification is immediate; the guest's next question is not
+        try_name(late_name, HOST_LATE_ADDR, "added while running")
+    finally:
+        t.rig.ip("addr", "del", f"{HOST_LATE_ADDR}/32", "dev", "lo", ns=t.rig.outside)
+    if not t.control:
+        ev = read_events(t)
+        named = {e.get("name") for e in ev if e.get("kind") == "rebinding"
+                 and e.get("range_name") == "this host's own address"}
+        assert named >= set(HOST_NAMES), f"no rebinding event naming this host's address for {set(HOST_NAMES) - named}"
+        added = [e for e in ev if e.get("kind") == "host_address" and e.get("address") == HOST_LATE_ADDR]
+        assert added, "no host_address event for the address added while running"
+    t.dns_works()
+    t.web_works("http")
+    return "; ".join(notes)
+
+
+@case("name_refused")
+def pre_final_ech_code_points_are_refused(t):
+    """Issue 15: a ClientHello carrying ECH under a pre-final code point
+    (drafts 06-12) or ESNI was admitted on its outer SNI."""
+    payload = os.urandom(120)
+    points = [0xff02, 0xfe08, 0xfe09, 0xfe0a, 0xfe0b, 0xfe0c, 0xfe0d, 0xffce]
+    specs = [{"name": f"0x{p:04x}", "addr": WEB_ADDR, "port": 443,
+              "steps": [["send", tls12_client_hello(WEB, p, payload).hex()], ["read", 2.0]]} for p in points]
+    specs.append({"name": "no ECH", "addr": WEB_ADDR, "port": 443,
+                  "steps": [["send", tls12_client_hello(WEB).hex()], ["read", 2.0]]})
+    got = {r["name"]: r for r in t.client("raw", json.dumps(specs), timeout=60)["results"]}
+    for p in points:
+        r = got[f"0x{p:04x}"]
+        hello = is_server_hello(bytes.fromhex(r["got"]))
+        t.attack(f"ClientHello with extension 0x{p:04x}", not hello and r["end"] in ("reset", "eof"), hello, r)
+    # The same hand-made hello without ECH is answered: the refusals are the ECH's.
+    assert is_server_hello(bytes.fromhex(got["no ECH"]["got"])), f"the plain hello got no ServerHello: {got['no ECH']}"
+    if not t.control:
+        ech = [e for e in read_events(t) if e.get("kind") == "deny" and "tls_ech" in str(e.get("reason"))]
+        assert len(ech) >= len(points), f"expected a tls_ech deny per code point, got {len(ech)}"
+    t.web_works()
+    return f"{len(points)} code points"
+
+
 @case("tcp_refused")
 def direct_connection_to_unanswered_addresses(t):
     for scheme in ("http", "https"):
@@ -2059,6 +2282,12 @@ def build_servers(rig):
         return r.stdout.split() == [WEB_ADDR]
 
     rig.wait_for("the gate's upstream relay", proxy_answers, proc=p, log="servers")
+    # This host's own: an address on outside's lo, and a service on port 80 there.
+    rig.ip("addr", "add", f"{HOST_LO_ADDR}/32", "dev", "lo", ns=rig.outside)
+    h = rig.spawn("host-service", [sys.executable, os.path.abspath(__file__), "--host-service",
+                                   rig.path("servers.jsonl")], ns=rig.outside)
+    rig.wait_for("the host service", lambda: rig.listening(rig.outside, HOST_SERVICE_PORT), proc=h,
+                 log="host-service")
 
 
 def hardening_of(pid):
@@ -2165,6 +2394,10 @@ def setup(rig, mode):
 def main(argv):
     if argv[:1] == ["--client"]:
         print(json.dumps(CLIENTS[argv[1]](*argv[2:])))
+        return 0
+    if argv[:1] == ["--host-service"]:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        host_service(argv[1])
         return 0
     if argv[:1] == ["--serve"]:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})

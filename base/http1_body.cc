@@ -2,7 +2,7 @@
 //
 // A state machine over the framing, fed whatever bytes arrived. Framing
 // bytes (chunk-size lines, CRLFs) are read one at a time through a
-// base::ByteReader, so a piece may end anywhere, even inside "\r\n"; payload
+// ByteReader, so a piece may end anywhere, even inside "\r\n"; payload
 // bytes are taken in one run, as much of the current chunk (or Content-Length)
 // as this piece holds, and handed back as a view so the broker can forward
 // them at once. Each call returns at most one payload run; the caller loops.
@@ -19,14 +19,14 @@
 // that starts a trailer field (or the first byte after one), a call that
 // already consumed bytes of the other kind returns, so the caller can pass
 // on whole steps or drop whole steps.
-#include "broker/body_decoder.h"
+#include "base/http1_body.h"
 
 #include <algorithm>
 #include <string_view>
 
 #include "base/byte_reader.h"
 
-namespace abox::broker {
+namespace abox::base::http1 {
 
 namespace {
 
@@ -39,26 +39,7 @@ int hex_value(std::uint8_t c) {
   return -1;
 }
 
-bool is_control(std::uint8_t c) {
-  return (c < 0x20 && c != '\t') || c == 0x7F;
-}
-
-// RFC 9110 token characters.
-bool is_tchar(std::uint8_t c) {
-  if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
-  for (const char t : std::string_view("!#$%&'*+-.^_`|~")) {
-    if (c == static_cast<std::uint8_t>(t)) return true;
-  }
-  return false;
-}
-
 }  // namespace
-
-BodyLimits BodyLimits::from(const policy::Limits& limits) {
-  BodyLimits out;
-  out.max_body_bytes = limits.http_body_bytes;
-  return out;
-}
 
 BodyDecoder::BodyDecoder(BodyFraming framing, std::uint64_t content_length, const BodyLimits& limits)
     : state_(State::done),
@@ -72,7 +53,7 @@ BodyDecoder::BodyDecoder(BodyFraming framing, std::uint64_t content_length, cons
     case BodyFraming::content_length:
       if (content_length > max_body_bytes_) {
         state_ = State::failed;
-        error_ = HttpError::body_too_large;
+        error_ = Error::body_too_large;
       } else {
         remaining_ = content_length;
         state_ = content_length == 0 ? State::done : State::length_body;
@@ -88,17 +69,17 @@ bool BodyDecoder::done() const {
   return state_ == State::done;
 }
 
-base::Result<BodyStep, HttpError> BodyDecoder::fail(HttpError e) {
+Result<BodyStep, Error> BodyDecoder::fail(Error e) {
   state_ = State::failed;
   error_ = e;
-  return base::Err{e};
+  return Err{e};
 }
 
-base::Result<BodyStep, HttpError> BodyDecoder::feed(std::span<const std::uint8_t> in) {
-  base::ByteReader r(in);
+Result<BodyStep, Error> BodyDecoder::feed(std::span<const std::uint8_t> in) {
+  ByteReader r(in);
   bool trailer_step = false;  // what this call's bytes are, once it has any
   for (;;) {
-    if (state_ == State::failed) return base::Err{error_};
+    if (state_ == State::failed) return Err{error_};
     if (state_ == State::done) return BodyStep{r.position(), {}, trailer_step};
     if (state_ == State::length_body || state_ == State::data) {
       std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(remaining_, r.remaining()));
@@ -121,22 +102,22 @@ base::Result<BodyStep, HttpError> BodyDecoder::feed(std::span<const std::uint8_t
       return BodyStep{r.position(), {}, trailer_step};
     }
     const std::uint8_t c = *r.u8();  // peeked above
-    if (trailer_byte && ++trailer_bytes_ > max_trailer_bytes_) return fail(HttpError::trailer_too_large);
+    if (trailer_byte && ++trailer_bytes_ > max_trailer_bytes_) return fail(Error::trailer_too_large);
     switch (state_) {
       case State::size_line: {
         int v = hex_value(c);
         if (v >= 0) {
-          if (size_digits_ == kMaxChunkSizeDigits) return fail(HttpError::chunk_size);
+          if (size_digits_ == kMaxChunkSizeDigits) return fail(Error::chunk_size);
           chunk_size_ = (chunk_size_ << 4) | static_cast<std::uint64_t>(v);
           ++size_digits_;
         } else if (size_digits_ == 0) {
-          return fail(HttpError::chunk_size);
+          return fail(Error::chunk_size);
         } else if (c == ';') {
           state_ = State::extension;
         } else if (c == '\r') {
           state_ = State::size_lf;
         } else {
-          return fail(HttpError::chunk_size);  // whitespace, a bare LF, junk
+          return fail(Error::chunk_size);  // whitespace, a bare LF, junk
         }
         break;
       }
@@ -144,12 +125,12 @@ base::Result<BodyStep, HttpError> BodyDecoder::feed(std::span<const std::uint8_t
         if (c == '\r') {
           state_ = State::size_lf;
         } else if (is_control(c) || ++extension_bytes_ > kMaxChunkExtensionBytes) {
-          return fail(HttpError::chunk_extension);  // a bare LF is a control byte too
+          return fail(Error::chunk_extension);  // a bare LF is a control byte too
         }
         break;
       case State::size_lf:
-        if (c != '\n') return fail(HttpError::chunk_size);
-        if (chunk_size_ > max_body_bytes_ - payload_bytes_) return fail(HttpError::body_too_large);
+        if (c != '\n') return fail(Error::chunk_size);
+        if (chunk_size_ > max_body_bytes_ - payload_bytes_) return fail(Error::body_too_large);
         remaining_ = chunk_size_;
         state_ = chunk_size_ == 0 ? State::last_cr : State::data;
         chunk_size_ = 0;
@@ -157,11 +138,11 @@ base::Result<BodyStep, HttpError> BodyDecoder::feed(std::span<const std::uint8_t
         extension_bytes_ = 0;
         break;
       case State::data_cr:
-        if (c != '\r') return fail(HttpError::chunk_crlf);
+        if (c != '\r') return fail(Error::chunk_crlf);
         state_ = State::data_lf;
         break;
       case State::data_lf:
-        if (c != '\n') return fail(HttpError::chunk_crlf);
+        if (c != '\n') return fail(Error::chunk_crlf);
         state_ = State::size_line;
         break;
       case State::last_cr:
@@ -170,9 +151,9 @@ base::Result<BodyStep, HttpError> BodyDecoder::feed(std::span<const std::uint8_t
           break;
         }
         // A trailer field starts here.
-        if (max_trailer_fields_ == 0) return fail(HttpError::trailer);
-        if (trailer_fields_ == max_trailer_fields_) return fail(HttpError::trailer_too_large);
-        if (!is_tchar(c)) return fail(HttpError::trailer_syntax);  // obs-fold, a bare LF, junk
+        if (max_trailer_fields_ == 0) return fail(Error::trailer);
+        if (trailer_fields_ == max_trailer_fields_) return fail(Error::trailer_too_large);
+        if (!is_tchar(c)) return fail(Error::trailer_syntax);  // obs-fold, a bare LF, junk
         ++trailer_fields_;
         state_ = State::trailer_name;
         break;
@@ -180,22 +161,22 @@ base::Result<BodyStep, HttpError> BodyDecoder::feed(std::span<const std::uint8_t
         if (c == ':') {
           state_ = State::trailer_value;
         } else if (!is_tchar(c)) {
-          return fail(HttpError::trailer_syntax);  // whitespace before the colon, a line with no colon
+          return fail(Error::trailer_syntax);  // whitespace before the colon, a line with no colon
         }
         break;
       case State::trailer_value:
         if (c == '\r') {
           state_ = State::trailer_lf;
         } else if (is_control(c)) {
-          return fail(HttpError::trailer_syntax);  // a bare LF is a control byte too
+          return fail(Error::trailer_syntax);  // a bare LF is a control byte too
         }
         break;
       case State::trailer_lf:
-        if (c != '\n') return fail(HttpError::trailer_syntax);
+        if (c != '\n') return fail(Error::trailer_syntax);
         state_ = State::last_cr;
         break;
       case State::last_lf:
-        if (c != '\n') return fail(HttpError::chunk_crlf);
+        if (c != '\n') return fail(Error::chunk_crlf);
         state_ = State::done;
         break;
       case State::length_body:
@@ -223,4 +204,4 @@ void append_last_chunk(std::string& out) {
   out.append("0\r\n\r\n");
 }
 
-}  // namespace abox::broker
+}  // namespace abox::base::http1

@@ -1,9 +1,9 @@
-// Tests for broker/body_decoder: Content-Length and chunked bodies decoded
-// incrementally. Every valid body is fed whole, then in every two-piece split,
-// then byte by byte, and must decode to the same payload and stop at the same
-// place; every malformed one must fail with its own error however it is split.
+// Tests for base/http1_body (the broker's and abox-net's BodyDecoder): Content-Length and chunked bodies
+// decoded incrementally. Every valid body is fed whole, then in every two-piece split, then byte by byte, and
+// must decode to the same payload and stop at the same place; every malformed one must fail with its own
+// error however it is split.
 
-#include "broker/body_decoder.h"
+#include "base/http1_body.h"
 
 #include <gtest/gtest.h>
 
@@ -13,14 +13,12 @@
 #include "base/byte_reader.h"
 #include "tests/support/alloc_counter.h"
 
-namespace abox::broker {
+namespace abox::base::http1 {
 namespace {
-
-using base::as_bytes;
 
 struct Decoded {
   bool ok = true;
-  HttpError error = HttpError::none;
+  Error error = Error::none;
   std::string payload;
   std::size_t consumed = 0;  // bytes used before done (or the error)
   bool done = false;
@@ -44,7 +42,7 @@ Decoded decode(BodyFraming framing, std::uint64_t length, const std::vector<std:
   limits.max_trailer_bytes = trailers.bytes;
   BodyDecoder body(framing, length, limits);
   Decoded out;
-  if (body.error() != HttpError::none) {
+  if (body.error() != Error::none) {
     out.ok = false;
     out.error = body.error();
     return out;
@@ -109,7 +107,7 @@ Decoded decode_all_ways(BodyFraming framing, std::uint64_t length, std::string_v
   return whole;
 }
 
-void chunked_refused(std::string_view wire, HttpError want, std::uint64_t max_body = 1 << 20,
+void chunked_refused(std::string_view wire, Error want, std::uint64_t max_body = 1 << 20,
                      Trailers trailers = {}) {
   Decoded d = decode_all_ways(BodyFraming::chunked, 0, wire, max_body, trailers);
   EXPECT_FALSE(d.ok) << wire;
@@ -148,13 +146,13 @@ TEST(BodyDecoder, ContentLengthOverTheLimitRefusedUpFront) {
   BodyLimits limits;
   limits.max_body_bytes = 4;
   BodyDecoder body(BodyFraming::content_length, 5, limits);
-  EXPECT_EQ(body.error(), HttpError::body_too_large);
+  EXPECT_EQ(body.error(), Error::body_too_large);
   EXPECT_FALSE(body.done());
   auto step = body.feed(as_bytes("hello"));
   ASSERT_FALSE(step.ok());
-  EXPECT_EQ(step.error(), HttpError::body_too_large);
+  EXPECT_EQ(step.error(), Error::body_too_large);
   BodyDecoder exact(BodyFraming::content_length, 4, limits);
-  EXPECT_EQ(exact.error(), HttpError::none);
+  EXPECT_EQ(exact.error(), Error::none);
 }
 
 TEST(BodyDecoder, Chunked) {
@@ -176,38 +174,38 @@ TEST(BodyDecoder, ChunkedHexInEitherCaseWithLeadingZeros) {
 }
 
 TEST(BodyDecoder, ChunkSizeRefusals) {
-  chunked_refused("\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);               // empty size
-  chunked_refused("g\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);              // not hex
-  chunked_refused("-5\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);             // sign
-  chunked_refused("0x5\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);            // prefix
-  chunked_refused(" 5\r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);             // leading space
-  chunked_refused("5 \r\nhello\r\n0\r\n\r\n", HttpError::chunk_size);             // trailing space
-  chunked_refused("5\nhello\r\n0\r\n\r\n", HttpError::chunk_size);                // bare LF
-  chunked_refused("5\rhello\r\n0\r\n\r\n", HttpError::chunk_size);                // lone CR
-  chunked_refused("00000000000000001\r\nx\r\n0\r\n\r\n", HttpError::chunk_size);  // 17 digits
+  chunked_refused("\r\nhello\r\n0\r\n\r\n", Error::chunk_size);               // empty size
+  chunked_refused("g\r\nhello\r\n0\r\n\r\n", Error::chunk_size);              // not hex
+  chunked_refused("-5\r\nhello\r\n0\r\n\r\n", Error::chunk_size);             // sign
+  chunked_refused("0x5\r\nhello\r\n0\r\n\r\n", Error::chunk_size);            // prefix
+  chunked_refused(" 5\r\nhello\r\n0\r\n\r\n", Error::chunk_size);             // leading space
+  chunked_refused("5 \r\nhello\r\n0\r\n\r\n", Error::chunk_size);             // trailing space
+  chunked_refused("5\nhello\r\n0\r\n\r\n", Error::chunk_size);                // bare LF
+  chunked_refused("5\rhello\r\n0\r\n\r\n", Error::chunk_size);                // lone CR
+  chunked_refused("00000000000000001\r\nx\r\n0\r\n\r\n", Error::chunk_size);  // 17 digits
   // 2^64 would overflow; 16 digits of f fit in 64 bits but not in the limit.
-  chunked_refused("10000000000000000\r\n", HttpError::chunk_size);
-  chunked_refused("ffffffffffffffff\r\n", HttpError::body_too_large);
+  chunked_refused("10000000000000000\r\n", Error::chunk_size);
+  chunked_refused("ffffffffffffffff\r\n", Error::body_too_large);
 }
 
 TEST(BodyDecoder, ChunkExtensionRefusals) {
-  chunked_refused("5;a=\x01\r\nhello\r\n0\r\n\r\n", HttpError::chunk_extension);
-  chunked_refused("5;a\nhello\r\n0\r\n\r\n", HttpError::chunk_extension);
+  chunked_refused("5;a=\x01\r\nhello\r\n0\r\n\r\n", Error::chunk_extension);
+  chunked_refused("5;a\nhello\r\n0\r\n\r\n", Error::chunk_extension);
   std::string long_ext = "5;" + std::string(kMaxChunkExtensionBytes + 1, 'a') + "\r\nhello\r\n0\r\n\r\n";
-  chunked_refused(long_ext, HttpError::chunk_extension);
+  chunked_refused(long_ext, Error::chunk_extension);
   std::string max_ext = "5;" + std::string(kMaxChunkExtensionBytes, 'a') + "\r\nhello\r\n0\r\n\r\n";
   EXPECT_TRUE(decode(BodyFraming::chunked, 0, {max_ext}).done);
 }
 
 TEST(BodyDecoder, ChunkDataMustEndInCrlf) {
-  chunked_refused("5\r\nhello!\r\n0\r\n\r\n", HttpError::chunk_crlf);
-  chunked_refused("5\r\nhello\n0\r\n\r\n", HttpError::chunk_crlf);
-  chunked_refused("5\r\nhello\r0\r\n\r\n", HttpError::chunk_crlf);
-  chunked_refused("0\r\n\rX", HttpError::chunk_crlf);
+  chunked_refused("5\r\nhello!\r\n0\r\n\r\n", Error::chunk_crlf);
+  chunked_refused("5\r\nhello\n0\r\n\r\n", Error::chunk_crlf);
+  chunked_refused("5\r\nhello\r0\r\n\r\n", Error::chunk_crlf);
+  chunked_refused("0\r\n\rX", Error::chunk_crlf);
 }
 
 TEST(BodyDecoder, TrailersRefused) {
-  chunked_refused("5\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n", HttpError::trailer);
+  chunked_refused("5\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n", Error::trailer);
 }
 
 // Where trailers are allowed (upstream responses): 4 fields, 64 bytes here.
@@ -245,10 +243,10 @@ TEST(BodyDecoder, TrailerFieldsTheBrokerStripsFromHeadsAreNeverPassedOn) {
 
 TEST(BodyDecoder, TrailersOverTheLimitsAreRefused) {
   // A fifth field, over the count.
-  chunked_refused("0\r\na: 1\r\nb: 2\r\nc: 3\r\nd: 4\r\ne: 5\r\n\r\n", HttpError::trailer_too_large, 1 << 20,
+  chunked_refused("0\r\na: 1\r\nb: 2\r\nc: 3\r\nd: 4\r\ne: 5\r\n\r\n", Error::trailer_too_large, 1 << 20,
                   kSomeTrailers);
   // One field of 65 bytes with its CRLF, over the bytes.
-  chunked_refused("0\r\nX: " + std::string(60, 'v') + "\r\n\r\n", HttpError::trailer_too_large, 1 << 20,
+  chunked_refused("0\r\nX: " + std::string(60, 'v') + "\r\n\r\n", Error::trailer_too_large, 1 << 20,
                   kSomeTrailers);
   // Exactly at both limits is fine: 4 fields, 64 bytes.
   const std::string at_limit =
@@ -260,7 +258,7 @@ TEST(BodyDecoder, TrailersOverTheLimitsAreRefused) {
 
 TEST(BodyDecoder, MalformedTrailersAreRefused) {
   const auto refused = [](std::string_view wire) {
-    chunked_refused(wire, HttpError::trailer_syntax, 1 << 20, kSomeTrailers);
+    chunked_refused(wire, Error::trailer_syntax, 1 << 20, kSomeTrailers);
   };
   refused("0\r\nX-A: 1\n\r\n");              // a bare LF ends the field
   refused("0\r\nX-A: 1\r\n\n");              // a bare LF for the final line
@@ -288,7 +286,7 @@ TEST(BodyDecoder, ATrailerWithoutTheFinalCrlfIsNotDone) {
 TEST(BodyDecoder, BodyLimitCountsEveryChunk) {
   Decoded ok = decode_all_ways(BodyFraming::chunked, 0, "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", 5);
   EXPECT_TRUE(ok.done);
-  chunked_refused("3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n", HttpError::body_too_large, 5);
+  chunked_refused("3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n", Error::body_too_large, 5);
 }
 
 TEST(BodyDecoder, FailureIsSticky) {
@@ -296,7 +294,7 @@ TEST(BodyDecoder, FailureIsSticky) {
   EXPECT_FALSE(body.feed(as_bytes("z")).ok());
   auto again = body.feed(as_bytes("5\r\nhello\r\n"));
   ASSERT_FALSE(again.ok());
-  EXPECT_EQ(again.error(), HttpError::chunk_size);
+  EXPECT_EQ(again.error(), Error::chunk_size);
 }
 
 TEST(BodyDecoder, PayloadIsAViewIntoTheInput) {
@@ -337,4 +335,4 @@ TEST(BodyDecoder, ReframedChunksDecodeToTheSameBody) {
 }
 
 }  // namespace
-}  // namespace abox::broker
+}  // namespace abox::base::http1
