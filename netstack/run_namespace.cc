@@ -96,6 +96,7 @@ class ResolvConfFile {
 [[noreturn]] void command_child(const std::vector<std::string>& command, const sigset_t& old_mask,
                                 const std::string& resolv_path, int ready_fd, int go_fd, pid_t supervisor) {
   ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);  // the supervisor ignores it; CMD must not inherit that
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != supervisor) ::_exit(kRunCommandCouldNotStart);
   auto fail = [](const std::string& what) {
@@ -191,6 +192,8 @@ int run_in_new_namespace(const ApplianceOptions& options, const LoadedPolicy& po
   }
   std::cout.flush();
   std::cerr.flush();
+  // A CMD that is gone before "go" must not take the supervisor with it.
+  ::signal(SIGPIPE, SIG_IGN);
 
   // Every signal the supervisor acts on is taken synchronously (sigwaitinfo).
   sigset_t handled, old_mask, chld;

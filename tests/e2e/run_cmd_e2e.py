@@ -127,6 +127,17 @@ def case_cmd_exit_status_passes_through(e):
         expect(r.returncode == want, f"sh -c {script!r}: abox-net exited {r.returncode}, want {want}: {r.stderr}")
 
 
+def case_cmd_gets_default_signal_dispositions(e):
+    # The supervisor ignores SIGPIPE for itself; CMD must not inherit that
+    # (`yes | head -1` would then spin on EPIPE instead of ending).
+    r = e.run_cmd("sh", "-c", "grep SigIgn /proc/self/status")
+    expect(r.returncode == 0, r.stderr)
+    ignored = int(r.stdout.split()[1], 16)
+    expect(not ignored & (1 << (signal.SIGPIPE - 1)), f"CMD starts with SIGPIPE ignored: {r.stdout!r}")
+    r = e.run_cmd("sh", "-c", "yes | head -1")
+    expect(r.returncode == 0 and r.stdout == "y\n", f"yes | head -1: {r.returncode} {r.stdout[:50]!r}")
+
+
 def case_cmd_not_found_or_not_executable(e):
     r = e.run_cmd("/nonexistent/tool")
     expect(r.returncode == 127, f"not found: {r.returncode}")
@@ -292,7 +303,8 @@ def case_dns_elsewhere_deny_event_says_where_dns_is_served(run):
 
 def main(argv):
     cases_cmd = [case_cmd_reaches_an_allowed_name_by_name, case_cmd_denied_name_and_direct_address_are_refused,
-                 case_cmd_exit_status_passes_through, case_cmd_not_found_or_not_executable,
+                 case_cmd_exit_status_passes_through, case_cmd_gets_default_signal_dispositions,
+                 case_cmd_not_found_or_not_executable,
                  case_cmd_sees_only_its_own_network, case_cmd_sigterm_reaches_cmd_and_nothing_is_left,
                  case_cmd_without_privilege_says_it_needs_root]
     cases_running = [case_explain_an_answered_address_is_admitted_now, case_explain_refusals_now,
