@@ -7,7 +7,8 @@ Usage:
   install_e2e.py BUILD_DIR [--keep]
 
 What the install is held to:
-- P/bin/abox and P/bin/abox-net, P/lib/abox/box-guest, P/share/abox/images/
+- P/bin/abox and P/bin/abox-net, P/lib/abox/box-guest (each answers
+  --version), P/share/abox/images/
   minimal/ (build.sh executable), P/share/abox/guest-kernel/ (vmlinux,
   VERSION, modules/), P/share/abox/modules.list, P/share/abox/examples/,
   P/share/man/man1/abox.1 and abox-net.1: exactly where engine/layout.h
@@ -74,7 +75,8 @@ def case_install_puts_every_part_where_layout_looks(e):
 
 
 def case_installed_programs_run_from_the_prefix(e):
-    for prog, name in ((e.abox, "abox"), (e.abox_net, "abox-net")):
+    box_guest = os.path.join(e.prefix, "lib/abox/box-guest")
+    for prog, name in ((e.abox, "abox"), (e.abox_net, "abox-net"), (box_guest, "box-guest")):
         r = run([prog, "--version"])
         expect(r.returncode == 0 and r.stdout.startswith(name + " "), f"{prog} --version: {r.stdout!r}")
 
