@@ -4,9 +4,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "base/command_line.h"
 #include "base/json.h"
 #include "engine/cli/exit_codes.h"
+#include "engine/cli/options.h"
 #include "engine/image/image_store.h"
 
 namespace abox::engine {
@@ -29,7 +29,7 @@ constexpr std::string_view kUsage =
     "Exit status: 0 done, 2 usage error, 3 the build or removal failed (the message says why).\n";
 
 int usage_error(const std::string& message) {
-  std::cerr << base::usage_error_line("abox image", message);
+  std::cerr << "abox image: " << message << " (see 'abox image --help')\n";
   return kExitUsage;
 }
 
@@ -42,8 +42,8 @@ std::string human_bytes(std::uint64_t n) {
 }  // namespace
 
 int run_image_command(std::span<const std::string_view> args) {
-  static constexpr base::OptionSpec kOptions[] = {{"json", 0, false}};
-  auto parsed = base::parse_options(args, kOptions, false);
+  static constexpr OptionSpec kOptions[] = {{"json", 0, false}};
+  auto parsed = parse_options(args, kOptions, false);
   if (!parsed.ok()) return usage_error(parsed.error());
   if (parsed->help) {
     std::cout << kUsage;

@@ -48,17 +48,6 @@ constexpr std::string_view kUsage =
     "an address that needs a DNS answer). 'abox run' passes CMD's status through\n"
     "and has its own (122-127: see 'abox run --help').\n";
 
-int dispatch(std::span<const std::string_view> args) {
-  using namespace abox::engine;
-  const std::string_view command = args[0];
-  if (command == "policy") return run_policy_command(args.subspan(1), std::cout, std::cerr);
-  if (command == "run") return run_run_command(args.subspan(1));
-  if (command == "image") return run_image_command(args.subspan(1));
-  if (command == "broker") return run_broker_command(args.subspan(1), std::cout, std::cerr);
-  std::cerr << abox::base::usage_error_line("abox", "unknown command '" + std::string(command) + "'");
-  return kExitUsage;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,11 +72,23 @@ int main(int argc, char** argv) {
         std::cout << kUsage;
         return kExitOk;
       }
-      std::vector<std::string_view> asked(args.begin() + 1, args.end());
-      asked.push_back("--help");
-      return dispatch(asked);
+      args.erase(args.begin());
+      args.push_back("--help");
     }
-    return dispatch(args);
+    if (args[0] == "policy") {
+      return run_policy_command(std::span(args).subspan(1), std::cout, std::cerr);
+    }
+    if (args[0] == "run") {
+      return run_run_command(std::span(args).subspan(1));
+    }
+    if (args[0] == "image") {
+      return run_image_command(std::span(args).subspan(1));
+    }
+    if (args[0] == "broker") {
+      return run_broker_command(std::span(args).subspan(1), std::cout, std::cerr);
+    }
+    std::cerr << abox::base::usage_error_line("abox", "unknown command '" + std::string(args[0]) + "'");
+    return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "abox: " << e.what() << '\n';
     return kExitFailed;

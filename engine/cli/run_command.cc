@@ -12,9 +12,9 @@
 #include <optional>
 #include <string>
 
-#include "base/command_line.h"
 #include "base/json.h"
 #include "base/random.h"
+#include "engine/cli/options.h"
 #include "engine/image/image_store.h"
 #include "engine/instance/guest_environment.h"
 #include "engine/instance/supervisor.h"
@@ -70,7 +70,7 @@ constexpr std::string_view kUsage =
     "the instance (usage, policy, credentials, image, boot); 126 CMD is not executable;\n"
     "127 CMD was not found; 128+N abox was stopped by signal N.\n";
 
-constexpr base::OptionSpec kOptions[] = {
+constexpr OptionSpec kOptions[] = {
     {"policy", 'p', true},
     {"name", 0, true},
     {"image", 0, true},
@@ -94,7 +94,7 @@ constexpr base::OptionSpec kOptions[] = {
 };
 
 int usage_error(const std::string& message) {
-  std::cerr << base::usage_error_line("abox run", message);
+  std::cerr << "abox run: " << message << " (see 'abox run --help')\n";
   return kRunCouldNotStart;
 }
 
@@ -211,9 +211,9 @@ std::optional<unsigned> parse_mebibytes(std::string_view text) {
 }
 
 int run_run_command(std::span<const std::string_view> args) {
-  auto parsed = base::parse_options(args, kOptions, /*stop_at_positional=*/true);
+  auto parsed = parse_options(args, kOptions, /*stop_at_positional=*/true);
   if (!parsed.ok()) return usage_error(parsed.error());
-  const base::ParsedArgs& a = *parsed;
+  const ParsedArgs& a = *parsed;
   if (a.help) {
     std::cout << kUsage;
     return 0;
