@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "help") {
     // `abox-net help run` is `abox-net run --help`.
-    if (args.size() == 1) {
+    if (args.size() == 1 || args[1] == "help") {  // `help help`: the overview, as `help`
       std::cout << kUsage;
       return 0;
     }

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     }
     if (args[0] == "help") {
       // `abox help policy check` is `abox policy check --help`.
-      if (args.size() == 1) {
+      if (args.size() == 1 || args[1] == "help") {  // `help help`: the overview, as `help`
         std::cout << kUsage;
         return kExitOk;
       }

@@ -126,8 +126,12 @@ def case_help_cmd_is_the_commands_help(e):
         a, d = e.run(list(asked)), e.run(list(direct))
         expect(a.returncode == 0 and d.returncode == 0, f"{asked}: {a.returncode} {a.stderr}")
         expect(a.stdout == d.stdout and a.stdout.startswith("usage: "), f"{asked} differs from {direct}")
-    top = e.run([e.abox, "help"])
-    expect(top.returncode == 0 and "help [COMMAND]" in top.stdout, top.stdout)
+    for prog in (e.abox, e.abox_net):
+        top, again, direct = e.run([prog, "help"]), e.run([prog, "help", "help"]), e.run([prog, "--help"])
+        expect(top.returncode == 0 and "help [" in top.stdout, top.stdout)
+        # `help help` is not an unknown command: it is the overview, as `help` and `--help`.
+        expect(again.returncode == 0 and again.stdout == top.stdout == direct.stdout,
+               f"{prog} help help: {again.returncode} {again.stderr}")
 
 
 def case_usage_errors_are_one_line(e):
