@@ -117,14 +117,20 @@ int run_dns_command(std::span<const std::string_view> args) {
         return 3;
       }
     }
-    // The ready line first, then the start event: with --events - both go
-    // to stdout, and whoever waits for the ready line reads it first.
+    // With --events - both go to stdout: the ready line first, then what
+    // setup emitted (this host's addresses, held by the sink) and the start
+    // event, since whoever waits for the ready line reads it first. Anywhere
+    // else the start event comes first, so it is written once "listening" is.
+    auto start_event = [&] {
+      sink->release();
+      events.emit("start", {{"mode", "dns"},
+                            {"listen", server.address().to_string()},
+                            {"policy", policy.source()},
+                            {"upstreams", static_cast<std::uint64_t>(upstreams.size())}});
+    };
+    if (!sink->on_stdout()) start_event();
     std::cout << "listening on " << server.address().to_string() << std::endl;
-    sink->release();  // what setup emitted (this host's addresses) comes after the ready line
-    events.emit("start", {{"mode", "dns"},
-                          {"listen", server.address().to_string()},
-                          {"policy", policy.source()},
-                          {"upstreams", static_cast<std::uint64_t>(upstreams.size())}});
+    if (sink->on_stdout()) start_event();
     loop.run();
     write_stats_line(STDERR_FILENO, stats());
   } catch (const std::exception& e) {

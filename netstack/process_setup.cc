@@ -57,7 +57,7 @@ std::optional<EventsSink> open_events(const std::string& mode, const std::string
 }
 
 bool EventsSink::write(std::string_view line) {
-  if (!released_ && held_.size() + line.size() <= kMaxHeldBytes) {
+  if (!released_ && on_stdout() && held_.size() + line.size() <= kMaxHeldBytes) {
     held_.append(line);
     return true;
   }

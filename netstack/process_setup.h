@@ -5,6 +5,8 @@
 // name, and become exit status 3.
 #pragma once
 
+#include <unistd.h>
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -29,13 +31,15 @@ std::optional<LoadedPolicy> load_policy_for(const std::string& mode, const std::
 // appending (owned by the returned object). Ignores SIGPIPE so a gone reader
 // costs events, never the process.
 //
-// Lines of log() are held until release() (at most kMaxHeldBytes; past that
-// they are written at once), so that the ready line is the first line on
-// stdout even when the events go there too (--events -): setup emits events
-// (this host's addresses, ...) before the mode is ready. The caller prints
-// its ready line, then calls release(). Held lines are also written when the
-// sink goes (a start that failed keeps its events). Must not move once
-// log() has been called.
+// When the events go to stdout (--events -), lines of log() are held until
+// release() (at most kMaxHeldBytes; past that they are written at once), so
+// that the ready line is the first line on stdout: setup emits events (this
+// host's addresses, ...) before the mode is ready. The caller prints its
+// ready line, then calls release(), then emits "start". Anywhere else
+// (stderr, a file) nothing is held, and the caller emits "start" before the
+// ready line: whoever waits for "ready" then finds the start event already
+// written. Held lines are also written when the sink goes (a start that
+// failed keeps its events). Must not move once log() has been called.
 struct EventsSink {
   static constexpr std::size_t kMaxHeldBytes = 64 * 1024;
 
@@ -49,6 +53,8 @@ struct EventsSink {
 
   base::EventLog log(std::string instance);
   void release();
+  // The events share stdout with the ready line (--events -).
+  bool on_stdout() const { return fd == STDOUT_FILENO; }
 
  private:
   bool write(std::string_view line);

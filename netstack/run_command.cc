@@ -389,9 +389,11 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
         return 3;
       }
     }
-    // The start event, and whatever setup emitted (held by the sink), follow
-    // the ready line: with --events - they share stdout, and whoever waits
-    // for "ready" must read it first.
+    // With --events - the events share stdout: the start event, and whatever
+    // setup emitted (held by the sink), follow the ready line, since whoever
+    // waits for "ready" must read it first. Anywhere else they come first,
+    // so that whoever sees "ready" finds the start event already written.
+    const bool events_after_ready = sink->on_stdout();
     auto start_event = [&] {
       sink->release();
       events.emit("start", {{"mode", "run"},
@@ -403,10 +405,11 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
                             {"mtu", static_cast<std::uint64_t>(net.mtu)}});
     };
     if (listener) {
+      if (!events_after_ready) start_event();
       std::cout << "ready stream=" << listener->path() << " guest=" << net.guest_address.to_string() << '/'
                 << net.prefix_len << " gateway=" << net.gateway.to_string() << " mtu=" << net.mtu
                 << std::endl;
-      start_event();
+      if (events_after_ready) start_event();
       auto peer = wait_for_peer(loop, *listener, net.mtu);
       if (!peer.ok()) {
         std::cerr << "abox-net run: " << peer.error() << '\n';
@@ -448,13 +451,14 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
       const std::string ready = "ready guest=" + net.guest_address.to_string() + "/" +
                                 std::to_string(net.prefix_len) + " gateway=" + net.gateway.to_string() +
                                 " mtu=" + std::to_string(net.mtu) + "\n";
+      if (!events_after_ready) start_event();
       if (o.ready_fd >= 0) {
         // run -- CMD: the supervising parent waits for this, not the user.
         if (::write(o.ready_fd, ready.data(), ready.size()) != static_cast<ssize_t>(ready.size())) return 3;
       } else {
         std::cout << ready << std::flush;
       }
-      start_event();
+      if (events_after_ready) start_event();
     }
     loop.run();
     if (o.stats_at_exit) write_stats_line(STDERR_FILENO, stats());
