@@ -9,6 +9,8 @@
 // (run_command.h).
 #pragma once
 
+#include <string_view>
+
 namespace abox::engine {
 
 enum ExitCode : int {
@@ -18,5 +20,8 @@ enum ExitCode : int {
   kExitFailed = 3,
   kExitNeedsAnswer = 4,
 };
+
+// True when s is "-h" or "--help".
+bool is_help_flag(std::string_view s);
 
 }  // namespace abox::engine

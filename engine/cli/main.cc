@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
       std::cerr << abox::base::usage_error_line("abox", "which command? run, image, policy or broker");
       return kExitUsage;
     }
-    if (args[0] == "-h" || args[0] == "--help") {
+    if (is_help_flag(args[0])) {
       std::cout << kUsage;
       return kExitOk;
     }
