@@ -118,15 +118,6 @@ base::Result<ApiRequest, ApiRequestError> parse_api_request(std::string_view lin
   if (line.size() > kMaxRequestBytes)
     return refuse("the request is longer than " + std::to_string(kMaxRequestBytes) + " bytes");
 
-  {
-    json::parse_options check_opts;
-    check_opts.max_depth = 4;
-    json::basic_parser<KeyCheck> check(check_opts);
-    json::error_code cec;
-    check.write_some(false, line.data(), line.size(), cec);
-    if (!check.handler().problem.empty()) return refuse("refused: " + check.handler().problem);
-    if (cec) return refuse("not a JSON request: " + cec.message());
-  }
   json::parse_options opts;
   opts.max_depth = 4;
   opts.allow_invalid_utf8 = false;
@@ -150,6 +141,15 @@ base::Result<ApiRequest, ApiRequestError> parse_api_request(std::string_view lin
     }
   } else {
     return refuse("the request has no \"id\"");
+  }
+  {
+    json::parse_options check_opts;
+    check_opts.max_depth = 4;
+    json::basic_parser<KeyCheck> check(check_opts);
+    json::error_code cec;
+    check.write_some(false, line.data(), line.size(), cec);
+    if (!check.handler().problem.empty()) return refuse("refused: " + check.handler().problem);
+    if (cec) return refuse("not a JSON request: " + cec.message());
   }
   auto* ver = o.if_contains("v");
   if (ver == nullptr) return refuse("the request has no \"v\" (the API version, 1)");

@@ -122,13 +122,26 @@ class Daemon::Client : public std::enable_shared_from_this<Client> {
     out.push_back(std::move(line));
     if (!writing) write_next();
   }
+  void drain() {
+    if (++drained > 16) return;  // at most 16 reads of 4 KiB; then the socket closes with us
+    in.resize(4096);
+    socket.async_read_some(boost::asio::buffer(in), [self = shared_from_this()](const boost::system::error_code& ec,
+                                                                                std::size_t) {
+      if (!ec) self->drain();
+    });
+  }
+  int drained = 0;
   void write_next() {
     if (out.empty() || gone) {
       writing = false;
       if (close_after && !gone) {
+        // The refusal is out: no more from us; what the peer already sent is
+        // read and dropped (closing with it unread would reset the
+        // connection, and the peer could lose the refusal), bounded.
         boost::system::error_code ignored;
-        socket.shutdown(stream_protocol::socket::shutdown_both, ignored);
+        socket.shutdown(stream_protocol::socket::shutdown_send, ignored);
         gone = true;
+        drain();
       }
       return;
     }
@@ -590,6 +603,9 @@ void Daemon::op_start(std::shared_ptr<Client> c, const ApiRequest& r) {
   auto made = StateFolder::open(options_.instances_root, r.name);
   if (!made.ok()) return reply_error(c, r.id, made.error());
   ++config->boots;
+  // The last boot's record says stopped or failed: this boot starts from created.
+  (void)made->write_file("instance.json",
+                         json::serialize(json::object{{"name", r.name}, {"state", "created"}}) + "\n");
   if (auto w = made->write_file("config.json", detached_config_json(*config)); !w.ok())
     return reply_error(c, r.id, w.error());
   append_event(f, r.name, "instance", {{"source", "daemon"}, {"state", "starting"}, {"boot", config->boots}});

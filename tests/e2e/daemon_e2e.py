@@ -98,7 +98,8 @@ class Harness:
         sys.stdout.flush()
 
     def abox_cmd(self, *args, user=None):
-        pre = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user else []
+        group = "nogroup" if user == "nobody" else user
+        pre = ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups"] if user else []
         return ["ip", "netns", "exec", self.rig.outside, *pre, self.abox, *args]
 
     def run(self, *args, timeout=CMD_TIMEOUT, user=None):

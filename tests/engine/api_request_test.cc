@@ -77,6 +77,9 @@ TEST(ApiRequest, TheIdComesBackWithARefusal) {
   auto r = parse_api_request(R"({"v":1,"id":42,"op":"stop"})");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().id, 42u);
+  auto twice = parse_api_request(R"({"v":1,"id":9,"op":"rm","name":"a","name":"b"})");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().id, 9u);
   auto bad = parse_api_request("not json");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().id, 0u);
