@@ -24,6 +24,8 @@ Cases:
   SIGKILL leaves its instance failed and nothing running;
 - four: four instances at once, each with its own policy: each reaches its own
   name and none of the others';
+- nonce_of_another: instance A's guest sends instance B's nonce to A's broker:
+  refused (nonce_unknown, an event); A's own nonce is served; stats count it;
 - churn: N run -d/stop/rm cycles (ABOX_CHURN, default 10): afterwards no process,
   socket or state folder of them, the daemon's fds as before and its memory
   within 2 MiB of where it was.
@@ -374,6 +376,47 @@ def case_four(h):
         h.gone(f"four_{n}", n)
 
 
+def broker_policy_and_credentials(h, tag):
+    creds = h.rig.path(f"credentials-{tag}.toml")
+    with open(creds, "w") as f:
+        f.write('[credentials]\ntestkey = "sk-test-' + os.urandom(16).hex() + '"\n')
+    os.chmod(creds, 0o600)
+    policy = h.rig.path(f"policy-{tag}.toml")
+    with open(policy, "w") as f:
+        f.write(policy_text([WEB]) + BROKER)
+    return policy, creds
+
+
+def case_nonce_of_another(h):
+    """A's broker refuses B's nonce (nonce_unknown) and serves A's own."""
+    pb, cb = broker_policy_and_credentials(h, "b")
+    code, _, err = h.run("run", "-d", "--policy", pb, "--credentials", cb, "--upstream-ca", h.rig.ca["ca"],
+                         "--name", "nonceb", "--no-selftest", "--", "sh", "-c", "echo nonce=$TEST_API_KEY; sleep 600")
+    h.check("nonce_b_started", code == 0, err)
+    out = h.wait_output("nonceb", "nonce=")
+    other = next((l.split("=", 1)[1] for l in out.splitlines() if l.startswith("nonce=")), "")
+    pa, ca = broker_policy_and_credentials(h, "a")
+    api = f"https://api.{nr.ZONE}/host"
+    script = (f"wget -q -O - --header \"x-api-key: $OTHER\" {api} >/dev/null 2>&1 && echo other-ok || echo other-refused; "
+              f"wget -q -O - --header \"x-api-key: $TEST_API_KEY\" {api} 2>/dev/null | grep -q host= "
+              f"&& echo own-ok || echo own-fails; echo checks-done; sleep 600")
+    code, _, err = h.run("run", "-d", "--policy", pa, "--credentials", ca, "--upstream-ca", h.rig.ca["ca"],
+                         "--name", "noncea", "--no-selftest", "-e", f"OTHER={other}", "--", "sh", "-c", script)
+    h.check("nonce_a_started", code == 0 and other.startswith("abox-nonce-"), f"{other!r} {err}")
+    out = h.wait_output("noncea", "checks-done", timeout=90)
+    h.check("a_nonce_of_another_instance_is_refused", "other-refused" in out, out[-300:])
+    h.check("the_own_nonce_is_served", "own-ok" in out, out[-300:])
+    ev = [json.loads(l) for l in h.run("events", "--json", "noncea")[1].splitlines() if l.startswith("{")]
+    h.check("the_refusal_is_an_event", any(e.get("kind") == "broker_refused" and e.get("reason") == "nonce_unknown"
+                                           for e in ev), [e for e in ev if "broker" in e.get("kind", "")])
+    stats = h.json_of("stats", "--json", "noncea")
+    binding = stats.get("broker", {}).get(f"api.{nr.ZONE}", {})
+    h.check("stats_count_the_broker_request", binding.get("requests", 0) >= 1, stats.get("broker"))
+    h.run("rm", "-f", "noncea", "nonceb")
+    h.gone("nonce_a", "noncea")
+    h.gone("nonce_b", "nonceb")
+
+
 def case_churn(h):
     h.run("ls")  # the daemon is up and has served a list: its memory after warm-up
     code, out, err = start_detached(h, "warm")
@@ -402,7 +445,8 @@ def case_churn(h):
           f"fds {before['fds']} -> {after['fds']}")
 
 
-CASES = [case_lifecycle, case_peers, case_bad_requests, case_daemon_killed, case_four, case_churn]
+CASES = [case_lifecycle, case_peers, case_bad_requests, case_daemon_killed, case_four, case_nonce_of_another,
+         case_churn]
 
 
 def main(argv):
@@ -411,7 +455,8 @@ def main(argv):
         sites = [f"site{i} IN A {WEB_ADDR}" for i in range(1, 5)]
         rig.start_nsd([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()] + [f"api IN A {WEB_ADDR}"] + sites)
         rig.make_ca([WEB, nr.fqdn("api")] + SITES)
-        rig.start_nginx({WEB: {"index.html": b"web\n"}, **{s: {"index.html": b"site\n"} for s in SITES}})
+        rig.start_nginx({WEB: {"index.html": b"web\n"}, nr.fqdn("api"): {"index.html": b"api\n"},
+                         **{s: {"index.html": b"site\n"} for s in SITES}})
 
     def run(rig, mode, abox):
         h = Harness(rig, abox)
