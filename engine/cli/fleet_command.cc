@@ -114,11 +114,12 @@ void print_object(const json::object& o, const std::string& indent) {
 bool is_fleet_command(std::string_view cmd) {
   for (const auto& c : kCommands)
     if (c.name == cmd) return true;
-  return cmd == "logs" || cmd == "events";
+  return cmd == "logs" || cmd == "events" || cmd == "attach";
 }
 
 int run_fleet_command(std::string_view cmd, std::span<const std::string_view> args) {
   if (cmd == "logs" || cmd == "events") return run_stream_command(cmd, args);
+  if (cmd == "attach") return run_attach_command(args);
   const Command* command = nullptr;
   for (const auto& c : kCommands)
     if (c.name == cmd) command = &c;

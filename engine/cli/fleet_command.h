@@ -1,6 +1,7 @@
 // The fleet commands, each a client of the daemon's API (docs/api.md) and
 // nothing else: `abox ls`, `inspect`, `stop`, `start`, `rm`, `stats`
-// (fleet_command.cc) and `abox logs`, `abox events` (stream_command.cc).
+// (fleet_command.cc), `abox logs`, `abox events` (stream_command.cc) and
+// `abox attach` (attach_command.cc).
 // Each starts the daemon when it is not running (saying so on stderr).
 //
 // Exit codes, shared: 0 done; 1 the daemon refused for at least one NAME (no
@@ -20,5 +21,7 @@ int run_fleet_command(std::string_view cmd, std::span<const std::string_view> ar
 
 // stream_command.cc
 int run_stream_command(std::string_view cmd, std::span<const std::string_view> args);
+// attach_command.cc
+int run_attach_command(std::span<const std::string_view> args);
 
 }  // namespace abox::engine

@@ -31,6 +31,7 @@ constexpr std::string_view kUsage =
     "  ls [-a] [--json]               the instances\n"
     "  inspect | stats NAME           one instance's record | its memory and counters\n"
     "  logs [-f] NAME                 its command's output (agent-reported)\n"
+    "  attach NAME                    its output from now on, stdin to it (run -d -i)\n"
     "  events [-f] [--json] NAME      what abox saw: lifecycle, admissions, refusals, broker\n"
     "  stop NAME... | start NAME | rm [-f] NAME...   stop, boot again, remove\n"
     "  daemon                         the daemon in the foreground (started on first use)\n"

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <set>
 
+#include "engine/daemon/base64.h"
 #include "engine/instance/state_folder.h"
 
 namespace abox::engine {
@@ -31,9 +32,10 @@ const Op kOps[] = {
     {"stop", ApiOp::kStop, {"name"}, true},
     {"start", ApiOp::kStart, {"name"}, true},
     {"rm", ApiOp::kRemove, {"name", "force"}, true},
-    {"logs", ApiOp::kLogs, {"name", "follow"}, true},
+    {"logs", ApiOp::kLogs, {"name", "follow", "from_end"}, true},
     {"events", ApiOp::kEvents, {"name", "follow"}, true},
     {"stats", ApiOp::kStats, {"name"}, true},
+    {"input", ApiOp::kInput, {"name", "data", "eof"}, true},
 };
 
 // json::parse keeps one of two equal keys; a request that says two things is
@@ -190,6 +192,16 @@ base::Result<ApiRequest, ApiRequestError> parse_api_request(std::string_view lin
   if (!flag("all", r.all)) return refuse("\"all\" must be true or false");
   if (!flag("force", r.force)) return refuse("\"force\" must be true or false");
   if (!flag("follow", r.follow)) return refuse("\"follow\" must be true or false");
+  if (!flag("from_end", r.from_end)) return refuse("\"from_end\" must be true or false");
+  if (!flag("eof", r.eof)) return refuse("\"eof\" must be true or false");
+  if (r.op == ApiOp::kInput) {
+    auto data = get_string(o, "data", (kMaxInputBytes + 2) / 3 * 4);
+    if (!data.ok()) return refuse(data.error());
+    auto bytes = base64_decode(*data);
+    if (!bytes) return refuse("\"data\" must be base64");
+    if (bytes->size() > kMaxInputBytes) return refuse("\"data\" holds more than 64 KiB");
+    r.data = std::move(*bytes);
+  }
 
   if (r.op == ApiOp::kRun) {
     auto* args = o.if_contains("args");

@@ -125,10 +125,10 @@ class Daemon::Client : public std::enable_shared_from_this<Client> {
   void drain() {
     if (++drained > 16) return;  // at most 16 reads of 4 KiB; then the socket closes with us
     in.resize(4096);
-    socket.async_read_some(boost::asio::buffer(in), [self = shared_from_this()](const boost::system::error_code& ec,
-                                                                                std::size_t) {
-      if (!ec) self->drain();
-    });
+    socket.async_read_some(boost::asio::buffer(in),
+                           [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                             if (!ec) self->drain();
+                           });
   }
   int drained = 0;
   void write_next() {
@@ -474,6 +474,8 @@ void Daemon::handle(std::shared_ptr<Client> c, const ApiRequest& r) {
       return op_stream(c, r);
     case ApiOp::kStats:
       return op_stats(c, r);
+    case ApiOp::kInput:
+      return op_input(c, r);
   }
 }
 
@@ -509,7 +511,7 @@ void Daemon::op_run(std::shared_ptr<Client> c, const ApiRequest& r) {
   if (!parsed.ok()) return reply_error(c, r.id, parsed.error());
   if (parsed->help) return reply_error(c, r.id, "--help is not an instance");
   if (parsed->positionals.empty()) return reply_error(c, r.id, "no command: args end with -- CMD [ARGS...]");
-  for (std::string_view flag : {"detach", "interactive", "tty", "events", "json", "keep"}) {
+  for (std::string_view flag : {"detach", "tty", "events", "json", "keep"}) {
     if (parsed->has(flag))
       return reply_error(c, r.id,
                          "--" + std::string(flag) + " is not for a detached instance (see docs/api.md)");
@@ -724,6 +726,44 @@ void Daemon::op_stats(std::shared_ptr<Client> c, const ApiRequest& r) {
   c->send(o);
 }
 
+// ---- abox attach's input ----
+
+void Daemon::op_input(std::shared_ptr<Client> c, const ApiRequest& r) {
+  auto it = shims_.find(r.name);
+  if (it == shims_.end()) return reply_error(c, r.id, "'" + r.name + "' is not running");
+  Shim& shim = *it->second;
+  if (shim.input_busy) return reply_error(c, r.id, "busy: wait for the answer to the last input");
+  if (!shim.input) {
+    std::string path = folder(r.name) + "/shim.sock";
+    auto s = std::make_unique<stream_protocol::socket>(io_);
+    boost::system::error_code ec;
+    s->connect(stream_protocol::endpoint(path), ec);  // a local listener: answers at once or not at all
+    if (ec)
+      return reply_error(c, r.id,
+                         "'" + r.name + "' takes no input (started without -i, or its stdin is closed)");
+    shim.input = std::move(s);
+  }
+  auto data = std::make_shared<std::vector<std::uint8_t>>(r.data);
+  shim.input_busy = true;
+  boost::asio::async_write(*shim.input, boost::asio::buffer(*data),
+                           [this, c, data, id = r.id, name = r.name, eof = r.eof, alive = alive_](
+                               const boost::system::error_code& ec, std::size_t) {
+                             if (!*alive) return;
+                             auto it2 = shims_.find(name);
+                             if (it2 == shims_.end()) return reply_error(c, id, "'" + name + "' ended");
+                             Shim& s2 = *it2->second;
+                             s2.input_busy = false;
+                             if (ec) {
+                               s2.input.reset();
+                               return reply_error(c, id, "its stdin is closed: " + ec.message());
+                             }
+                             if (eof) s2.input.reset();  // the shim closes the command's stdin
+                             json::object o = ok_reply(id);
+                             o["bytes"] = data->size();
+                             c->send(o);
+                           });
+}
+
 // ---- logs and events ----
 
 void Daemon::op_stream(std::shared_ptr<Client> c, const ApiRequest& r) {
@@ -740,6 +780,17 @@ void Daemon::op_stream(std::shared_ptr<Client> c, const ApiRequest& r) {
   } else {
     f->live = base + "/output.log";
     if (::access((f->live + ".1").c_str(), F_OK) == 0) f->paths.push_back(f->live + ".1");
+  }
+  if (r.from_end && !f->events) {
+    // abox attach: only what comes from now on.
+    f->paths.clear();
+    f->fd.reset(::open(f->live.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (f->fd) {
+      struct stat st {};
+      ::fstat(f->fd.get(), &st);
+      f->ino = st.st_ino;
+      ::lseek(f->fd.get(), 0, SEEK_END);
+    }
   }
   f->paths.push_back(f->live);
   json::object o = ok_reply(r.id);

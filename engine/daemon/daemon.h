@@ -72,6 +72,9 @@ class Daemon {
     ShimRecord record;
     std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
     std::vector<std::function<void()>> on_exit;
+    // abox attach's input: the connection to the shim's shim.sock, made on the first input.
+    std::unique_ptr<boost::asio::local::stream_protocol::socket> input;
+    bool input_busy = false;
   };
 
   void adopt_all();
@@ -93,6 +96,7 @@ class Daemon {
   void op_remove(std::shared_ptr<Client> c, const ApiRequest& r);
   void op_stream(std::shared_ptr<Client> c, const ApiRequest& r);
   void op_stats(std::shared_ptr<Client> c, const ApiRequest& r);
+  void op_input(std::shared_ptr<Client> c, const ApiRequest& r);
   void pump(std::shared_ptr<Follow> f);
 
   // Ends the shim: SIGTERM (or SIGKILL with kill_now), SIGKILL after the

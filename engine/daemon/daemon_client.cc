@@ -103,31 +103,39 @@ base::Result<std::uint64_t, std::string> DaemonClient::send(std::string_view op,
 
 base::Result<json::object, std::string> DaemonClient::next(std::uint64_t id) {
   for (;;) {
-    auto nl = buffer_.find('\n');
-    while (nl == std::string::npos) {
-      if (buffer_.size() > kMaxReplyBytes) return base::Err{std::string("a reply longer than 64 MiB")};
-      char buf[65536];
-      ssize_t n = ::read(fd_.get(), buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return base::Err{std::string("the daemon closed the connection")};
-      buffer_.append(buf, static_cast<std::size_t>(n));
-      nl = buffer_.find('\n');
-    }
-    std::string line = buffer_.substr(0, nl);
-    buffer_.erase(0, nl + 1);
-    std::error_code ec;
-    json::value v = json::parse(line, ec);
-    if (ec || !v.is_object()) return base::Err{"the daemon sent something that is not a JSON object"};
-    auto& o = v.get_object();
-    auto* rid = o.if_contains("id");
+    auto o = next_any();
+    if (!o.ok()) return o;
+    auto* rid = o->if_contains("id");
     std::uint64_t got = rid != nullptr && rid->is_number() ? rid->to_number<std::uint64_t>() : 0;
-    if (got == 0) {
-      // A refusal of the connection itself (the peer check, the client bound).
-      auto* e = o.if_contains("error");
-      if (e != nullptr && e->is_string()) return base::Err{std::string(e->get_string())};
-    }
-    if (got == id) return std::move(o);
+    if (got == id) return o;
   }
+}
+
+base::Result<json::object, std::string> DaemonClient::next_any() {
+  auto nl = buffer_.find('\n');
+  while (nl == std::string::npos) {
+    if (buffer_.size() > kMaxReplyBytes) return base::Err{std::string("a reply longer than 64 MiB")};
+    char buf[65536];
+    ssize_t n = ::read(fd_.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return base::Err{std::string("the daemon closed the connection")};
+    buffer_.append(buf, static_cast<std::size_t>(n));
+    nl = buffer_.find('\n');
+  }
+  std::string line = buffer_.substr(0, nl);
+  buffer_.erase(0, nl + 1);
+  std::error_code ec;
+  json::value v = json::parse(line, ec);
+  if (ec || !v.is_object()) return base::Err{"the daemon sent something that is not a JSON object"};
+  auto& o = v.get_object();
+  auto* rid = o.if_contains("id");
+  std::uint64_t got = rid != nullptr && rid->is_number() ? rid->to_number<std::uint64_t>() : 0;
+  if (got == 0) {
+    // A refusal of the connection itself (the peer check, the client bound).
+    auto* e = o.if_contains("error");
+    if (e != nullptr && e->is_string()) return base::Err{std::string(e->get_string())};
+  }
+  return std::move(o);
 }
 
 base::Result<json::object, std::string> DaemonClient::call(std::string_view op, json::object fields) {

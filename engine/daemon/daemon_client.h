@@ -30,6 +30,11 @@ class DaemonClient {
   base::Result<std::uint64_t, std::string> send(std::string_view op, boost::json::object fields);
   // The next message of request id (messages of other ids are skipped).
   base::Result<boost::json::object, std::string> next(std::uint64_t id);
+  // The next message of any request (a client with several requests in flight).
+  base::Result<boost::json::object, std::string> next_any();
+  int fd() const { return fd_.get(); }
+  // True when a whole message is already buffered (next_any() will not block).
+  bool buffered() const { return buffer_.find('\n') != std::string::npos; }
   // send, then its one reply; {"ok":false,"error":E} comes back as the error E.
   base::Result<boost::json::object, std::string> call(std::string_view op, boost::json::object fields);
 

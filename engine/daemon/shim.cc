@@ -21,6 +21,7 @@
 #include "engine/cli/run_command.h"
 #include "engine/daemon/instance_files.h"
 #include "engine/daemon/rotating_log.h"
+#include "engine/daemon/stdin_relay.h"
 #include "engine/instance/state_folder.h"
 #include "engine/instance/supervisor.h"
 #include "engine/process/child_process.h"
@@ -126,8 +127,7 @@ int run_shim_command(std::span<const std::string_view> args) {
   c.instances_root = root;
   c.term = config->term;
   c.lang = config->lang;
-  c.tty = false;
-  c.attach_stdin = false;
+  c.tty = false;  // -i stays: the command's stdin is then shim.sock's (abox attach)
   c.keep = true;
   c.folder_exists = true;
   c.stats_socket = true;
@@ -171,16 +171,26 @@ int run_shim_command(std::span<const std::string_view> args) {
   PipeReader out_reader(io, std::move(out.read), write_log, on_eof);
   PipeReader err_reader(io, std::move(err.read), write_log, on_eof);
   base::UniqueFd dev_null = open_dev_null();
+  // With -i: the command's stdin is a pipe the shim writes what shim.sock's
+  // client sends into (abox attach, through the daemon); the client's EOF closes it.
+  bool with_stdin = c.attach_stdin;
+  PipeEnds in_pipe;
+  std::unique_ptr<StdinRelay> relay;
+  if (with_stdin) {
+    in_pipe = make_pipe();
+    relay = std::make_unique<StdinRelay>(io, folder->file("shim.sock"), std::move(in_pipe.write));
+  }
 
   QemuMicrovm qemu(c.qemu);
   std::unique_ptr<InstanceSupervisor> supervisor;
   boost::asio::steady_timer drain_bound(io);
   supervisor = std::make_unique<InstanceSupervisor>(
-      io, std::move(c), qemu, dev_null.get(), out.write.get(), err.write.get(), -1,
-      [&](const InstanceOutcome&) {
+      io, std::move(c), qemu, with_stdin ? in_pipe.read.get() : dev_null.get(), out.write.get(),
+      err.write.get(), -1, [&](const InstanceOutcome&) {
         // The supervisor wrote instance.json; what the command printed last is
         // still in the pipes: close our ends and read them to the end (bounded).
         supervisor.reset();
+        relay.reset();
         out.write.reset();
         err.write.reset();
         drain_bound.expires_after(std::chrono::seconds(5));

@@ -16,6 +16,9 @@ Cases:
   logs (agent-reported), events, stats; stop keeps the folder; start boots again
   with a fresh nonce (the guest prints its nonce: it changed) and the same disk;
   rm of a running one is refused, rm -f removes it; nothing left;
+- attach: to an instance of run -d -i: its stdin is attach's (lines echoed, EOF
+  reaches the command); without -i input is refused with the reason, and Ctrl-C
+  detaches, leaving it running;
 - peers: the API refuses a peer of another uid (nobody, via setpriv) even when
   the socket's mode would let it in, and counts it; the CLI as nobody cannot reach it;
 - bad_requests: malformed lines get an error with the id, the connection lives on;
@@ -271,6 +274,35 @@ def case_lifecycle(h):
         h.run("rm", failed)
 
 
+def case_attach(h):
+    code, _, err = start_detached(h, "att")
+    h.check("run_d_started", code == 0, err)
+    # -i: the command's stdin is attach's.
+    code, _, err = h.run("run", "-d", "-i", "--policy", h.policy, "--name", "atti", "--no-selftest", "--",
+                         "sh", "-c", "echo ready; while read l; do echo \"got $l\"; done; echo stdin-closed; sleep 1")
+    h.check("run_d_i_started", code == 0, err)
+    h.wait_output("atti", "ready")
+    p = subprocess.run(h.abox_cmd("attach", "atti"), input=b"hello\nworld\n", capture_output=True, timeout=60,
+                       env=h.env)
+    out = p.stdout.decode(errors="replace")
+    h.check("attach_sends_stdin_and_shows_the_output", p.returncode == 0 and "got hello" in out and
+            "got world" in out and "stdin-closed" in out, f"exit {p.returncode}: {out} {p.stderr[-300:]}")
+    h.check("attach_ends_with_the_instance", h.state_of("atti") == "stopped")
+    # Without -i: the output only; input is refused with the reason, the instance runs on.
+    proc = subprocess.Popen(h.abox_cmd("attach", "att"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=h.env)
+    proc.stdin.write(b"x\n")
+    proc.stdin.flush()
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    h.check("attach_without_i_refuses_input", b"takes no input" in err, err[-300:])
+    h.check("detaching_leaves_it_running", h.state_of("att") == "running")
+    h.run("rm", "-f", "att", "atti")
+    h.gone("attach", "att")
+    h.gone("attach_i", "atti")
+
+
 def case_peers(h):
     before = h.ping()["refused_peers"]
     # The CLI as nobody: the folder is root's, 0700; nobody cannot even reach it.
@@ -445,7 +477,7 @@ def case_churn(h):
           f"fds {before['fds']} -> {after['fds']}")
 
 
-CASES = [case_lifecycle, case_peers, case_bad_requests, case_daemon_killed, case_four, case_nonce_of_another,
+CASES = [case_lifecycle, case_attach, case_peers, case_bad_requests, case_daemon_killed, case_four, case_nonce_of_another,
          case_churn]
 
 

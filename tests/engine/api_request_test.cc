@@ -134,6 +134,22 @@ TEST(ApiRequest, RunFields) {
   refused(many + "]}");
 }
 
+TEST(ApiRequest, Input) {
+  auto in = ok(R"({"v":1,"id":1,"op":"input","name":"a","data":"aGkK"})");
+  EXPECT_EQ(in.op, ApiOp::kInput);
+  EXPECT_EQ(std::string(in.data.begin(), in.data.end()), "hi\n");
+  EXPECT_FALSE(in.eof);
+  EXPECT_TRUE(ok(R"({"v":1,"id":1,"op":"input","name":"a","eof":true})").eof);
+  refused(R"({"v":1,"id":1,"op":"input","name":"a","data":"aGk"})");      // not padded
+  refused(R"({"v":1,"id":1,"op":"input","name":"a","data":"a G k K"})");  // not base64
+  refused(R"({"v":1,"id":1,"op":"input","name":"a","data":7})");
+  refused(R"({"v":1,"id":1,"op":"input","data":"aGkK"})");
+  std::string big(((kMaxInputBytes + 3) / 3) * 4, 'A');
+  refused(R"({"v":1,"id":1,"op":"input","name":"a","data":")" + big + R"("})");
+  EXPECT_TRUE(ok(R"({"v":1,"id":1,"op":"logs","name":"a","follow":true,"from_end":true})").from_end);
+  refused(R"({"v":1,"id":1,"op":"events","name":"a","from_end":true})");
+}
+
 TEST(ApiRequest, Bounded) {
   std::string big =
       R"({"v":1,"id":1,"op":"run","cwd":"/","args":[")" + std::string(kMaxRequestBytes, 'a') + R"("]})";
