@@ -266,6 +266,16 @@ void Daemon::watch(std::string name, ShimRecord record, base::UniqueFd pidfd) {
   shims_[name] = std::move(shim);
 }
 
+void Daemon::adopt_if_alive(const std::string& name) {
+  if (shims_.count(name) != 0) return;
+  auto shim = read_shim_record(folder(name));
+  if (!shim.ok()) return;
+  base::UniqueFd pidfd = open_shim_pidfd(*shim);
+  if (!pidfd) return;
+  std::cerr << "abox daemon: adopted " << name << " (shim pid " << shim->pid << ", found late)\n";
+  watch(name, *shim, std::move(pidfd));
+}
+
 void Daemon::on_shim_exit(const std::string& name) {
   auto it = shims_.find(name);
   if (it == shims_.end()) return;
@@ -400,7 +410,16 @@ void Daemon::accept() {
                                                  stream_protocol::socket s) {
     if (!*alive) return;
     if (ec == boost::asio::error::operation_aborted) return;
-    if (!ec) {
+    if (ec) {
+      // Out of fds or memory: try again in a moment, not in a tight loop.
+      std::cerr << "abox daemon: accept: " << ec.message() << '\n';
+      auto retry = std::make_shared<boost::asio::steady_timer>(io_, 100ms);
+      retry->async_wait([this, retry, alive](const boost::system::error_code& tec) {
+        if (*alive && !tec) accept();
+      });
+      return;
+    }
+    {
       auto client = std::make_shared<Client>(std::move(s));
       ucred peer{};
       socklen_t len = sizeof peer;
@@ -454,6 +473,7 @@ void Daemon::read_request(std::shared_ptr<Client> client) {
 }
 
 void Daemon::handle(std::shared_ptr<Client> c, const ApiRequest& r) {
+  if (!r.name.empty()) adopt_if_alive(r.name);
   switch (r.op) {
     case ApiOp::kPing:
       return op_ping(c, r);
@@ -557,6 +577,7 @@ void Daemon::op_list(std::shared_ptr<Client> c, const ApiRequest& r) {
   std::sort(names.begin(), names.end());
   json::array list;
   for (const auto& name : names) {
+    adopt_if_alive(name);
     json::value v = json::parse(describe(name, false));
     auto& o = v.get_object();
     if (!r.all && terminal_state(o["state"].get_string())) continue;

@@ -79,6 +79,9 @@ class Daemon {
 
   void adopt_all();
   void watch(std::string name, ShimRecord record, base::UniqueFd pidfd);
+  // A shim that lives but is not watched (it wrote shim.json after this
+  // daemon's scan, while a daemon restarted): watched from now on.
+  void adopt_if_alive(const std::string& name);
   void on_shim_exit(const std::string& name);
   void mark_failed_unless_ended(const std::string& name, const std::string& reason);
   base::Result<ShimRecord, std::string> spawn_shim(const std::string& name, bool again);
