@@ -1,6 +1,7 @@
 #include "engine/daemon/instance_files.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -102,11 +103,15 @@ base::UniqueFd open_shim_pidfd(const ShimRecord& r) {
   // Checked after the pidfd exists: if the start time matches now, the pidfd
   // holds the process that had it (a pid is reused only after the old one is reaped).
   if (process_start_ticks(r.pid) != r.start_ticks) return {};
+  // A pidfd is readable once its process has ended: a zombie that its parent
+  // (init, for a shim) has not reaped yet still has its pid and start time.
+  pollfd p{fd.get(), POLLIN, 0};
+  if (::poll(&p, 1, 0) != 0) return {};
   return fd;
 }
 
 bool process_alive(pid_t pid, std::uint64_t start_ticks) {
-  return pid > 1 && start_ticks != 0 && process_start_ticks(pid) == start_ticks;
+  return start_ticks != 0 && static_cast<bool>(open_shim_pidfd(ShimRecord{pid, start_ticks}));
 }
 
 std::uint64_t process_rss_kib(pid_t pid) {

@@ -41,9 +41,10 @@ struct ShimRecord {
 std::string shim_record_json(const ShimRecord& r);
 base::Result<ShimRecord, std::string> read_shim_record(const std::string& folder);
 
-// A pidfd of the process (pid, start_ticks), or an empty fd when it is gone.
+// A pidfd of the process (pid, start_ticks), or an empty fd when it is gone
+// (or has ended and is a zombie not yet reaped).
 base::UniqueFd open_shim_pidfd(const ShimRecord& r);
-// True when (pid, start_ticks) still names a running process.
+// True when (pid, start_ticks) still names a running process (not a zombie).
 bool process_alive(pid_t pid, std::uint64_t start_ticks);
 
 // The resident memory of pid in KiB (VmRSS), 0 if unknown.

@@ -2,6 +2,7 @@
 // output.log, the files of a state folder read back (bounded, typed).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "engine/daemon/base64.h"
 #include "engine/daemon/instance_files.h"
 #include "engine/daemon/rotating_log.h"
+#include "engine/process/child_process.h"
 #include "tests/support/temp_dir.h"
 
 namespace abox::engine {
@@ -119,10 +121,28 @@ TEST(InstanceFiles, BrokenFilesAreErrors) {
   EXPECT_FALSE(read_json_object(tmp.path() + "/big.json").ok());
 }
 
+TEST(InstanceFiles, AZombieIsNotAlive) {
+  // A child that ended and is not reaped yet keeps its pid and start time.
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  std::uint64_t ticks = 0;
+  for (int i = 0; i < 100 && ticks == 0; ++i) ticks = process_start_ticks(child);
+  ASSERT_NE(ticks, 0u);
+  // Until the child has ended (bounded: it exits at once).
+  for (int i = 0; i < 200 && process_alive(child, ticks); ++i) ::usleep(10000);
+  EXPECT_EQ(process_start_ticks(child), ticks);  // still there, as a zombie
+  EXPECT_FALSE(process_alive(child, ticks));
+  EXPECT_FALSE(open_shim_pidfd({child, ticks}));
+  int status = 0;
+  ::waitpid(child, &status, 0);
+}
+
 TEST(InstanceFiles, AShimIsNamedByPidAndStartTime) {
   ShimRecord me{::getpid(), 0};
   EXPECT_FALSE(open_shim_pidfd(me));  // start time 0 names nobody
   EXPECT_FALSE(process_alive(::getpid(), 1));
+  EXPECT_TRUE(process_alive(::getpid(), process_start_ticks(::getpid())));
   EXPECT_GT(process_rss_kib(::getpid()), 0u);
 }
 
