@@ -711,7 +711,10 @@ void Daemon::op_stats(std::shared_ptr<Client> c, const ApiRequest& r) {
   if (s && stats_path.size() < sizeof addr.sun_path) {
     std::memcpy(addr.sun_path, stats_path.c_str(), stats_path.size() + 1);
     ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    // One request line, then the reply until the server closes (netstack/stats_server.h).
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        ::send(s.get(), "stats\n", 6, MSG_NOSIGNAL) == 6) {
+      ::shutdown(s.get(), SHUT_WR);
       char buf[8192];
       ssize_t n;
       while (text.size() < (1 << 20) && (n = ::read(s.get(), buf, sizeof buf)) > 0)

@@ -15,6 +15,7 @@ Cases (one boot each):
 - out_err_exit: `sh -c 'echo out; echo err >&2; exit 7'` gives out on stdout, err on
   stderr, exit 7; the self-test ran first and passed (events), and `--json` sums it up;
 - one_mib: 1 MiB made in the guest arrives on stdout intact (sha256);
+- cpus_and_memory: --cpus 2 --memory 256M are what the guest has (nproc, MemTotal);
 - names_and_addresses: in the guest an allowed name resolves, a denied name does not,
   a direct address is refused; abox-net's events show the admission and each refusal;
 - broker_secrets: with a [[broker]] binding the guest's environment holds the nonce and
@@ -22,7 +23,7 @@ Cases (one boot each):
   key, and QEMU's /proc/PID/cmdline holds neither key nor nonce;
 - stdin: `-i` forwards stdin with EOF (`sha256sum` of 300 KiB);
 - tty: -t -i in a pty the test owns: /dev/pts/0 of the host's size, a resize,
-  Ctrl-C interrupting a guest sleep, busybox vi, exit 5, the terminal restored;
+  Ctrl-C interrupting a guest sleep, Ctrl-Z stopping one, busybox vi, exit 5, the terminal restored;
 - copy_in: a tree (files, a symlink, a mode) lands owned by uid 1000;
 - cp_running: `abox cp NAME:PATH -` of a running instance is a tar stream
   (read in memory, never unpacked); a missing path exits 1;
@@ -226,6 +227,20 @@ def case_one_mib(h):
     h.nothing_left("one_mib", name)
 
 
+def case_cpus_and_memory(h):
+    """--cpus and --memory are the guest's: QEMU gives it that many CPUs and
+    that much memory, whatever the host has."""
+    name = h.name()
+    code, out, err = h.run(["--policy", h.policy, "--name", name, "--cpus", "2", "--memory", "256M", *SELFTEST,
+                            "--", "sh", "-c", "nproc; grep MemTotal /proc/meminfo"])
+    lines = out.decode(errors="replace").split()
+    kib = int(lines[2]) if len(lines) > 2 and lines[2].isdigit() else 0
+    # MemTotal is the memory less what the kernel keeps for itself.
+    h.check("cpus_and_memory_are_the_guests", code == 0 and lines[:1] == ["2"] and 200 * 1024 < kib <= 256 * 1024,
+            f"exit {code}: {out[-200:]!r} {err[-400:]}")
+    h.nothing_left("cpus_and_memory", name)
+
+
 def case_names_and_addresses(h):
     name = h.name()
     events = h.rig.path(f"{name}.events")
@@ -383,6 +398,14 @@ def case_tty(h):
     typed(b"\x03")
     typed(b"echo after-ctrl-$((6*7))\r")
     ok_ctrl_c = expect(b"after-ctrl-42", timeout=15) and b"slept-42" not in seen
+    # Ctrl-Z stops the foreground job (the shell's job control says so), and
+    # the shell can kill it.
+    typed(b"sleep 31\r")
+    time.sleep(2)
+    typed(b"\x1a")
+    ok_ctrl_z = expect(b"Stopped", timeout=15)
+    typed(b"kill -9 %1; echo killed-$((6*7))\r")
+    ok_ctrl_z = ok_ctrl_z and expect(b"killed-42", timeout=15)
     typed(b"vi /tmp/x\r")
     time.sleep(3)
     # Apart, so that vi does not read ESC and ':' as one escape sequence.
@@ -407,6 +430,7 @@ def case_tty(h):
     h.check("tty_is_a_pty_of_the_host_size", ok_tty, seen[-300:])
     h.check("tty_resize_reaches_the_guest", ok_resize, seen[-300:])
     h.check("tty_ctrl_c_interrupts_the_guest_command", ok_ctrl_c, seen[-300:])
+    h.check("tty_ctrl_z_stops_the_guest_command", ok_ctrl_z, seen[-300:])
     h.check("tty_vi_edits_a_file", ok_vi, seen[-400:])
     h.check("tty_exit_status", p.returncode == 5, f"exit {p.returncode}: {err[-400:]}")
     h.check("tty_terminal_restored", before == after, f"{before} != {after}")
@@ -543,7 +567,7 @@ def case_bad_policy(h):
     h.nothing_left("bad_policy", name)
 
 
-CASES = [case_image, case_out_err_exit, case_one_mib, case_names_and_addresses, case_broker_secrets, case_stdin,
+CASES = [case_image, case_out_err_exit, case_one_mib, case_cpus_and_memory, case_names_and_addresses, case_broker_secrets, case_stdin,
          case_stdout_closed, case_tty, case_copy_in, case_cp_running, case_idle_timeout, case_not_found, case_timeout, case_sigint, case_vmm_killed, case_bad_policy]
 
 

@@ -1,6 +1,6 @@
-// The command-line parser every abox command shares (engine/cli/options.h),
-// and the duration and size syntax of abox run.
-#include "engine/cli/options.h"
+// The command-line parser every abox and abox-net command shares
+// (base/command_line.h).
+#include "base/command_line.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/cli/run_command.h"
-
-namespace abox::engine {
+namespace abox::base {
 namespace {
 
 constexpr OptionSpec kSpecs[] = {
@@ -71,21 +69,29 @@ TEST(Options, ReadingAnUndeclaredOptionIsAProgrammingError) {
   EXPECT_THROW((void)parsed->all("copy-in"), std::logic_error);
 }
 
-TEST(RunSyntax, Durations) {
-  EXPECT_EQ(parse_duration("30s"), std::chrono::milliseconds(30000));
-  EXPECT_EQ(parse_duration("2"), std::chrono::milliseconds(2000));
-  EXPECT_EQ(parse_duration("250ms"), std::chrono::milliseconds(250));
-  EXPECT_EQ(parse_duration("5m"), std::chrono::milliseconds(300000));
-  EXPECT_EQ(parse_duration("1h"), std::chrono::milliseconds(3600000));
-  for (auto bad : {"", "0", "s", "1d", "-1s", "1.5s", "10 s"}) EXPECT_FALSE(parse_duration(bad)) << bad;
+TEST(Options, DashDashEndsTheOptionsWhateverFollows) {
+  auto p = parse({"-p", "a.toml", "--", "--help", "-x"}, false);
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_FALSE(p->help);
+  EXPECT_TRUE(p->dash_dash);
+  EXPECT_EQ(p->positionals, (std::vector<std::string>{"--help", "-x"}));
+  auto q = parse({"-p", "a.toml", "sh"});
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(q->dash_dash);
 }
 
-TEST(RunSyntax, Sizes) {
-  EXPECT_EQ(parse_mebibytes("512"), 512u);
-  EXPECT_EQ(parse_mebibytes("512M"), 512u);
-  EXPECT_EQ(parse_mebibytes("2G"), 2048u);
-  for (auto bad : {"", "0", "1T", "M", "-5", "1.5G"}) EXPECT_FALSE(parse_mebibytes(bad)) << bad;
+TEST(Options, AnInlineValueMayBeEmptyOrHoldEqualsSigns) {
+  auto p = parse({"--policy=", "--env=A=B=C"});
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_EQ(p->last("policy"), "");
+  EXPECT_EQ(p->last("env"), "A=B=C");
+  EXPECT_EQ(parse({"--=x"}).error(), "unknown option '--'");
+}
+
+TEST(Options, AUsageErrorIsOneLineThatSaysWhereToReadMore) {
+  EXPECT_EQ(usage_error_line("abox-net run", "unknown option '--x'"),
+            "abox-net run: unknown option '--x' (see 'abox-net run --help')\n");
 }
 
 }  // namespace
-}  // namespace abox::engine
+}  // namespace abox::base
