@@ -10,10 +10,13 @@
 #include "base/command_line.h"
 #include "engine/cli/broker_command.h"
 #include "engine/cli/cp_command.h"
+#include "engine/cli/daemon_command.h"
 #include "engine/cli/exit_codes.h"
+#include "engine/cli/fleet_command.h"
 #include "engine/cli/image_command.h"
 #include "engine/cli/policy_command.h"
 #include "engine/cli/run_command.h"
+#include "engine/daemon/shim.h"
 
 namespace {
 
@@ -29,6 +32,14 @@ constexpr std::string_view kUsage =
     "\n"
     "Commands:\n"
     "  run [options] -- CMD [ARGS...] run CMD in a micro-VM behind its own policy\n"
+    "  run -d [options] -- CMD ...    the same, detached: the daemon hosts it; prints its name\n"
+    "  ls [-a] [--json]               the instances\n"
+    "  inspect | stats NAME           one instance's record | its memory and counters\n"
+    "  logs [-f] NAME                 its command's output (agent-reported)\n"
+    "  attach NAME                    its output from now on, stdin to it (run -d -i)\n"
+    "  events [-f] [--json] NAME      what abox saw: lifecycle, admissions, refusals, broker\n"
+    "  stop NAME... | start NAME | rm [-f] NAME...   stop, boot again, remove\n"
+    "  daemon                         the daemon in the foreground (started on first use)\n"
     "  image build RECIPE | ls | rm   the guest images (minimal, debian, your own)\n"
     "  cp NAME:PATH -                 a file or folder of a running instance, as a tar stream\n"
     "  policy check FILE...          validate egress policy files\n"
@@ -85,6 +96,15 @@ int main(int argc, char** argv) {
     }
     if (args[0] == "cp") {
       return run_cp_command(std::span(args).subspan(1));
+    }
+    if (is_fleet_command(args[0])) {
+      return run_fleet_command(args[0], std::span(args).subspan(1));
+    }
+    if (args[0] == "daemon") {
+      return run_daemon_command(std::span(args).subspan(1));
+    }
+    if (args[0] == "shim") {  // hidden: started by the daemon
+      return run_shim_command(std::span(args).subspan(1));
     }
     if (args[0] == "image") {
       return run_image_command(std::span(args).subspan(1));

@@ -172,7 +172,8 @@ void InstanceSupervisor::start() {
 }
 
 void InstanceSupervisor::prepare() {
-  auto folder = StateFolder::create(config_.instances_root, config_.name);
+  auto folder = config_.folder_exists ? StateFolder::open(config_.instances_root, config_.name)
+                                      : StateFolder::create(config_.instances_root, config_.name);
   if (!folder.ok()) throw std::runtime_error(folder.error());
   folder_ = std::move(folder).value();
   folder_path_ = folder_->path();
@@ -327,7 +328,7 @@ void InstanceSupervisor::start_network() {
     spec.argv.push_back("--broker");
     spec.argv.push_back(folder_->broker_socket());
   }
-  if (config_.idle_timeout) {
+  if (config_.idle_timeout || config_.stats_socket) {
     // The flows' counters tell whether the agent still uses the network.
     spec.argv.push_back("--stats-socket");
     spec.argv.push_back(folder_->file("net.stats"));
