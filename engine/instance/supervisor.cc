@@ -1131,6 +1131,12 @@ void InstanceSupervisor::poll_idle() {
         [this, socket, text, alive](const boost::system::error_code& cec) {
           if (!*alive || stopping_) return;
           if (cec) return poll_idle();
+          // abox-net's stats socket answers a request line ("stats" or
+          // "explain TARGET"); unasked, it waits, and so would this poll.
+          static constexpr std::string_view kRequest = "stats\n";
+          boost::system::error_code wec;
+          boost::asio::write(*socket, boost::asio::buffer(kRequest.data(), kRequest.size()), wec);
+          if (wec) return poll_idle();
           boost::asio::async_read(
               *socket, boost::asio::dynamic_buffer(*text, 1 << 16),
               [this, socket, text, alive](const boost::system::error_code&, std::size_t) {
