@@ -4,13 +4,12 @@
 //   [credentials]
 //   anthropic = "sk-ant-..."     # names as in the bindings' `credential`
 //
-// The file must be a regular file (symlinks refused), owned by the user
-// running the broker, and neither readable nor writable by group or others;
-// otherwise it is refused with a message naming the problem. Every binding's
-// credential must be present; a key must be 1-4096 visible ASCII bytes
-// (it goes into a header: no CR, LF, NUL or space) other than '*' (the
-// scrubber's mask, key_scrubber.h). Names no binding uses
-// are ignored (one file may serve several policies).
+// The file is read by CredentialFile (credential_file.h), whose rules are
+// the store's: a regular file (symlinks refused) owned by the user running
+// the broker, neither readable nor writable by group or others, every key
+// 1-4096 visible ASCII bytes other than '*'. Every binding's credential must
+// be present; names no binding uses are ignored (one file may serve several
+// policies).
 // Keys are wiped from memory when the table is destroyed.
 #pragma once
 
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "broker/credential_file.h"
 #include "policy/policy.h"
 
 namespace abox::broker {
@@ -43,6 +43,9 @@ class Credentials {
 
  private:
   Credentials() = default;
+  static base::Result<Credentials, std::string> from_file(const CredentialFile& file,
+                                                          const std::string& source,
+                                                          const policy::Policy& policy);
   std::vector<std::string> keys_;
   std::vector<std::string_view> views_;
 };

@@ -40,6 +40,10 @@ struct SourceLocation {
 enum class Protocol : std::uint8_t { tcp = 1, udp = 2 };
 std::string_view to_string(Protocol p);
 
+// A credential's name (a binding's `credential`, a name in the credential
+// store): 1 to 128 letters, digits, '-', '_' or '.'.
+bool valid_credential_name(std::string_view name);
+
 struct PortRange {
   std::uint16_t first = 0;
   std::uint16_t last = 0;
