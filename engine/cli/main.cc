@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/cli/broker_command.h"
+#include "engine/cli/credentials_command.h"
 #include "engine/cli/exit_codes.h"
 #include "engine/cli/image_command.h"
 #include "engine/cli/policy_command.h"
@@ -63,6 +64,9 @@ int main(int argc, char** argv) {
     }
     if (args[0] == "image") {
       return run_image_command(std::span(args).subspan(1));
+    }
+    if (args[0] == "credentials") {
+      return run_credentials_command(std::span(args).subspan(1), 0, std::cout, std::cerr);
     }
     if (args[0] == "broker") {
       return run_broker_command(std::span(args).subspan(1), std::cout, std::cerr);
