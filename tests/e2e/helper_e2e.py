@@ -205,11 +205,13 @@ class Helper:
         self.p = subprocess.Popen([program, "--operator", str(OPERATOR), "--group", str(GROUP), "--socket",
                                    self.socket, "--cgroup-root", cgroup_root, *extra],
                                   stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
-        for _ in range(250):
-            if os.path.exists(self.socket) or self.p.poll() is not None:
+        # Its log line, not the socket file: a stale file of that name may be
+        # there before the helper replaces it (case_start_and_stop).
+        for _ in range(500):
+            if "listening on " in self.text() or self.p.poll() is not None:
                 break
             time.sleep(0.02)
-        if not os.path.exists(self.socket):
+        if "listening on " not in self.text() or not os.path.exists(self.socket):
             raise RuntimeError(f"abox-helper did not start: {self.text()}")
 
     def text(self):
