@@ -51,6 +51,19 @@ std::uint64_t udp_key(std::uint16_t guest_port, std::uint32_t dst_net, std::uint
   return (std::uint64_t{guest_port} << 48) | (std::uint64_t{dst_net} << 16) | dst_port;
 }
 
+// A refused flow's event (cold: only on a refusal). A flow to port 53 or
+// 853 of anything but the gateway is a guest asking another resolver, which
+// is never allowed: the event says where DNS is served.
+void write_deny(base::EventLog& events, std::string_view reason, const std::string& dst, std::uint16_t port,
+                std::string_view proto, const policy::IpAddress& gateway) {
+  if (port == 53 || port == 853) {
+    const std::string where = "served only by the gateway, " + gateway.to_string() + ":53";
+    events.write_reserved("deny", {{"reason", reason}, {"dst", dst}, {"proto", proto}, {"dns", where}});
+  } else {
+    events.write_reserved("deny", {{"reason", reason}, {"dst", dst}, {"proto", proto}});
+  }
+}
+
 }  // namespace
 
 // The C side of lwIP's callbacks, as friends of GuestStack.
@@ -75,8 +88,10 @@ struct StackGlue {
   }
   static err_t accept(void*, tcp_pcb* pcb, err_t err) {
     if (err != ERR_OK || pcb == nullptr) return ERR_VAL;
-    g_stack->on_accept(pcb);
-    return ERR_OK;
+    // ERR_ABRT after a tcp_abort(): lwIP's tcp_process goes on with the
+    // pcb when told ERR_OK, and the pcb is freed (a guest opening one flow
+    // past [limits] flows reached lwIP's use of freed memory).
+    return g_stack->on_accept(pcb) ? ERR_OK : ERR_ABRT;
   }
   static void udp(void*, udp_pcb*, pbuf* p, const ip_addr_t* src, u16_t sport) {
     g_stack->on_udp(p, from_lwip(src), sport, from_lwip(ip_current_dest_addr()),
@@ -703,8 +718,7 @@ int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy
   if (!a.admitted()) {
     ++counters_.tcp_refused;
     if (events_.reserve_line())
-      events_.write_reserved("deny",
-                             {{"reason", describe(a.refusal)}, {"dst", dst_text()}, {"proto", "tcp"}});
+      write_deny(events_, describe(a.refusal), dst_text(), dst_port, "tcp", config_.gateway);
     return ABOX_LWIP_SYN_RESET;
   }
   if (a.broker != nullptr && config_.broker_path.empty()) {
@@ -720,7 +734,7 @@ int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy
   return ABOX_LWIP_SYN_ACCEPT;
 }
 
-void GuestStack::on_accept(tcp_pcb* pcb) {
+bool GuestStack::on_accept(tcp_pcb* pcb) {
   policy::IpAddress dst = from_lwip(&pcb->local_ip);
   std::uint16_t port = pcb->local_port;
   // Decided again now that the handshake is done: the answer may have
@@ -728,12 +742,12 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
   Admission a = admit_flow(policy_, host_addresses_, table_, dst, port, policy::Protocol::tcp, loop_.now());
   if (!a.admitted() || (a.broker != nullptr && config_.broker_path.empty())) {
     tcp_abort(pcb);
-    return;
+    return false;
   }
   if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
     ++counters_.limit_flows;  // the limit is exact even if handshakes raced past the SYN check
     tcp_abort(pcb);
-    return;
+    return false;
   }
   ++counters_.tcp_admitted;
   if (a.broker != nullptr) ++counters_.tcp_brokered;
@@ -764,6 +778,7 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
   TcpFlow* raw = flow.get();
   tcp_flows_.emplace(raw, std::move(flow));
   raw->start();
+  return !raw->aborted();  // retired, not freed, when start() aborted it
 }
 
 void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port,
@@ -772,8 +787,7 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
   auto dst_text = [&] { return policy::Endpoint{dst, dst_port}.to_string(); };
   auto refuse = [&](std::string_view why) {
     ++counters_.udp_refused;
-    if (events_.reserve_line())
-      events_.write_reserved("deny", {{"reason", why}, {"dst", dst_text()}, {"proto", "udp"}});
+    if (events_.reserve_line()) write_deny(events_, why, dst_text(), dst_port, "udp", config_.gateway);
     // ICMP "communication administratively prohibited" (type 3, code 13),
     // quoting the datagram: move back over the UDP and IP headers first.
     if (pbuf_header_force(p, static_cast<s16_t>(ip_current_header_tot_len() + 8)) == 0) {

@@ -219,7 +219,8 @@ class GuestStack {
   void count(DhcpOutcome outcome);
   int on_syn(const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
              std::uint16_t dst_port);
-  void on_accept(tcp_pcb* pcb);
+  // False when it aborted pcb (lwIP must then hear ERR_ABRT).
+  bool on_accept(tcp_pcb* pcb);
   void on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
               std::uint16_t dst_port);
   std::size_t half_open_now() const;
