@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <vector>
 
 #include "base/json.h"
@@ -21,6 +23,8 @@
 #include "broker/credential_file.h"
 #include "engine/cli/exit_codes.h"
 #include "engine/cli/options.h"
+#include "engine/daemon/daemon_client.h"
+#include "engine/daemon/instance_files.h"
 #include "engine/instance/state_folder.h"
 #include "policy/policy_file.h"
 
@@ -43,9 +47,11 @@ constexpr std::string_view kUsage =
     "             on a terminal it is asked for without echo; from a pipe or\n"
     "             file, all of it (one final newline dropped). 1-4096 visible\n"
     "             ASCII characters other than '*'. Never on the command line.\n"
-    "  ls         the names, and the [[broker]] bindings that use each: the\n"
-    "             policies of the instances (their state folders) and of each\n"
-    "             --policy FILE; a name bound but not stored is 'missing'\n"
+    "  ls         the names (never the keys), and the [[broker]] bindings that\n"
+    "             use each: the policy each of your instances runs (its state\n"
+    "             folder's copy; its state from the daemon when it runs, else as\n"
+    "             last recorded) and each --policy FILE; a name bound but not\n"
+    "             stored is MISSING\n"
     "  rm NAME... remove names (all or none)\n"
     "\n"
     "Options:\n"
@@ -54,7 +60,8 @@ constexpr std::string_view kUsage =
     "                  ~/.config/abox/credentials.toml)\n"
     "  --policy FILE   ls: also the bindings of this policy (repeatable)\n"
     "  --json          ls: {\"store\",\"credentials\":[{\"name\",\"stored\",\"bindings\":\n"
-    "                  [{\"source\",\"policy\",\"instance\",\"binding\"}]}],\"skipped\":[...]}\n"
+    "                  [{\"source\",\"policy\",\"instance\",\"state\",\"binding\"}]}],\n"
+    "                  \"states\":\"daemon\"|\"records\",\"skipped\":[...]}\n"
     "\n"
     "Exit status: 0 done, 1 rm of a name that is not stored, 2 usage error,\n"
     "3 the store cannot be read or written (wrong owner or mode, a symlink, ...).\n";
@@ -239,38 +246,90 @@ struct Binding {
   std::string source;    // "instance" or "policy"
   std::string policy;    // the policy file
   std::string instance;  // for "instance"
+  std::string state;     // for "instance": its state (api.md's names), "" when unknown
   std::string binding;   // "NAME:PORT"
 };
 
-// Each policy's bindings by credential name; the files that could not be read go to skipped.
-void collect_bindings(const std::vector<std::string>& policy_files,
+// The instances' states. From the daemon's own answer (`ls` with all) when
+// a daemon answers, so a detached instance whose shim died reads "failed"
+// as `abox ls` says; else from each folder's instance.json as last written.
+// Never starts a daemon; a daemon that does not answer within 3 s counts as
+// none.
+struct InstanceStates {
+  std::map<std::string, std::string> by_name;
+  bool from_daemon = false;
+};
+
+InstanceStates instance_states(const std::string& root, const std::vector<std::string>& names) {
+  InstanceStates out;
+  std::ostringstream quiet;
+  if (auto client = DaemonClient::connect(/*autostart=*/false, quiet); client.ok()) {
+    timeval tv{3, 0};
+    ::setsockopt(client->fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (auto reply = client->call("ls", boost::json::object{{"all", true}}); reply.ok()) {
+      if (auto* list = reply->if_contains("instances"); list != nullptr && list->is_array()) {
+        for (const auto& v : list->get_array()) {
+          if (!v.is_object()) continue;
+          const auto* n = v.get_object().if_contains("name");
+          const auto* st = v.get_object().if_contains("state");
+          if (n != nullptr && n->is_string() && st != nullptr && st->is_string())
+            out.by_name[std::string(n->get_string())] = std::string(st->get_string());
+        }
+        out.from_daemon = true;
+        return out;
+      }
+    }
+  }
+  for (const auto& n : names) {
+    auto record = read_json_object(root + "/" + n + "/instance.json");
+    if (!record.ok()) continue;
+    if (const auto* st = record->if_contains("state"); st != nullptr && st->is_string())
+      out.by_name[n] = std::string(st->get_string());
+  }
+  return out;
+}
+
+// Each policy's bindings by credential name: the policy each instance runs
+// (its state folder's copy, policy.toml) and each --policy file. The files
+// that could not be read go to skipped. Only names and bindings are read:
+// a policy holds no key.
+bool collect_bindings(const std::vector<std::string>& policy_files,
                       std::map<std::string, std::vector<Binding>>& out, std::vector<std::string>& skipped) {
-  auto add = [&](const std::string& file, const std::string& instance) {
+  auto add = [&](const std::string& file, const std::string& instance, const std::string& state) {
     auto p = policy::load_policy(file);
     if (!p.ok()) {
       skipped.push_back(file + ": " + p.error().to_string());
       return;
     }
     for (const auto& b : p->brokers()) {
-      out[b.credential].push_back(Binding{instance.empty() ? "policy" : "instance", file, instance,
+      out[b.credential].push_back(Binding{instance.empty() ? "policy" : "instance", file, instance, state,
                                           b.name + ":" + std::to_string(b.port)});
     }
   };
+  bool from_daemon = false;
   if (auto root = default_instances_root(); root.ok()) {
+    std::vector<std::string> names;
     if (DIR* d = ::opendir(root->c_str())) {
-      std::vector<std::string> names;
       while (dirent* e = ::readdir(d)) {
         if (valid_instance_name(e->d_name)) names.emplace_back(e->d_name);
       }
       ::closedir(d);
-      std::sort(names.begin(), names.end());
+    }
+    std::sort(names.begin(), names.end());
+    std::erase_if(names, [&](const std::string& n) {
+      return ::access((*root + "/" + n + "/policy.toml").c_str(), F_OK) != 0;
+    });
+    if (!names.empty()) {
+      auto states = instance_states(*root, names);
+      from_daemon = states.from_daemon;
       for (const auto& n : names) {
-        const std::string file = *root + "/" + n + "/policy.toml";
-        if (::access(file.c_str(), F_OK) == 0) add(file, n);
+        auto st = states.by_name.find(n);
+        add(*root + "/" + n + "/policy.toml", n, st == states.by_name.end() ? std::string() : st->second);
       }
     }
   }
-  for (const auto& f : policy_files) add(f, "");
+  for (const auto& f : policy_files) add(f, "", "");
+  return from_daemon;
 }
 
 int list(const ParsedArgs& a, const std::string& store, std::ostream& out, std::ostream& err) {
@@ -279,7 +338,7 @@ int list(const ParsedArgs& a, const std::string& store, std::ostream& out, std::
   if (!file.ok()) return failed(err, file.error());
   std::map<std::string, std::vector<Binding>> bindings;
   std::vector<std::string> skipped;
-  collect_bindings(a.all("policy"), bindings, skipped);
+  const bool states_from_daemon = collect_bindings(a.all("policy"), bindings, skipped);
   std::map<std::string, bool> names;  // name -> stored
   for (const auto& [name, key] : file->entries()) names[name] = true;
   for (const auto& [name, b] : bindings) names.emplace(name, false);
@@ -293,11 +352,12 @@ int list(const ParsedArgs& a, const std::string& store, std::ostream& out, std::
       for (const auto& b : bindings[name]) {
         w.begin_object().field("source", b.source).field("policy", b.policy);
         if (!b.instance.empty()) w.field("instance", b.instance);
+        if (!b.state.empty()) w.field("state", b.state);
         w.field("binding", b.binding).end_object();
       }
       w.end_array().end_object();
     }
-    w.end_array().key("skipped").begin_array();
+    w.end_array().field("states", states_from_daemon ? "daemon" : "records").key("skipped").begin_array();
     for (const auto& s : skipped) w.value(s);
     w.end_array().end_object();
     out << text << '\n';
@@ -316,7 +376,9 @@ int list(const ParsedArgs& a, const std::string& store, std::ostream& out, std::
     std::string by;
     for (const auto& b : bindings[name]) {
       if (!by.empty()) by += ", ";
-      by += (b.instance.empty() ? "policy " + b.policy : "instance " + b.instance) + " (" + b.binding + ")";
+      by += b.instance.empty() ? "policy " + b.policy
+                               : "instance " + b.instance + (b.state.empty() ? "" : " [" + b.state + "]");
+      by += " (" + b.binding + ")";
     }
     out << pad(name) << (stored ? "stored   " : "MISSING  ") << (by.empty() ? "-" : by) << '\n';
   }

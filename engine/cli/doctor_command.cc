@@ -7,9 +7,14 @@
 
 #include "base/json.h"
 #include "engine/cli/exit_codes.h"
+#include "engine/daemon/daemon_paths.h"
 #include "engine/doctor/host_checks.h"
 #include "engine/image/image_store.h"
 #include "helper/client.h"
+
+#ifndef ABOX_VERSION
+#define ABOX_VERSION "unknown"
+#endif
 
 namespace abox::engine {
 
@@ -51,7 +56,8 @@ int run_doctor_command(std::span<const std::string_view> args, std::ostream& out
   in.cache_dir = default_cache_dir();
   in.images_root = ImageStore::default_root();
   in.helper_socket = helper::helper_socket_path(::getuid());
-  in.daemon_socket = daemon_socket_path();
+  in.daemon_dir = daemon_runtime_dir();
+  in.abox_version = ABOX_VERSION;
   const auto items = run_host_checks(in);
 
   std::size_t missing = 0, degraded = 0;

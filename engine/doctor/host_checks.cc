@@ -9,12 +9,14 @@
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/json/parse.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -369,21 +371,12 @@ CheckItem check_images(const HostCheckInputs& in) {
                   "the first abox run builds it first", "abox image build minimal");
 }
 
-CheckItem check_daemon(const std::string& path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  base::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  std::string why = "nothing at " + path;
-  if (path.size() < sizeof(addr.sun_path) && fd) {
-    std::memcpy(addr.sun_path, path.data(), path.size());
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
-      return ok("daemon", "daemon", "answering at " + path);
-    }
-    if (errno != ENOENT) why = path + ": " + errno_text();
-  }
-  return degraded("daemon", "daemon", "not running (" + why + ")",
-                  "abox run works in the foreground; detached instances need the daemon",
-                  "none yet: this version of abox has no daemon");
+// Printable ASCII of what a peer sent, at most 120 characters, for a message.
+std::string quoted(std::string_view bytes) {
+  std::string out;
+  for (char c : bytes.substr(0, 120)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  if (bytes.size() > 120) out += "...";
+  return out;
 }
 
 }  // namespace
@@ -400,25 +393,165 @@ std::string_view status_name(CheckStatus s) {
   return "?";
 }
 
-std::string daemon_socket_path() {
-  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  if (runtime != nullptr && runtime[0] == '/') return std::string(runtime) + "/abox/daemon.sock";
-  return "/run/user/" + std::to_string(::getuid()) + "/abox/daemon.sock";
+namespace {
+constexpr std::string_view kDaemonCost =
+    "abox run -d and the fleet commands start it on first use (and say so); abox run works in the foreground";
+
+}  // namespace
+
+// The daemon, asked for real: its socket folder as the daemon would check
+// it, then a `ping` of the API (docs/api.md), bounded by kDaemonAnswerMs.
+CheckItem check_daemon(const HostCheckInputs& in) {
+  constexpr int kDaemonAnswerMs = 3000;
+  const std::string& dir = in.daemon_dir;
+  const std::string path = dir + "/daemon.sock";
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) {
+      return degraded("daemon", "daemon", dir + ": " + errno_text(), "no detached instances (abox run -d)",
+                      "XDG_RUNTIME_DIR must be a folder of yours");
+    }
+    return degraded("daemon", "daemon", "not running (no " + dir + " yet)", std::string(kDaemonCost),
+                    "none needed; or start it now: abox daemon");
+  }
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0) {
+    const bool fixable = S_ISDIR(st.st_mode) && st.st_uid == ::getuid();
+    return degraded("daemon", "daemon",
+                    dir + " is not a folder of yours with mode 700: the daemon refuses to use it",
+                    "no detached instances (abox run -d) until it is fixed",
+                    fixable ? "chmod 700 " + dir : "remove " + dir + " (abox makes it again, mode 700)");
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return degraded("daemon", "daemon", path + " is too long for a unix socket",
+                    "no detached instances (abox run -d)", "set XDG_RUNTIME_DIR to a shorter folder");
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  base::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return degraded("daemon", "daemon", "socket: " + errno_text(), std::string(kDaemonCost), "");
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int e = errno;
+    if (e == ENOENT) {
+      return degraded("daemon", "daemon", "not running (nothing at " + path + ")", std::string(kDaemonCost),
+                      "none needed; or start it now: abox daemon");
+    }
+    if (e == ECONNREFUSED) {
+      return degraded("daemon", "daemon", "not running (" + path + " is left from one that ended)",
+                      std::string(kDaemonCost),
+                      "none needed: the next daemon replaces it; or start it now: abox daemon");
+    }
+    if (e != EAGAIN) {
+      return degraded("daemon", "daemon", path + ": " + std::string(std::strerror(e)),
+                      std::string(kDaemonCost), "");
+    }
+    // EAGAIN: its backlog is full; the ping below times out the same way.
+  }
+  static constexpr std::string_view kPing = "{\"v\":1,\"id\":1,\"op\":\"ping\"}\n";
+  std::string answer;
+  bool line_done = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDaemonAnswerMs);
+  std::size_t sent = 0;
+  while (!line_done && answer.size() <= kMaxDaemonAnswer) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+            .count();
+    if (left <= 0) break;
+    pollfd p{fd.get(), static_cast<short>(sent < kPing.size() ? POLLOUT : POLLIN), 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    if (sent < kPing.size()) {
+      const ssize_t n = ::send(fd.get(), kPing.data() + sent, kPing.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) break;
+      if (n > 0) sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    char buf[4096];
+    const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) break;
+    answer.append(buf, static_cast<std::size_t>(n));
+    if (const auto nl = answer.find('\n'); nl != std::string::npos) {
+      answer.resize(nl);
+      line_done = true;
+    }
+  }
+  if (!line_done && answer.size() <= kMaxDaemonAnswer && std::chrono::steady_clock::now() >= deadline) {
+    return degraded(
+        "daemon", "daemon",
+        path + " accepts connections but did not answer a ping within " +
+            std::to_string(kDaemonAnswerMs / 1000) + " s",
+        "the fleet commands wait on it and fail",
+        "stop what listens there (ss -xlp src " + path +
+            " shows its pid: kill PID; the instances run on), then any fleet command starts a new one");
+  }
+  return judge_daemon_answer(
+      line_done ? std::string_view(answer) : std::string_view(answer).substr(0, kMaxDaemonAnswer + 1),
+      in.abox_version, path);
+}
+
+CheckItem judge_daemon_answer(std::string_view answer, std::string_view abox_version,
+                              const std::string& socket) {
+  const std::string stop_it =
+      "stop it (kill PID; the instances run on): the next fleet command starts this abox's daemon";
+  auto odd = [&](const std::string& what) {
+    return degraded("daemon", "daemon", socket + " " + what, "the fleet commands cannot use it",
+                    "stop what listens there (ss -xlp src " + socket +
+                        " shows its pid): the next fleet command starts the daemon");
+  };
+  if (answer.empty()) return odd("closed the connection without answering a ping");
+  if (answer.size() > kMaxDaemonAnswer)
+    return odd("answered a ping with more than " + std::to_string(kMaxDaemonAnswer) +
+               " bytes and no newline");
+  boost::system::error_code ec;
+  boost::json::value v = boost::json::parse(answer, ec);
+  if (ec || !v.is_object()) return odd("answered a ping with something not of the API: " + quoted(answer));
+  const auto& o = v.get_object();
+  const auto* id = o.if_contains("id");
+  const auto* ok_field = o.if_contains("ok");
+  if (id == nullptr || !id->is_int64() || ok_field == nullptr || !ok_field->is_bool())
+    return odd("answered a ping with something not of the API: " + quoted(answer));
+  if (!ok_field->get_bool()) {
+    const auto* e = o.if_contains("error");
+    const std::string why = e != nullptr && e->is_string() ? quoted(e->get_string()) : "no reason given";
+    return degraded("daemon", "daemon", "refused a ping: " + why, "the fleet commands cannot use it",
+                    why.find("version") != std::string::npos
+                        ? stop_it
+                        : "run abox as the user the daemon runs for (its socket accepts only that uid)");
+  }
+  if (id->get_int64() != 1) return odd("answered a ping with another request's id: " + quoted(answer));
+  const auto* api = o.if_contains("api");
+  const auto* version = o.if_contains("version");
+  const auto* pid = o.if_contains("pid");
+  if (api == nullptr || !api->is_int64() || version == nullptr || !version->is_string())
+    return odd("answered a ping without its API and version: " + quoted(answer));
+  const std::string pid_text = pid != nullptr && pid->is_int64() ? std::to_string(pid->get_int64()) : "PID";
+  const std::string running = "running (pid " + pid_text + ")";
+  std::string stop = stop_it;
+  if (const auto at = stop.find("PID"); at != std::string::npos) stop.replace(at, 3, pid_text);
+  if (api->get_int64() != 1) {
+    return degraded("daemon", "daemon",
+                    running + " but speaks API " + std::to_string(api->get_int64()) + "; this abox speaks 1",
+                    "the fleet commands cannot use it", stop);
+  }
+  const std::string theirs = quoted(version->get_string());
+  if (theirs != abox_version) {
+    return degraded("daemon", "daemon",
+                    running + ", version " + theirs + "; this abox is " + std::string(abox_version),
+                    "the commands of this abox talk to a daemon of another version", stop);
+  }
+  std::string detail = running + ", version " + theirs + ", API 1";
+  if (const auto* n = o.if_contains("instances"); n != nullptr && n->is_int64())
+    detail += ", " + std::to_string(n->get_int64()) + " instance(s) running";
+  return ok("daemon", "daemon", detail);
 }
 
 std::vector<CheckItem> run_host_checks(const HostCheckInputs& in) {
   const HelperState helper = probe_helper(in.helper_socket);
   return {
-      check_kvm(in),
-      check_tun(),
-      check_io_uring(),
-      check_seccomp(),
-      check_userns(),
-      check_cgroup(helper),
-      check_qemu(in.layout),
-      check_images(in),
-      check_helper(in, helper),
-      check_daemon(in.daemon_socket),
+      check_kvm(in),         check_tun(),      check_io_uring(),
+      check_seccomp(),       check_userns(),   check_cgroup(helper),
+      check_qemu(in.layout), check_images(in), check_helper(in, helper),
+      check_daemon(in),
   };
 }
 

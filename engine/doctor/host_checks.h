@@ -17,7 +17,8 @@
 //   images       the guest kernel is there, and the minimal image is built
 //                and current (ImageStore)
 //   helper       abox-helper answers `hello` on its socket (helper/client.h)
-//   daemon       something accepts on the daemon's socket
+//   daemon       the daemon answers the API's versioned `ping` (docs/api.md)
+//                on its socket: API 1, and the version of this abox
 //
 // Each item is OK, DEGRADED (abox works, at the cost said) or MISSING (abox
 // cannot run an instance until the fix said is done). Every probe is bounded:
@@ -48,12 +49,24 @@ struct HostCheckInputs {
   std::string cache_dir;      // default_cache_dir()
   std::string images_root;    // ImageStore::default_root()
   std::string helper_socket;  // helper_socket_path(getuid())
-  std::string daemon_socket;  // daemon_socket_path()
+  std::string daemon_dir;     // daemon_runtime_dir(): daemon.sock is in it
+  std::string abox_version;   // this abox's: the daemon should run the same
 };
 
-// $XDG_RUNTIME_DIR/abox/daemon.sock, else /run/user/UID/abox/daemon.sock.
-std::string daemon_socket_path();
-
 std::vector<CheckItem> run_host_checks(const HostCheckInputs& in);
+
+// The daemon item alone (run_host_checks' last): in.daemon_dir and
+// in.abox_version are all it reads. A ping answered within 3 s, or DEGRADED.
+CheckItem check_daemon(const HostCheckInputs& in);
+
+// The daemon item from what its socket answered to
+// {"v":1,"id":1,"op":"ping"}: `answer` is the first line (without its
+// newline), at most kMaxDaemonAnswer bytes, "" when nothing came. OK when it
+// is a JSON object with id 1, ok true, api 1 and version abox_version;
+// otherwise DEGRADED, saying what came instead and the fix. `socket` is only
+// quoted in the texts.
+inline constexpr std::size_t kMaxDaemonAnswer = 64 * 1024;
+CheckItem judge_daemon_answer(std::string_view answer, std::string_view abox_version,
+                              const std::string& socket);
 
 }  // namespace abox::engine

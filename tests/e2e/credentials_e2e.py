@@ -8,8 +8,9 @@ Checks: the store is made 0600 in a 0700 folder, owned by the operator; a
 key typed on the terminal is never shown on it and the echo comes back; the
 key is in no output of any command; a store owned by someone else (root) or
 open to the group is refused by every command and by the broker, and left
-as it was; ls names the bindings of the instances' policies and of --policy
-files, and the ones missing; rm is all or none; the broker starts with what
+as it was; ls names the bindings of the instances' policies (with their
+states: as recorded, or the real daemon's answer when it runs) and of
+--policy files, and the ones missing; rm is all or none; the broker starts with what
 `set` wrote.
 
 Usage: credentials_e2e.py PATH/TO/abox
@@ -57,7 +58,8 @@ class Suite:
 
     def env(self):
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.home,
-                "XDG_STATE_HOME": os.path.join(self.home, ".local", "state")}
+                "XDG_STATE_HOME": os.path.join(self.home, ".local", "state"),
+                "XDG_RUNTIME_DIR": os.path.join(self.home, "run")}
 
     def argv(self, *args, uid=OPERATOR):
         prefix = [] if uid == 0 else ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
@@ -131,9 +133,17 @@ def case_ls(t):
     os.makedirs(inst)
     with open(os.path.join(inst, "policy.toml"), "w") as f:
         f.write(POLICY.format(cred="provider"))
+    # As the daemon leaves a detached instance whose shim is gone: its record
+    # still says running; config.json makes it the daemon's.
+    with open(os.path.join(inst, "instance.json"), "w") as f:
+        json.dump({"name": "dev", "state": "running"}, f)
+    with open(os.path.join(inst, "config.json"), "w") as f:
+        json.dump({"args": ["--name", "dev", "--policy", "p.toml", "--", "true"], "cwd": "/", "term": "",
+                   "lang": "", "boots": 1}, f)
     extra = os.path.join(t.home, "agent.toml")
     with open(extra, "w") as f:
         f.write(POLICY.format(cred="github"))
+    os.makedirs(os.path.join(t.home, "run"), mode=0o700)
     subprocess.run(["chown", "-R", f"{OPERATOR}:{OPERATOR}", t.home], check=True, timeout=10)
     rc, out, err = t.run("credentials", "ls", "--json", "--policy", extra)
     try:
@@ -143,13 +153,46 @@ def case_ls(t):
     by_name = {c["name"]: c for c in doc.get("credentials", [])}
     t.check("ls --json: names, stored or not", rc == 0 and sorted(by_name) == ["github", "provider", "typed"] and
             by_name["github"]["stored"] is False and by_name["provider"]["stored"] is True, out)
-    t.check("ls: the instance's binding", by_name.get("provider", {}).get("bindings") == [
-        {"source": "instance", "policy": os.path.join(inst, "policy.toml"), "instance": "dev",
-         "binding": "api.example.test:443"}], out)
+    t.check("ls without a daemon: the instance's binding, its state as recorded", by_name.get("provider", {}).get(
+        "bindings") == [{"source": "instance", "policy": os.path.join(inst, "policy.toml"), "instance": "dev",
+                         "state": "running", "binding": "api.example.test:443"}] and doc.get("states") == "records",
+            out)
     t.check("ls: the --policy file's binding", by_name.get("github", {}).get("bindings") == [
         {"source": "policy", "policy": extra, "binding": "api.example.test:443"}], out)
+    t.check("ls never started a daemon", not os.path.exists(os.path.join(t.home, "run", "abox", "daemon.sock")))
     rc, out, err = t.run("credentials", "ls", "--policy", extra)
     t.check("ls: github MISSING in the table", rc == 0 and "github    MISSING  policy " + extra in out, out)
+
+    # The real daemon, as the operator: it knows no shim hosts dev, so its
+    # answer (and ls's) is failed, not the record's running.
+    log = open(os.path.join(t.root, "daemon.log"), "w")
+    daemon = subprocess.Popen(t.argv("daemon"), stdout=log, stderr=log, env=t.env())
+    sock = os.path.join(t.home, "run", "abox", "daemon.sock")
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not os.path.exists(sock) and daemon.poll() is None:
+            time.sleep(0.05)
+        rc, out, err = t.run("credentials", "ls", "--json")
+        try:
+            doc = json.loads(out)
+        except ValueError:
+            doc = {}
+        by_name = {c["name"]: c for c in doc.get("credentials", [])}
+        t.check("ls with the daemon running: the state is the daemon's answer",
+                doc.get("states") == "daemon" and by_name.get("provider", {}).get("bindings", [{}])[0].get(
+                    "state") == "failed", out + err)
+        rc, out, err = t.run("credentials", "ls")
+        t.check("ls: the table says which instance binds it, and its state",
+                "provider  stored   instance dev [failed] (api.example.test:443)" in out, out)
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(timeout=10)
+        log.close()
+    shutil.rmtree(inst)
 
 
 def case_the_broker_reads_the_store(t):

@@ -29,6 +29,7 @@ Cases:
   name and none of the others';
 - nonce_of_another: instance A's guest sends instance B's nonce to A's broker:
   refused (nonce_unknown, an event); A's own nonce is served; stats count it;
+  `abox credentials ls` names both instances as running and binding the key;
 - churn: N run -d/stop/rm cycles (ABOX_CHURN, default 10): afterwards no process,
   socket or state folder of them, the daemon's fds as before and its memory
   within 2 MiB of where it was.
@@ -444,6 +445,18 @@ def case_nonce_of_another(h):
     stats = h.json_of("stats", "--json", "noncea")
     binding = stats.get("broker", {}).get(f"api.{nr.ZONE}", {})
     h.check("stats_count_the_broker_request", binding.get("requests", 0) >= 1, stats.get("broker"))
+    # abox credentials ls: the daemon's instances that bind testkey, as running.
+    code, out, err = h.run("credentials", "ls", "--json", "--store", ca)
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        doc = {}
+    testkey = next((c for c in doc.get("credentials", []) if c.get("name") == "testkey"), {})
+    bound = {(b.get("instance"), b.get("state"), b.get("binding")) for b in testkey.get("bindings", [])}
+    h.check("credentials_ls_names_the_running_instances_that_bind_a_key",
+            doc.get("states") == "daemon" and testkey.get("stored") is True and
+            {("noncea", "running", f"api.{nr.ZONE}:443"), ("nonceb", "running", f"api.{nr.ZONE}:443")} <= bound and
+            "sk-test-" not in out, out + err)
     h.run("rm", "-f", "noncea", "nonceb")
     h.gone("nonce_a", "noncea")
     h.gone("nonce_b", "nonceb")

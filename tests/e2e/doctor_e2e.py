@@ -12,8 +12,13 @@ the probe's verdict in it, and the item agrees with that verdict.
 Items that must flip: the helper item is DEGRADED for the unprivileged uid
 until the test starts abox-helper (as root) for that uid, OK while it runs,
 DEGRADED again once it stopped; QEMU and the images are MISSING (exit 1)
-when ABOX_QEMU / ABOX_GUEST_KERNEL_DIR point at nothing. The daemon item says
-"not running" (abox has no daemon yet). Text and JSON say the same.
+when ABOX_QEMU / ABOX_GUEST_KERNEL_DIR point at nothing. The daemon item:
+"not running" with no daemon; OK once the test starts `abox daemon` as the
+operator, naming its pid and this abox's version (it answered the API's
+ping); "not running" again after SIGTERM; DEGRADED with the fix for a
+listener on daemon.sock that never answers, one that answers something that
+is not the API, and a socket folder others may enter. Text and JSON say the
+same.
 
 Usage: doctor_e2e.py PATH/TO/abox PATH/TO/abox-helper
 Prints "ok/FAIL name" per check and "N passed, N failed"; exits 1 on any
@@ -224,6 +229,113 @@ def case_helper_flips(t):
             items.get("helper"))
 
 
+class FakeDaemon:
+    """A listener on the operator's daemon.sock that answers each connection
+    with `answer` (bytes; None: never a byte), for the items a real daemon
+    cannot show. Runs in a thread; closed by close()."""
+
+    def __init__(self, path, answer, uid):
+        import socket
+        import threading
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        os.chown(path, uid, uid)
+        self.sock.listen(4)
+        self.sock.settimeout(0.2)
+        self.answer, self.held, self.stop = answer, [], False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.held.append(c)
+            if self.answer is not None:
+                try:
+                    c.recv(4096)
+                    c.sendall(self.answer)
+                except OSError:
+                    pass
+
+    def close(self, path):
+        self.stop = True
+        self.thread.join(timeout=5)
+        for c in self.held:
+            c.close()
+        self.sock.close()
+        os.unlink(path)
+
+
+def case_daemon(t):
+    env = t.env(OPERATOR)
+    run_dir = env["XDG_RUNTIME_DIR"]
+    os.makedirs(run_dir, exist_ok=True)
+    os.chown(run_dir, OPERATOR, OPERATOR)
+    os.chmod(run_dir, 0o700)
+    version = subprocess.run([t.abox, "--version"], capture_output=True, text=True, timeout=30).stdout.split()[-1]
+    rc, items, _ = t.doctor(OPERATOR)
+    d = items.get("daemon", {})
+    t.check("daemon: none yet is 'not running', DEGRADED with the fix",
+            d.get("status") == "DEGRADED" and d.get("detail", "").startswith("not running") and
+            "abox daemon" in d.get("fix", ""), d)
+
+    log = open(os.path.join(t.root, "daemon.log"), "w")
+    daemon = subprocess.Popen(["setpriv", f"--reuid={OPERATOR}", f"--regid={OPERATOR}", "--clear-groups",
+                               t.abox, "daemon"], stdout=log, stderr=log, env=env)
+    sock = os.path.join(run_dir, "abox", "daemon.sock")
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not os.path.exists(sock) and daemon.poll() is None:
+            time.sleep(0.05)
+        rc, items, _ = t.doctor(OPERATOR)
+        d = items.get("daemon", {})
+        t.check("daemon running: OK from its answer to the API's ping (its pid and this abox's version)",
+                d.get("status") == "OK" and f"pid {daemon.pid}" in d.get("detail", "") and
+                f"version {version}" in d.get("detail", "") and "API 1" in d.get("detail", ""), d)
+        rc2, text, _ = t.doctor(OPERATOR, json_out=False)
+        t.check("the text says the same", f"OK        daemon: running (pid {daemon.pid})" in text, text)
+        rc, items, _ = t.doctor(64127, XDG_RUNTIME_DIR=run_dir)
+        d = items.get("daemon", {})
+        t.check("another uid pointed at the operator's daemon folder: not OK",
+                d.get("status") == "DEGRADED", d)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait(timeout=10)
+        log.close()
+    rc, items, _ = t.doctor(OPERATOR)
+    d = items.get("daemon", {})
+    t.check("once the daemon stopped: 'not running' again", d.get("status") == "DEGRADED" and
+            d.get("detail", "").startswith("not running"), d)
+
+    if os.path.exists(sock):
+        os.unlink(sock)
+    for name, answer, words in (
+            ("a listener that never answers", None, "did not answer a ping"),
+            ("a listener that answers HTTP", b"HTTP/1.1 400 Bad Request\r\n\r\n", "not of the API"),
+            ("a daemon of another version",
+             b'{"id":1,"ok":true,"version":"0.0.1-old","api":1,"pid":4242}\n', "version 0.0.1-old")):
+        fake = FakeDaemon(sock, answer, OPERATOR)
+        try:
+            rc, items, _ = t.doctor(OPERATOR)
+        finally:
+            fake.close(sock)
+        d = items.get("daemon", {})
+        t.check(f"daemon: {name} is DEGRADED with a fix", d.get("status") == "DEGRADED" and
+                words in d.get("detail", "") and d.get("fix"), d)
+    os.chmod(os.path.join(run_dir, "abox"), 0o755)
+    rc, items, _ = t.doctor(OPERATOR)
+    d = items.get("daemon", {})
+    t.check("daemon: a socket folder others may enter is DEGRADED, fix chmod 700",
+            d.get("status") == "DEGRADED" and d.get("fix", "").startswith("chmod 700"), d)
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -235,7 +347,7 @@ def main(argv):
     os.chmod(root, 0o711)
     t = Suite(os.path.abspath(argv[0]), os.path.abspath(argv[1]), root)
     try:
-        for case in (case_as_root, case_missing_parts, case_helper_flips):
+        for case in (case_as_root, case_missing_parts, case_helper_flips, case_daemon):
             try:
                 case(t)
             except Exception as e:  # noqa: BLE001 - one case's failure is reported, the rest run

@@ -5,15 +5,20 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pty.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "base/unique_fd.h"
 #include "tests/support/temp_dir.h"
 
 namespace abox::engine {
@@ -21,8 +26,16 @@ namespace {
 
 class CredentialsCommandTest : public ::testing::Test {
  protected:
-  void SetUp() override { ::setenv("XDG_STATE_HOME", (dir_.path() + "/state").c_str(), 1); }
-  void TearDown() override { ::unsetenv("XDG_STATE_HOME"); }
+  // The instances' folders and the daemon's socket folder are the test's own.
+  void SetUp() override {
+    ::setenv("XDG_STATE_HOME", (dir_.path() + "/state").c_str(), 1);
+    ::setenv("XDG_RUNTIME_DIR", (dir_.path() + "/run").c_str(), 1);
+    std::filesystem::create_directories(dir_.path() + "/run");
+  }
+  void TearDown() override {
+    ::unsetenv("XDG_STATE_HOME");
+    ::unsetenv("XDG_RUNTIME_DIR");
+  }
 
   // Runs `abox credentials ARGS --store STORE` with `input` on a pipe as stdin.
   int run(std::vector<std::string> args, std::string_view input = "") {
@@ -160,7 +173,11 @@ TEST_F(CredentialsCommandTest, AStoreThatBreaksTheRulesIsRefusedAndLeftAlone) {
 TEST_F(CredentialsCommandTest, LsShowsNamesBindingsAndMissingNeverKeys) {
   ASSERT_EQ(run({"set", "provider"}, "sk-secret-1\n"), 0);
   ASSERT_EQ(run({"set", "unused"}, "sk-secret-2\n"), 0);
-  write_policy(dir_.path() + "/state/abox/instances/dev/policy.toml", "provider");
+  const std::string dev = dir_.path() + "/state/abox/instances/dev";
+  write_policy(dev + "/policy.toml", "provider");
+  std::ofstream(dev + "/instance.json") << R"({"name":"dev","state":"stopped"})";
+  // A folder without a policy (a run that failed before copying it) binds nothing.
+  std::filesystem::create_directories(dir_.path() + "/state/abox/instances/empty");
   const std::string policy = dir_.path() + "/p.toml";
   write_policy(policy, "github");
   const std::string broken = dir_.path() + "/broken.toml";
@@ -172,7 +189,7 @@ TEST_F(CredentialsCommandTest, LsShowsNamesBindingsAndMissingNeverKeys) {
             "github    MISSING  policy " +
                 policy +
                 " (api.example.test:443)\n"
-                "provider  stored   instance dev (api.example.test:443)\n"
+                "provider  stored   instance dev [stopped] (api.example.test:443)\n"
                 "unused    stored   -\n");
   EXPECT_NE(err_.str().find("skipped " + broken), std::string::npos) << err_.str();
 
@@ -181,11 +198,47 @@ TEST_F(CredentialsCommandTest, LsShowsNamesBindingsAndMissingNeverKeys) {
             "{\"store\":\"" + store_ +
                 "\",\"credentials\":[{\"name\":\"provider\",\"stored\":true,\"bindings\":[{\"source\":"
                 "\"instance\",\"policy\":\"" +
-                dir_.path() +
-                "/state/abox/instances/dev/policy.toml\",\"instance\":\"dev\",\"binding\":\"api."
+                dev +
+                "/policy.toml\",\"instance\":\"dev\",\"state\":\"stopped\",\"binding\":\"api."
                 "example.test:443\"}]},{\"name\":\"unused\",\"stored\":true,\"bindings\":[]}],"
-                "\"skipped\":[]}\n");
+                "\"states\":\"records\",\"skipped\":[]}\n");
   EXPECT_EQ(out_.str().find("sk-secret"), std::string::npos);
+}
+
+// With a daemon answering on the socket, the states are its answer to
+// `ls` (all), not the records: a daemon knows a shim that died.
+TEST_F(CredentialsCommandTest, LsTakesTheStatesFromTheDaemonWhenOneAnswers) {
+  ASSERT_EQ(run({"set", "provider"}, "sk-secret-1\n"), 0);
+  const std::string dev = dir_.path() + "/state/abox/instances/dev";
+  write_policy(dev + "/policy.toml", "provider");
+  std::ofstream(dev + "/instance.json") << R"({"name":"dev","state":"running"})";
+  const std::string run_dir = dir_.path() + "/run/abox";
+  ASSERT_EQ(::mkdir(run_dir.c_str(), 0700), 0);
+  base::UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string path = run_dir + "/daemon.sock";
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  std::string asked;
+  std::thread daemon([&] {
+    base::UniqueFd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    char buf[512];
+    const ssize_t n = ::read(c.get(), buf, sizeof buf);
+    if (n > 0) asked.assign(buf, static_cast<std::size_t>(n));
+    const std::string answer =
+        R"({"id":1,"ok":true,"instances":[{"name":"dev","state":"failed","managed":true}]})"
+        "\n";
+    (void)!::write(c.get(), answer.data(), answer.size());
+  });
+  const int rc = run({"ls", "--json"});
+  daemon.join();
+  ASSERT_EQ(rc, 0) << err_.str();
+  EXPECT_NE(asked.find("\"op\":\"ls\""), std::string::npos) << asked;
+  EXPECT_NE(asked.find("\"all\":true"), std::string::npos) << asked;
+  EXPECT_NE(out_.str().find("\"instance\":\"dev\",\"state\":\"failed\""), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("\"states\":\"daemon\""), std::string::npos) << out_.str();
 }
 
 TEST_F(CredentialsCommandTest, LsOfNoStoreIsEmpty) {
