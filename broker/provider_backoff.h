@@ -3,17 +3,8 @@
 // with 429 itself until then, without touching the provider" (issue 18).
 // Sans-I/O: the caller passes the clocks in.
 //
-// NOT WIRED YET. The connection's hooks are small but sit in
-// broker/connection*.cc, which issue 19 is moving onto a shared event loop;
-// they are left to land after it:
-//   - the response head (connection_upstream.cc, where rate_limited is
-//     counted): on_response(status, response_head_.retry_after, now, wall),
-//     and a "broker_backoff" event {binding, status, retry_after, seconds}
-//     when it returns a value;
-//   - a request head the gate allowed (connection.cc, on_head): when
-//     seconds_left(now) has a value, refuse with 429, `Retry-After: N` and
-//     `abox-refused: provider_backoff`, before any upstream connection;
-//   - a [[broker]] key (`backoff = false`) that skips both.
+// Wired by BackoffTable (backoff_table.h): one per binding; the connection
+// asks it before a request goes upstream and tells it each final response.
 //
 // Retry-After is the provider's text (RFC 9110 10.2.3): delay-seconds
 // (1*DIGIT) or an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"); the

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "broker/accounting.h"
+#include "broker/backoff_table.h"
 #include "broker/ca.h"
 #include "broker/connection.h"
 #include "broker/credentials.h"
@@ -153,6 +154,7 @@ struct BrokerService::Impl {
   std::unique_ptr<UpstreamResolver> resolver;
   std::unique_ptr<UpstreamPool> pool;
   std::unique_ptr<Accounting> accounting;
+  std::unique_ptr<BackoffTable> backoffs;
   std::unique_ptr<InstanceRuntime> runtime;
   Listener listener;
   base::UniqueFd signals;
@@ -211,6 +213,10 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   }
   impl->resolver = std::make_unique<UpstreamResolver>(impl->loop, pol, std::move(upstreams), events);
   impl->accounting = std::make_unique<Accounting>(pol);
+  Impl* raw = impl.get();
+  impl->backoffs = std::make_unique<BackoffTable>(pol, *impl->accounting, events, [raw](base::MonoTime at) {
+    raw->loop.schedule(at, [raw] { raw->backoffs->expire(raw->loop.now()); });
+  });
   impl->pool = std::make_unique<UpstreamPool>(impl->loop, pol.brokers().size());
 
   auto listener = open_listener(options.listen);
@@ -227,11 +233,10 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   limits.body_deadline = base::Millis(pol.timeouts().http_body_ms);
   limits.connect_timeout = base::Millis(pol.timeouts().connect_ms);
   limits.idle_timeout = base::Seconds(pol.timeouts().tcp_idle_s);
-  Impl* raw = impl.get();
   impl->runtime.reset(new InstanceRuntime{
       options.instance, pol, *impl->credentials, *impl->nonces, *impl->gate, *impl->leaves,
       impl->server_ctx.get(), impl->upstream_ctx.get(), *impl->resolver, *impl->pool, *impl->accounting,
-      events, impl->loop, HeadLimits::from(pol.limits()), body_limits(pol.limits()), limits,
+      *impl->backoffs, events, impl->loop, HeadLimits::from(pol.limits()), body_limits(pol.limits()), limits,
       options.listen.starts_with("unix:"), [raw](Connection* c) {
         std::uint64_t id = c->id();
         --raw->accounting->service().connections_open;
@@ -292,7 +297,10 @@ void BrokerService::Impl::emit_stats_events() {
                                  {"rate_limited", a.rate_limited},
                                  {"server_errors", a.server_errors},
                                  {"keys_scrubbed", a.keys_scrubbed},
-                                 {"last_retry_after", a.last_retry_after}});
+                                 {"last_retry_after", a.last_retry_after},
+                                 {"backoffs", a.backoffs},
+                                 {"backoff_answered", a.backoff_answered},
+                                 {"backoff_active", a.backoff_active}});
   }
 }
 

@@ -79,6 +79,9 @@ struct BrokerBinding {
   std::vector<std::string> methods;        // upper case, e.g. "POST"
   std::vector<std::string> path_prefixes;  // each starts with '/'
   bool allow_upgrade = false;
+  // After the provider's 429 or 503 with Retry-After, the broker answers the
+  // binding's new requests with 429 itself until then (broker/provider_backoff.h).
+  bool backoff = true;
   SourceLocation where;
 };
 

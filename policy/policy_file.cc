@@ -646,8 +646,12 @@ void read_broker(Reader& r, const toml::table& t, std::size_t index, std::vector
               b.path_prefixes.push_back(*v);
             });
           })
-      .on("allow_upgrade", [&](const toml::node& n) {
-        if (auto v = read_bool(r, n, "allow_upgrade")) b.allow_upgrade = *v;
+      .on("allow_upgrade",
+          [&](const toml::node& n) {
+            if (auto v = read_bool(r, n, "allow_upgrade")) b.allow_upgrade = *v;
+          })
+      .on("backoff", [&](const toml::node& n) {
+        if (auto v = read_bool(r, n, "backoff")) b.backoff = *v;
       });
   s.read(t);
   for (const char* key : {"name", "credential", "header", "nonce_env"}) {
