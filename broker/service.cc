@@ -184,7 +184,11 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   const policy::Policy& pol = *impl->policy;
   if (pol.brokers().empty()) return base::Err{options.policy_file + ": the policy has no [[broker]] binding"};
 
-  auto creds = Credentials::load(options.credentials_file, pol);
+  // The keys: over the fd the engine passed (read once, then closed: the
+  // broker holds no way back to them), or from an operator's file.
+  auto creds = options.credentials_fd >= 0 ? Credentials::read_fd(options.credentials_fd, pol)
+                                           : Credentials::load(options.credentials_file, pol);
+  if (options.credentials_fd >= 0) ::close(options.credentials_fd);
   if (!creds.ok()) return base::Err{creds.error()};
   impl->credentials.emplace(std::move(creds).value());
 

@@ -35,7 +35,8 @@ namespace abox::broker {
 struct BrokerOptions {
   std::string instance = "default";
   std::string policy_file;
-  std::string credentials_file;
+  std::string credentials_file;  // `--credentials FILE`: an operator's standalone run
+  int credentials_fd = -1;       // `--credentials-fd N` (the engine's way): read once, then closed
   std::string state_dir;
   std::string listen;       // "unix:PATH" or "ADDR:PORT"
   std::string upstream_ca;  // extra trust for the upstream (tests)
