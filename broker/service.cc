@@ -31,6 +31,7 @@
 #include "broker/nonce.h"
 #include "broker/resolver.h"
 #include "broker/runtime.h"
+#include "broker/sandbox.h"
 #include "broker/tls.h"
 #include "broker/upstream.h"
 #include "broker/upstream_pool.h"
@@ -158,6 +159,8 @@ struct BrokerService::Impl {
   std::unique_ptr<InstanceRuntime> runtime;
   Listener listener;
   base::UniqueFd signals;
+  base::UniqueFd stats_fd;  // --stats-file, opened at startup (append)
+  bool confined = false;    // enter_sandbox() ran: no unlink at exit
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections;
   std::uint64_t next_id = 1;
   std::string unix_path;
@@ -223,6 +226,11 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   });
   impl->pool = std::make_unique<UpstreamPool>(impl->loop, pol.brokers().size());
 
+  if (!options.stats_file.empty()) {
+    impl->stats_fd.reset(
+        ::open(options.stats_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!impl->stats_fd) return base::Err{options.stats_file + ": " + errno_text()};
+  }
   auto listener = open_listener(options.listen);
   if (!listener.ok()) return base::Err{listener.error()};
   impl->listener = std::move(listener).value();
@@ -269,7 +277,15 @@ BrokerService::BrokerService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 
 BrokerService::~BrokerService() {
   impl_->connections.clear();
-  if (!impl_->unix_path.empty()) ::unlink(impl_->unix_path.c_str());
+  // A confined broker may not unlink: its socket file stays, and the next
+  // broker on that path replaces it (nobody accepts on it any more).
+  if (!impl_->unix_path.empty() && !impl_->confined) ::unlink(impl_->unix_path.c_str());
+}
+
+base::Result<void, std::string> BrokerService::enter_sandbox() {
+  auto r = enter_broker_sandbox();
+  if (r.ok()) impl_->confined = true;
+  return r;
 }
 
 void BrokerService::run() {
@@ -364,17 +380,9 @@ void BrokerService::Impl::on_signal() {
 void BrokerService::Impl::dump_stats() {
   emit_stats_events();
   std::string line = stats() + "\n";
-  if (options.stats_file.empty()) {
-    (void)!::write(STDERR_FILENO, line.data(), line.size());
-    return;
-  }
-  // Replaced whole each time, so a reader never sees half a table.
-  std::string tmp = options.stats_file + ".tmp";
-  base::UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd) return;
-  if (::write(fd.get(), line.data(), line.size()) == static_cast<ssize_t>(line.size())) {
-    ::rename(tmp.c_str(), options.stats_file.c_str());
-  }
+  // One write of the whole line, appended: the last line that ends in a
+  // newline is the latest table (a reader never mistakes half of one).
+  (void)!::write(stats_fd ? stats_fd.get() : STDERR_FILENO, line.data(), line.size());
 }
 
 base::Result<std::string, std::string> instance_ca_pem(const std::string& state_dir,

@@ -26,6 +26,7 @@ constexpr std::string_view kRunUsage =
     "usage: abox broker --policy FILE (--credentials FILE | --credentials-fd N) --state DIR\n"
     "                   --listen unix:PATH|ADDR:PORT\n"
     "                   [--instance NAME] [--upstream-ca FILE] [--events FILE|-] [--stats-file FILE]\n"
+    "                   [--no-sandbox]\n"
     "       abox broker ca --state DIR [--instance NAME]\n"
     "       abox broker nonces --policy FILE --state DIR [--json]\n"
     "\n"
@@ -53,10 +54,14 @@ constexpr std::string_view kRunUsage =
     "      --upstream-ca FILE   also trust this CA for the providers (tests)\n"
     "      --events FILE|-      JSON-lines events appended to FILE, or '-' for stdout (default:\n"
     "                           stderr); with '-' the 'listening on' line still comes first\n"
-    "      --stats-file FILE    where SIGUSR1 writes the accounting JSON (default: stderr)\n"
+    "      --stats-file FILE    where SIGUSR1 appends the accounting JSON, a line each time\n"
+    "                           (opened at start; default: stderr)\n"
+    "      --no-sandbox         FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
+    "                           filter (by default the broker drops every privilege and\n"
+    "                           confines its syscalls before it reads a guest byte)\n"
     "\n"
-    "Prints 'listening on WHERE' when ready (WHERE with the port the kernel picked).\n"
-    "SIGUSR1 writes the accounting (per binding: requests, statuses, bytes, 429/5xx,\n"
+    "Prints 'listening on WHERE' when ready (WHERE with the port the kernel picked),\n"
+    "confined by then. SIGUSR1 writes the accounting (per binding: requests, statuses, bytes, 429/5xx,\n"
     "Retry-After) as one JSON line; SIGINT or SIGTERM writes it and exits 0.\n"
     "\n"
     "Exit status: 0 stopped by a signal, 2 usage error, 3 could not start (the\n"
@@ -93,9 +98,9 @@ constexpr std::string_view kNoncesUsage =
     "Exit status: 0 printed, 2 usage error, 3 the policy or state folder is unusable.\n";
 
 constexpr base::OptionSpec kRunOptions[] = {
-    {"policy", 'p', true},    {"credentials", 'c', true}, {"credentials-fd", 0, true},
-    {"state", 's', true},     {"listen", 'l', true},      {"instance", 0, true},
-    {"upstream-ca", 0, true}, {"events", 0, true},        {"stats-file", 0, true},
+    {"policy", 'p', true},   {"credentials", 'c', true}, {"credentials-fd", 0, true}, {"state", 's', true},
+    {"listen", 'l', true},   {"instance", 0, true},      {"upstream-ca", 0, true},    {"events", 0, true},
+    {"stats-file", 0, true}, {"no-sandbox", 0, false},
 };
 constexpr base::OptionSpec kCaOptions[] = {{"state", 's', true}, {"instance", 0, true}};
 constexpr base::OptionSpec kNoncesOptions[] = {
@@ -263,6 +268,16 @@ int run_service(std::span<const std::string_view> args, std::ostream& out, std::
   if (!service.ok()) {
     err << "abox broker: " << service.error() << '\n';
     return kExitFailed;
+  }
+  // Confined before it says it listens, so no guest byte is ever read
+  // unconfined (broker/sandbox.h).
+  if (!p->has("no-sandbox")) {
+    if (auto confined = (*service)->enter_sandbox(); !confined.ok()) {
+      err << "abox broker: cannot enter the sandbox: " << confined.error() << '\n';
+      return kExitFailed;
+    }
+  } else {
+    err << "abox broker: WARNING: --no-sandbox: running with every privilege and no syscall filter\n";
   }
   out << "listening on " << (*service)->listening_on() << std::endl;
   (*service)->run();

@@ -1095,14 +1095,23 @@ def trickled_heads_bodies_and_handshakes_meet_their_deadlines(env):
     assert any(e.get("kind") == "broker_timeout" and e.get("what") == "handshake" for e in env.events())
 
 
+def stats_lines(env):
+    """The complete lines of the stats file (the broker appends one per SIGUSR1)."""
+    if not os.path.exists(env.stats_file):
+        return []
+    with open(env.stats_file) as f:
+        text = f.read()
+    return text.split("\n")[:-1]
+
+
 def read_stats(env):
-    if os.path.exists(env.stats_file):
-        os.unlink(env.stats_file)
+    """SIGUSR1, then the line it appended to the stats file."""
+    before = len(stats_lines(env))
     os.kill(env.broker_pid, signal.SIGUSR1)
-    for _ in range(100):
-        if os.path.exists(env.stats_file):
-            with open(env.stats_file) as f:
-                return json.loads(f.read())
+    for _ in range(200):
+        lines = stats_lines(env)
+        if len(lines) > before:
+            return json.loads(lines[-1])
         time.sleep(0.05)
     raise AssertionError("no stats after SIGUSR1")
 
@@ -1522,6 +1531,14 @@ def san_cert(rig, names):
     return crt, key
 
 
+def sandbox_status(pid):
+    """The lines of /proc/PID/status that say how a process is confined."""
+    keys = ("NoNewPrivs", "Seccomp", "CapEff", "CapPrm", "CapBnd")
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    return {k: fields.get(k) for k in keys}
+
+
 def listening_on(rig, ns, addr, port):
     out = rig.run(["ss", "-Hlnt", f"src {addr}:{port}"], ns=ns, timeout=5).stdout
     return bool(out.strip())
@@ -1587,6 +1604,12 @@ def run_suite(rig, tally, abox, abox_net, only):
     unix_socket = rig.path("broker.sock")
     ux = start_broker(rig, abox, "broker-unix", [*common, "--listen", f"unix:{unix_socket}"])
     tally.check("unix_socket_is_private", (os.stat(unix_socket).st_mode & 0o077) == 0)
+    # Started as root, yet confined before it said it listens (broker/sandbox.h).
+    for name, proc in (("broker", tcp), ("broker_unix", ux)):
+        status = sandbox_status(proc.pid)
+        tally.check(f"{name}_is_sandboxed (NoNewPrivs 1, Seccomp 2, CapEff 0)",
+                    status == {"NoNewPrivs": "1", "Seccomp": "2", "CapEff": "0000000000000000",
+                               "CapPrm": "0000000000000000", "CapBnd": "0000000000000000"}, str(status))
     r = abox_run(abox, "broker", *common, "--listen", f"unix:{unix_socket}", ns=rig.outside)
     tally.check("live_unix_socket_is_not_taken_over",
                 r.returncode == 3 and "in use" in r.stderr and os.path.exists(unix_socket), r.stderr)

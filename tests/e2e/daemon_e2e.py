@@ -476,6 +476,11 @@ def check_broker_keys(h, name, key, unrelated):
             key.encode() not in environ and store not in environ and b"credentials" not in environ, environ)
     h.check(f"{name}_broker_keeps_no_fd_to_the_keys",
             not any("credentials" in l or "abox-broker-keys" in l for l in fds), fds)
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    h.check(f"{name}_broker_is_sandboxed (NoNewPrivs 1, Seccomp 2, CapEff 0)",
+            (status.get("NoNewPrivs"), status.get("Seccomp"), status.get("CapEff")) ==
+            ("1", "2", "0000000000000000"), {k: status.get(k) for k in ("NoNewPrivs", "Seccomp", "CapEff")})
     held = memory_holds(pid, [key.encode(), unrelated.encode()])
     h.check(f"{name}_broker_memory_holds_its_key_and_not_another", held[key.encode()] and
             not held[unrelated.encode()], held)
