@@ -206,9 +206,15 @@ def case_the_broker_reads_the_store(t):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=t.env())
     line = b""
     deadline = time.monotonic() + 20
+    # Raw reads of the pipe: a buffered readline could take both lines at
+    # once and leave select() waiting on an empty pipe.
+    fd = p.stdout.fileno()
     while time.monotonic() < deadline and p.poll() is None and b"broker_started" not in line:
-        if select.select([p.stdout], [], [], 0.5)[0]:
-            line += p.stdout.readline()
+        if select.select([fd], [], [], 0.5)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            line += chunk
     started = b"broker_started" in line
     p.terminate()
     try:
