@@ -114,6 +114,9 @@ CommandSession* Session::session_for(std::uint32_t id, std::string_view what) {
   CommandSession* c = commands_.find(id);
   if (c == nullptr) {
     ++unknown_session_frames_;
+    // A session that ended is one the host may still write to for a moment
+    // (a grant, a resize on its way when the end came): dropped quietly.
+    if (id != kMainSession && id <= highest_exec_) return nullptr;
     log(std::string(what) + " for session " + std::to_string(id) + ", which is not open: dropped (" +
         std::to_string(unknown_session_frames_) + " so far)");
   }
@@ -224,6 +227,7 @@ void Session::on_exec(std::span<const std::uint8_t> payload) {
   };
   if (commands_.find(exec->session) != nullptr)
     return log("an exec for session " + std::to_string(exec->session) + ", which is open: ignored");
+  highest_exec_ = std::max(highest_exec_, exec->session);
   // Deny first: nothing of the operator's before go; and nothing once the
   // main command has ended (the instance is on its way down).
   if (phase_ != Phase::kGo)

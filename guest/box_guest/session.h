@@ -31,7 +31,8 @@
 // logged (console, and a log frame once keyed); the 16th ends the session,
 // as the host does for the guest's. A frame that is valid but out of place
 // (go before the report, stdin without credit, a message for a session that
-// is not open) is logged and ignored.
+// was never opened) is logged and ignored; one for an exec session that has
+// ended (a credit racing its end) is ignored and counted only.
 //
 // When the main command's process exits, whatever it left running (a
 // background job, a daemon that left the command's session, the exec
@@ -175,6 +176,9 @@ class Session final : private ControlOutput {
   CommandTable commands_;
   bool go_pending_ = false;                   // go came while a copy_in was open: start when it is over
   std::uint64_t unknown_session_frames_ = 0;  // host frames for a session that is not open
+  // The highest exec id the host used: a frame for a lower one that is not
+  // open names a session that ended (a credit racing its end: counted, not logged).
+  std::uint32_t highest_exec_ = 0;
 
   std::optional<CopyIn> copy_in_;
   std::optional<CopyOut> copy_out_;

@@ -47,8 +47,9 @@ QEMU with status 0:
   environment with its own on top; 16 execs run at once and a 17th is
   refused by box-guest with the bound in the reason, the 16 then end as
   their stdin says; an exec on a pty of 30x90 sees its resize to 31x91;
-  frames for sessions that are not open are logged and dropped while the
-  main command goes on; an exec after the main command ended is refused;
+  frames for sessions never opened are logged and dropped (and those for
+  one that ended dropped quietly) while the main command goes on; an exec
+  after the main command ended is refused;
 - passt: the same guest behind passt (which filters nothing) reports every
   probe FAILED, and a nonce_in_env whose variable holds a key, not a nonce,
   fails too: the self-test can fail. The command is never started.
@@ -693,7 +694,9 @@ def scenario_sessions(c, rig, boot):
         ch.send(gp.STDIN, gp.encode_data(main, b"still\n"))
         ch.pump(lambda h: gp.ended(h.view(main)), STEP_TIMEOUT)
         dropped = [line for line in ch.logs if "which is not open: dropped" in line]
-        assert len(dropped) == 4, ch.logs
+        # Session 999 was never opened: logged. Session 1 ended: its late frame is dropped quietly,
+        # as the credits the host granted the 16 execs while they ended were.
+        assert len(dropped) == 3 and all("session 999," in line for line in dropped), ch.logs
         assert ch.view(main)["stdout"].endswith(b"main-done still\n"), gp.summary(ch.view(main))
         return dropped[0]
 

@@ -298,6 +298,17 @@ TEST(SessionExec, FramesForASessionThatIsNotOpenAreLoggedAndDropped) {
   for (const auto& l : rig.logs)
     dropped += l.find("for session 9, which is not open: dropped") != std::string::npos;
   EXPECT_EQ(dropped, 5);
+  // Once session 1 ended, a frame for it (a credit racing its end) is dropped without a log line.
+  rig.grant(1, 100);
+  rig.send_stdin_eof(kMainSession);  // a second one: logged, and proves the grant was taken first
+  auto logged = [&] {
+    return std::find(rig.logs.begin(), rig.logs.end(), "the command: a second stdin_eof: ignored") !=
+           rig.logs.end();
+  };
+  for (int i = 0; i < 50 && !logged(); ++i) rig.next(200);  // log frames are taken, nothing else comes
+  ASSERT_TRUE(logged());
+  for (const auto& l : rig.logs)
+    EXPECT_EQ(l.find("for session 1, which is not open"), std::string::npos) << l;
   EXPECT_NE(std::find(rig.logs.begin(), rig.logs.end(), "an exec for session 1, which is open: ignored"),
             rig.logs.end());
 }
