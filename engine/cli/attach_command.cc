@@ -68,10 +68,12 @@ bool write_all(int fd, const std::uint8_t* p, std::size_t n) {
   return true;
 }
 
-// The main command's window: this terminal's.
-void send_size(DaemonClient& client, const std::string& name) {
-  if (auto size = terminal_size(STDIN_FILENO))
-    (void)client.send("resize", json::object{{"name", name}, {"rows", size->rows}, {"cols", size->cols}});
+// The main command's window: this terminal's. The request's id, 0 when none went.
+std::uint64_t send_size(DaemonClient& client, const std::string& name) {
+  auto size = terminal_size(STDIN_FILENO);
+  if (!size) return 0;
+  auto id = client.send("resize", json::object{{"name", name}, {"rows", size->rows}, {"cols", size->cols}});
+  return id.ok() ? *id : 0;
 }
 
 int attach_terminal(DaemonClient& client, const std::string& name, bool interactive,
@@ -97,7 +99,8 @@ int attach_terminal(DaemonClient& client, const std::string& name, bool interact
     std::cerr << "\r\nabox attach: " << why << '\n';
     return code;
   };
-  send_size(client, name);
+  std::uint64_t resize_id = send_size(client, name);  // its answer, if an error, is said once
+  bool resize_failed = false;
   DetachKeys detach(std::move(keys));
   std::vector<std::uint8_t> typed(4096), forward, pending;
   bool stdin_open = true;
@@ -123,7 +126,7 @@ int attach_terminal(DaemonClient& client, const std::string& name, bool interact
       if (fds[1].revents & POLLIN) {
         while (int sig = signals.next()) {
           if (sig == SIGWINCH) {
-            send_size(client, name);
+            resize_id = send_size(client, name);
             continue;
           }
           return leave("detached from " + name + " (a signal); it runs on", kExitOk);
@@ -168,8 +171,13 @@ int attach_terminal(DaemonClient& client, const std::string& name, bool interact
         if (!bytes || !write_all(STDOUT_FILENO, bytes->data(), bytes->size()))
           return leave("output", kExitFailed);
       }
+    } else if (id == resize_id && resize_id != 0 && !m->at("ok").as_bool() && !resize_failed) {
+      // The command's window does not follow this terminal's: said once (raw mode: \r\n).
+      resize_failed = true;
+      std::cerr << "abox attach: the terminal's size did not reach " << name << ": "
+                << m->at("error").as_string().c_str() << "\r\n";
     }
-    // Other ids: the answers to resize requests.
+    // Other ids: the answers to earlier resize requests.
   }
 }
 

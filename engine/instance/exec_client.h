@@ -13,8 +13,11 @@
 // The client's EOF (or a broken socket) before the end: the multiplexer
 // detaches the exec (its command is killed) and the socket closes.
 //
-// Lifetime: shared, held by its pending reads and writes. The owner calls
-// abandon() when the multiplexer goes away first; no call reaches it after.
+// Lifetime: the owner (the supervisor) holds it until closed() (its
+// pending reads and writes hold it too): the multiplexer keeps a plain
+// pointer to it while its exec is open, and a client waiting for stdin
+// credit has nothing pending. The owner calls abandon() when the multiplexer
+// goes away first; no call reaches it after.
 #pragma once
 
 #include <boost/asio/local/stream_protocol.hpp>
@@ -41,6 +44,8 @@ class ExecClient final : public ExecSink, public std::enable_shared_from_this<Ex
   void refuse(const std::string& error);
   // The multiplexer is going away: no call into it from now on.
   void abandon();
+  // The socket is closed and the multiplexer forgot the exec: the owner may let it go.
+  bool closed() const { return closed_ && mux_ == nullptr; }
 
   // ExecSink
   void exec_started(std::uint32_t pid) override;

@@ -125,9 +125,7 @@ InstanceSupervisor::InstanceSupervisor(boost::asio::io_context& io, InstanceConf
 
 InstanceSupervisor::~InstanceSupervisor() {
   *alive_ = false;
-  for (auto& weak : exec_clients_) {
-    if (auto c = weak.lock()) c->abandon();
-  }
+  for (auto& c : exec_clients_) c->abandon();
   // Children still running are killed and reaped by ChildProcess's destructor.
 }
 
@@ -1163,7 +1161,7 @@ void InstanceSupervisor::serve_exec(std::shared_ptr<ApiClient> client, std::stri
   auto parsed = parse_exec_request(request);
   auto exec_client = std::make_shared<ExecClient>(std::move(client->socket), std::move(client->request),
                                                   parsed.ok() && parsed->stdin_open);
-  std::erase_if(exec_clients_, [](const std::weak_ptr<ExecClient>& w) { return w.expired(); });
+  std::erase_if(exec_clients_, [](const std::shared_ptr<ExecClient>& c) { return c->closed(); });
   exec_clients_.push_back(exec_client);
   if (!parsed.ok()) return exec_client->refuse("the exec request: " + parsed.error());
   if (auto why = exec_refusal(); !why.empty()) return exec_client->refuse(why);
@@ -1198,16 +1196,15 @@ void InstanceSupervisor::serve_resize(std::shared_ptr<ApiClient> client, std::st
   if (std::sscanf(text.c_str(), "%u %u%c", &rows, &cols, &extra) != 2 || rows > 0xFFFF || cols > 0xFFFF)
     return reply("ERR expected ABOX-RESIZE/1 ROWS COLS\n");
   if (!config_.tty) return reply("ERR the command has no terminal (started without -t)\n");
-  if (!session_ || !session_->open() || !command_started()) return reply("ERR the instance is not running\n");
+  if (stopping_) return reply("ERR the instance is stopping\n");
   resize(static_cast<std::uint16_t>(rows), static_cast<std::uint16_t>(cols));
   reply("OK\n");
 }
 
 void InstanceSupervisor::end_execs(const std::string& reason) {
   if (execs_) execs_->close_all(reason);
-  for (auto& weak : exec_clients_) {
-    if (auto c = weak.lock()) c->abandon();
-  }
+  // Each is held by its pending reads and writes from here (its end line, the client's EOF).
+  for (auto& c : exec_clients_) c->abandon();
   exec_clients_.clear();
 }
 
@@ -1324,8 +1321,11 @@ void InstanceSupervisor::poll_idle() {
 }
 
 void InstanceSupervisor::resize(std::uint16_t rows, std::uint16_t cols) {
-  if (session_ && session_->open() && config_.tty && command_started())
-    session_->send_resize(guest::kMainSession, rows, cols);
+  if (!config_.tty || stopping_) return;
+  // Before setup went, the pty starts at this size; from setup on, box-guest
+  // takes it whenever it comes (before go too). The channel drops it before setup.
+  setup_.window = {rows, cols};
+  if (session_ && session_->open()) session_->send_resize(guest::kMainSession, rows, cols);
 }
 
 }  // namespace abox::engine

@@ -106,7 +106,8 @@ class InstanceSupervisor final : private ControlSession::Listener {
   void start();
   // Stops in order (poweroff, grace, kill); the outcome says interrupted by signo.
   void stop(int signo);
-  // The operator's terminal changed size (with a tty).
+  // The operator's terminal changed size (with a tty): at any time, the
+  // command's start included (a size that comes before it is its first).
   void resize(std::uint16_t rows, std::uint16_t cols);
   // Can an exec be opened now: "" when the main command runs, else why not.
   std::string exec_refusal() const;
@@ -222,7 +223,7 @@ class InstanceSupervisor final : private ControlSession::Listener {
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
   std::unique_ptr<ControlSession> session_;
   std::unique_ptr<ExecMultiplexer> execs_;                     // the exec sessions (with session_)
-  std::vector<std::weak_ptr<class ExecClient>> exec_clients_;  // their api.sock clients
+  std::vector<std::shared_ptr<class ExecClient>> exec_clients_;  // their api.sock clients, until closed
   std::vector<std::string> nonce_variables_;                   // names an exec's -e may not set
   std::uint64_t unknown_session_reports_ = 0;
   std::unique_ptr<HostOutput> out_, err_;

@@ -180,9 +180,13 @@ def case_options(h):
                               "echo $FOO $MAIN_VAR $HOME; pwd; id -u")
     h.check("env_on_top_of_the_instances_workdir", code == 0 and out == b"bar from-main /home/agent\n/tmp\n1000\n",
             f"exit {code}: {out!r} {err}")
-    code, out, err = run_exec(h, "-u", "0", "ex", "--", "sh", "-c", "id -u; grep CapEff /proc/self/status")
+    # uid 0 has no capabilities: /home/agent (0700, the agent's) is closed to it, so -w.
+    code, out, err = run_exec(h, "-u", "0", "-w", "/", "ex", "--", "sh", "-c", "id -u; grep CapEff /proc/self/status")
     h.check("user_0_without_capabilities", code == 0 and out.split() == [b"0", b"CapEff:", b"0000000000000000"],
             f"exit {code}: {out!r} {err}")
+    code, out, err = run_exec(h, "-u", "0", "ex", "--", "true")
+    h.check("user_0_cannot_enter_the_agents_home", code == 125 and "workdir /home/agent (Permission denied)" in err,
+            f"exit {code}: {err}")
     code, out, err = run_exec(h, "-w", "relative", "ex", "--", "true")
     h.check("a_relative_workdir_is_a_usage_error", code == 125 and "absolute" in err, f"exit {code}: {err}")
 
@@ -362,6 +366,7 @@ def main(argv):
     def setup(rig, mode):
         rig.build_internet()
         rig.start_nsd([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()])
+        rig.make_ca([de.WEB])
         rig.start_nginx({de.WEB: {"index.html": b"web\n"}})
 
     def run(rig, mode, abox):

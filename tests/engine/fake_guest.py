@@ -14,7 +14,7 @@ setup (checking that it parses), then per MODE:
   garbage   64 MiB of random bytes instead of a hello
   overflow  after go, 1 MiB of stdout in one go, past its 256 KiB of credit
   selffail  reports the direct_address probe as failed
-  silent    says hello, then nothing (the supervisor's stop must still end it)
+  silent    says hello, then nothing (the supervisor's stop must still end it); prints each resize it gets
   v2        says hello as a box-guest of protocol 2, then waits (the supervisor must say so and end it)
   unknown   after go, frames for sessions the host never opened (stdout, exited, started), then as honest
   exec      after go, the main command runs until poweroff and serves each exec: `echo-stdin`
@@ -90,8 +90,12 @@ def main():
         return
     if mode == "silent":
         try:
-            recv(30)
-        except (EOFError, OSError):
+            while True:
+                t, p = recv(30)
+                if t == gp.RESIZE:  # said on the console (console.log), for the test to see
+                    r = gp.decode_resize(p)
+                    print(f"resize {r['session']} {r['rows']}x{r['cols']}", flush=True)
+        except (EOFError, OSError, TimeoutError):
             pass
         return
     results = []

@@ -91,6 +91,8 @@ class SupervisorTest : public ::testing::Test {
     c.boot_timeout = std::chrono::seconds(30);
     c.stop_grace = std::chrono::seconds(2);
     c.keep = keep;
+    c.tty = tty_;
+    c.window = {24, 80};
     c.abox_net = ABOX_NET_PATH;
     c.abox = "/bin/false";
     c.qemu = "/usr/bin/python3";
@@ -153,6 +155,7 @@ class SupervisorTest : public ::testing::Test {
   abox::testing::TempDir dir_{"supervisor"};
   std::string folder_;
   int n_ = 0;
+  bool tty_ = false;  // the next run's command gets a pty
 };
 
 TEST_F(SupervisorTest, AnHonestGuestRunsTheCommandInOrder) {
@@ -269,6 +272,7 @@ class ApiSockClient {
     fd_ = -1;
   }
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
   void send(const std::string& line) { (void)::send(fd_, line.data(), line.size(), MSG_NOSIGNAL); }
   // The next line as a JSON object (an empty one at the end or after 20 s).
   boost::json::object next() {
@@ -342,6 +346,10 @@ TEST_F(SupervisorTest, ExecsThroughApiSockEachWithItsOutputInputAndEnd) {
       done3 = other.until_done(out3, err3);
       echo.send(std::string("{\"stdin\":\"") + base64_encode(std::vector<std::uint8_t>{'a', 'b', 'c', '\n'}) +
                 "\"}\n");
+      // More than the guest's stdin window, in lines of 64 KiB, as the daemon sends them.
+      for (int i = 0; i < 5; ++i)
+        echo.send(std::string("{\"stdin\":\"") + base64_encode(std::vector<std::uint8_t>(65536, 'x')) +
+                  "\"}\n");
       echo.send("{\"eof\":true}\n");
       done2 = echo.until_done(out2, err2);
     }
@@ -381,7 +389,7 @@ TEST_F(SupervisorTest, ExecsThroughApiSockEachWithItsOutputInputAndEnd) {
   EXPECT_EQ(err1, "err\n");
   EXPECT_EQ(done1["exit"].as_object()["value"], 5);
   EXPECT_EQ(done1["exit"].as_object()["signalled"], false);
-  EXPECT_EQ(out2, "abc\n");
+  EXPECT_EQ(out2, "abc\n" + std::string(5 * 65536, 'x'));
   EXPECT_EQ(done2["exit"].as_object()["value"], 0);
   EXPECT_EQ(out3, "exec true\n");
   EXPECT_EQ(refused["start_failed"].as_object()["reason"], "refused");
@@ -410,6 +418,44 @@ TEST_F(SupervisorTest, AnExecIsRefusedUntilTheCommandRuns) {
   EXPECT_EQ(refusal["ok"], false);
   EXPECT_NE(std::string(refusal["error"].as_string()).find("not running its command"), std::string::npos)
       << refusal;
+}
+
+TEST_F(SupervisorTest, AResizeBeforeTheCommandStartedReachesTheGuest) {
+  // abox attach sends the terminal's size at once, maybe before the command
+  // has started (it once got "not running", and the window stayed 24x80).
+  tty_ = true;
+  std::string answer;
+  auto r = run("silent", true, true, [&](const std::string& folder) {
+    ApiSockClient c(folder + "/api.sock");
+    c.send(std::string(kResizeVerb) + "33 111\n");
+    char buf[256];
+    ssize_t n = ::recv(c.fd(), buf, sizeof buf, 0);
+    if (n > 0) answer.assign(buf, static_cast<std::size_t>(n));
+    for (int i = 0; i < 100; ++i) {  // until the fake guest says it got it
+      std::ifstream console(folder + "/console.log");
+      std::string text((std::istreambuf_iterator<char>(console)), std::istreambuf_iterator<char>());
+      if (text.find("resize 0 33x111") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(answer, "OK\n");
+  std::ifstream console(folder_ + "/console.log");
+  std::string text((std::istreambuf_iterator<char>(console)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("resize 0 33x111"), std::string::npos) << text;
+}
+
+TEST_F(SupervisorTest, AResizeOfACommandWithoutATerminalIsRefused) {
+  std::string answer;
+  auto r = run("silent", true, true, [&](const std::string& folder) {
+    ApiSockClient c(folder + "/api.sock");
+    c.send(std::string(kResizeVerb) + "33 111\n");
+    char buf[256];
+    ssize_t n = ::recv(c.fd(), buf, sizeof buf, 0);
+    if (n > 0) answer.assign(buf, static_cast<std::size_t>(n));
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(answer, "ERR the command has no terminal (started without -t)\n");
 }
 
 TEST_F(SupervisorTest, AStateFolderIsRemovedUnlessKept) {
