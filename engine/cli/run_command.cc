@@ -190,6 +190,7 @@ std::string summary_json(const std::string& name, const InstanceOutcome& o, int 
       .end_object();
   w.field("stdout_bytes", o.stdout_bytes).field("stderr_bytes", o.stderr_bytes);
   w.field("forged_frames", o.forged_frames);
+  w.field("unknown_session_frames", o.unknown_session_frames);
   if (o.kept) w.field("state_folder", o.state_folder);
   w.end_object();
   return js;

@@ -117,7 +117,10 @@ bool ControlSession::dispatch_session(const guest::Frame& frame) {
     id = *session;
   }
   const bool main = id == guest::kMainSession;
-  // The main command's messages come only after go (and its end, once).
+  // No command session exists before setup: the guest that says otherwise
+  // is out of order (as before version 3). The main command's messages come
+  // only after go (and its end, once).
+  if (phase_ == Phase::kAwaitHello || phase_ == Phase::kHelloReceived) return out_of_order();
   if (main && phase_ != Phase::kGoSent) return out_of_order();
   SessionCredits* s = session_of(id, frame.type);
   if (s == nullptr) return true;

@@ -21,6 +21,15 @@
 // SIGKILL); the broker gets SIGTERM. The states and every transition are
 // events (kind "instance"), in the one events.jsonl that abox-net's and the
 // broker's events also go to; instance.json is rewritten at each transition.
+//
+// While the command runs, the instance's api.sock (0600, this uid) serves
+// `abox cp`, exec sessions (exec_client.h: each an ExecClient, routed by the
+// ExecMultiplexer over the control channel, docs/control-protocol.md
+// "Command sessions"; refused until the command runs) and the window of a
+// -t command (a size taken at any time). Guest frames for the main session
+// (0) are the instance's own; the others go to the multiplexer; frames for
+// a session never opened are counted and logged. When the channel goes,
+// every exec ends with abox's reason.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -222,9 +231,9 @@ class InstanceSupervisor final : private ControlSession::Listener {
   base::UniqueFd dev_null_;
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
   std::unique_ptr<ControlSession> session_;
-  std::unique_ptr<ExecMultiplexer> execs_;                     // the exec sessions (with session_)
+  std::unique_ptr<ExecMultiplexer> execs_;                       // the exec sessions (with session_)
   std::vector<std::shared_ptr<class ExecClient>> exec_clients_;  // their api.sock clients, until closed
-  std::vector<std::string> nonce_variables_;                   // names an exec's -e may not set
+  std::vector<std::string> nonce_variables_;                     // names an exec's -e may not set
   std::uint64_t unknown_session_reports_ = 0;
   std::unique_ptr<HostOutput> out_, err_;
   std::unique_ptr<HostInput> in_;

@@ -567,6 +567,15 @@ TEST_F(ControlSessionTest, ExecIdsAreNeverZeroNorUsedTwice) {
   EXPECT_TRUE(host_frames().empty());
 }
 
+TEST_F(ControlSessionTest, AnySessionsMessageBeforeSetupIsOutOfOrder) {
+  send_message(GuestMessage::kHello, guest::Hello{guest::kProtocolVersion, "box-guest test", 1, true, "up"});
+  send_output(5, base_bytes("before any session"));
+  EXPECT_TRUE(recorder_.closed);
+  EXPECT_NE(recorder_.closed_reason.find("stdout out of order"), std::string::npos)
+      << recorder_.closed_reason;
+  EXPECT_TRUE(recorder_.unknown.empty());
+}
+
 TEST_F(ControlSessionTest, MainSessionMessagesBeforeGoAreOutOfOrderEvenWithAnIdOfZero) {
   to_running_without_go(1024);
   send_message(GuestMessage::kStarted, guest::Started{0, 1});
