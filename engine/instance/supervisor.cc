@@ -627,6 +627,7 @@ void InstanceSupervisor::on_start_failed(const guest::StartFailed& failed) {
 void InstanceSupervisor::on_output(std::uint32_t session, bool is_stderr,
                                    std::span<const std::uint8_t> bytes) {
   if (session != guest::kMainSession) {
+    exec_output_bytes_ += bytes.size();
     if (execs_) execs_->on_output(session, is_stderr, bytes);
     return;
   }
@@ -1303,7 +1304,8 @@ void InstanceSupervisor::poll_idle() {
                                                  : std::strtoull(text->c_str() + at + k.size(), nullptr, 10);
                 };
                 std::uint64_t frames = counter("frames_in") + counter("frames_out");
-                std::uint64_t output = outcome_.stdout_bytes + outcome_.stderr_bytes;
+                // An exec's output is the instance in use too (an operator at a shell in it).
+                std::uint64_t output = outcome_.stdout_bytes + outcome_.stderr_bytes + exec_output_bytes_;
                 auto now = std::chrono::steady_clock::now();
                 if (frames != last_frames_ || output != last_output_) last_activity_ = now;
                 last_frames_ = frames;

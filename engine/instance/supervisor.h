@@ -234,7 +234,7 @@ class InstanceSupervisor final : private ControlSession::Listener {
   std::unique_ptr<ExecMultiplexer> execs_;                       // the exec sessions (with session_)
   std::vector<std::shared_ptr<class ExecClient>> exec_clients_;  // their api.sock clients, until closed
   std::vector<std::string> nonce_variables_;                     // names an exec's -e may not set
-  std::uint64_t unknown_session_reports_ = 0;
+  std::uint64_t exec_output_bytes_ = 0;  // what the execs printed: activity for --idle-timeout
   std::unique_ptr<HostOutput> out_, err_;
   std::unique_ptr<HostInput> in_;
   std::unique_ptr<HostOutput> copy_output_;  // copy_out_only: where the stream goes
