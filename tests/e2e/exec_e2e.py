@@ -163,6 +163,16 @@ def case_basics(h):
     ev = [json.loads(l) for l in h.run("events", "--json", "ex")[1].splitlines() if l.startswith("{")]
     kinds = {e.get("kind") for e in ev}
     h.check("events_show_the_exec", {"exec", "exec_started", "exec_exited"} <= kinds, kinds)
+    # Said, not checked (tests check behaviour, not timings): what one exec costs here.
+    times = []
+    for _ in range(10):
+        t0 = time.monotonic()
+        run_exec(h, "ex", "--", "true")
+        times.append(time.monotonic() - t0)
+    times.sort()
+    accel = h.json_of("inspect", "--json", "ex").get("accel", "?")
+    print(f"     abox exec ex -- true: median {times[5] * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms of 10 "
+          f"(the CLI, the daemon, the shim, a {accel} guest; load {os.getloadavg()[0]:.1f})")
 
 
 def case_codes(h):
