@@ -9,9 +9,11 @@
 //   4. box-guest says hello; it gets setup: the per-boot key, the nonces, the CA,
 //      the environment, the command, the self-test;
 //   5. the self-test passes (or --no-selftest), and only then `go`.
-// Nothing secret is on any command line: keys stay in the broker, which reads
-// them from the credentials file; nonces and the per-boot key travel only in
-// setup.
+// Nothing secret is on any command line: the supervisor reads the credential
+// store (or --credentials FILE) and hands the broker only the keys of this
+// instance's bindings, in a sealed memfd the broker reads once at start as
+// fd 3 (--credentials-fd 3): no key and no path to the store in its argv or
+// environment. Nonces and the per-boot key travel only in setup.
 //
 // Every child (abox-net, broker, VMM) is held by a pidfd and watched on the
 // io_context; a death the supervisor did not ask for fails the instance with
@@ -53,6 +55,7 @@
 #include "engine/process/child_process.h"
 #include "engine/process/child_watch.h"
 #include "engine/process/pipe_reader.h"
+#include "policy/policy.h"
 
 namespace abox::engine {
 
@@ -172,6 +175,9 @@ class InstanceSupervisor final : private ControlSession::Listener {
   // An exec's -e entries and argv: refused as abox run refuses them (a nonce
   // variable set, a key from the credentials file anywhere). "" when fine.
   std::string check_exec_request(const ExecRequest& r) const;
+  // The keys of this instance's bindings, as text for the broker, from the
+  // store (or --credentials FILE). The caller wipes it (broker::wipe).
+  base::Result<std::string, std::string> instance_key_text(const policy::Policy& policy) const;
   void poll_idle();
   void accept_control();
   void send_go();
@@ -211,6 +217,9 @@ class InstanceSupervisor final : private ControlSession::Listener {
   std::unique_ptr<PipeReader> console_reader_;
 
   bool has_bindings_ = false;
+  // The broker's keys as it reads them (broker::Credentials::text_for_instance),
+  // from prepare() until written into its memfd in start_broker(); wiped then.
+  std::string broker_keys_;
   guest::Setup setup_;
   SelftestPlan plan_;
 

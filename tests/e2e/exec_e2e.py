@@ -33,6 +33,9 @@ own, whose main command prints a tick a second to stdout and waits):
   abox exec killed with SIGKILL takes its command with it;
 - stopped: exec of a stopped instance and of no instance: exit 125, the
   reason;
+- keys: an instance with a [[broker]] binding: an exec has its nonce; -e
+  with the key, the key in argv, and -e replacing the nonce are refused
+  (125) and the key is in no message;
 - attach_tty: an instance started with -d -t -i; `abox attach` on a pty of
   33x111: raw mode, the command's terminal is 33x111, keys reach the shell,
   Ctrl-P Ctrl-Q detaches (exit 0) with the terminal restored and the
@@ -331,13 +334,14 @@ def case_attach_tty(h):
     t = Pty(h, h.abox_cmd("attach", "tt"), 33, 111)
     try:
         t.read_until(rb"its terminal")
-        h.check("attach_puts_the_terminal_in_raw_mode", t.raw())
         deadline, size = time.monotonic() + 60, b""
         while time.monotonic() < deadline and size != b"33 111":
             start = len(t.screen)
             t.type("stty size\r")
             size = t.read_until(rb"(\d+ \d+)\r\n", start=start).group(1)
         h.check("attach_gives_the_command_this_terminals_size", size == b"33 111", t.screen[-300:])
+        # Raw mode comes right after the banner: by the command's first answer it is there.
+        h.check("attach_puts_the_terminal_in_raw_mode", t.raw())
         start = len(t.screen)
         t.type("echo hi-$((6*7))\r")
         h.check("keys_reach_the_command", bool(t.read_until(rb"hi-42\r\n", start=start)))
@@ -368,15 +372,38 @@ def case_attach_tty(h):
     h.gone("attach_tty", "tt")
 
 
+def case_keys(h):
+    """An instance with a [[broker]] binding: the exec has its nonce, and an -e
+    that would put the key in the guest, or replace the nonce, is refused."""
+    policy, creds = de.broker_policy_and_credentials(h, "keys")
+    key = open(creds).read().split('"')[1]
+    code, _, err = h.run("run", "-d", "--policy", policy, "--credentials", creds, "--upstream-ca", h.rig.ca["ca"],
+                         "--name", "exk", "--no-selftest", "--", "sleep", "600")
+    h.check("run_d_with_a_binding", code == 0, err)
+    # At once after run -d (it returns at go): an exec is taken before the command reported its start.
+    code, out, err = run_exec(h, "exk", "--", "sh", "-c", "echo $TEST_API_KEY")
+    h.check("an_exec_has_the_bindings_nonce", code == 0 and out.startswith(b"abox-nonce-"), f"exit {code}: {out!r} {err}")
+    code, out, err = run_exec(h, "-e", f"SNEAKY={key}", "exk", "--", "true")
+    h.check("an_exec_with_a_key_in_its_env_is_refused", code == 125 and "SNEAKY" in err and key not in err,
+            f"exit {code}: {err}")
+    code, out, err = run_exec(h, "exk", "--", "echo", key)
+    h.check("an_exec_with_a_key_in_its_argv_is_refused", code == 125 and key not in err and out == b"",
+            f"exit {code}: {err}")
+    code, out, err = run_exec(h, "-e", "TEST_API_KEY=other", "exk", "--", "true")
+    h.check("an_exec_replacing_the_nonce_is_refused", code == 125 and "TEST_API_KEY" in err, f"exit {code}: {err}")
+    h.run("rm", "-f", "exk")
+    h.gone("keys", "exk")
+
+
 CASES = [case_basics, case_codes, case_options, case_two_at_once, case_stdin, case_tty_resize, case_bound,
-         case_signals, case_stopped, case_attach_tty]
+         case_signals, case_stopped, case_attach_tty, case_keys]
 
 
 def main(argv):
     def setup(rig, mode):
         rig.build_internet()
-        rig.start_nsd([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()])
-        rig.make_ca([de.WEB])
+        rig.start_nsd([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()] + [f"api IN A {de.WEB_ADDR}"])
+        rig.make_ca([de.WEB, nr.fqdn("api")])
         rig.start_nginx({de.WEB: {"index.html": b"web\n"}})
 
     def run(rig, mode, abox):

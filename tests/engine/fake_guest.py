@@ -20,6 +20,7 @@ setup (checking that it parses), then per MODE:
   exec      after go, the main command runs until poweroff and serves each exec: `echo-stdin`
             echoes its stdin to stdout until stdin_eof and exits 0; `refuse` is start_failed
             refused; anything else prints "exec ARGV" on stdout, "err" on stderr, exits 5
+  exec-early as exec, but the main command's `started` comes only after the first exec
 Every wait is bounded (30 s); it exits when the supervisor closes the channel.
 """
 import os
@@ -113,6 +114,12 @@ def main():
     if t == gp.POWEROFF:
         return
     assert t == gp.GO, t
+    if mode == "exec-early":
+        # The main command's start is said only after the first exec came (an exec right at go).
+        first = recv()
+        ctl.sendall(writer.frame(gp.STARTED, gp.encode_started(42)))
+        serve_execs(ctl, writer, recv, first)
+        return
     ctl.sendall(writer.frame(gp.STARTED, gp.encode_started(42)))
     if mode == "exec":
         serve_execs(ctl, writer, recv)
@@ -143,9 +150,10 @@ def main():
         return
 
 
-def serve_execs(ctl, writer, recv):
+def serve_execs(ctl, writer, recv, first=None):
     """The main command runs until poweroff; each exec is served as the
-    module's docstring says, each under its own credit."""
+    module's docstring says, each under its own credit. `first`: a frame
+    already read."""
     echoing = {}  # session -> True while it echoes stdin
     credit = {}  # session -> output credit left
     ctl.sendall(writer.frame(gp.STDOUT, gp.encode_data(0, b"main ready\n")))
@@ -158,7 +166,8 @@ def serve_execs(ctl, writer, recv):
 
     while True:
         try:
-            t, p = recv(60)
+            t, p = first if first is not None else recv(60)
+            first = None
         except (EOFError, OSError):
             return
         if t == gp.POWEROFF:

@@ -404,6 +404,29 @@ TEST_F(SupervisorTest, ExecsThroughApiSockEachWithItsOutputInputAndEnd) {
       << "the exec of the client that left was killed";
 }
 
+TEST_F(SupervisorTest, AnExecAtGoBeforeTheCommandSaidItStartedIsTaken) {
+  // `abox run -d` returns at go; an exec right after it may come before
+  // box-guest said the command started (it was once refused then).
+  std::string out, err;
+  boost::json::object first, done;
+  auto r = run("exec-early", true, true, [&](const std::string& folder) {
+    for (int i = 0; i < 200; ++i) {
+      std::ifstream ev(folder + "/events.jsonl");
+      std::string text((std::istreambuf_iterator<char>(ev)), std::istreambuf_iterator<char>());
+      if (text.find("\"state\":\"running\"") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ApiSockClient c(folder + "/api.sock");
+    c.send(exec_line(R"({"argv":["early"]})"));
+    first = c.next();
+    done = c.until_done(out, err);
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(first["ok"], true) << first;
+  EXPECT_EQ(out, "exec early\n");
+  EXPECT_EQ(done["exit"].as_object()["value"], 5);
+}
+
 TEST_F(SupervisorTest, AnExecIsRefusedUntilTheCommandRuns) {
   boost::json::object refusal;
   auto r = run("silent", true, true, [&](const std::string& folder) {
