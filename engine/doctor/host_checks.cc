@@ -452,11 +452,18 @@ CheckItem check_daemon(const HostCheckInputs& in) {
   bool line_done = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDaemonAnswerMs);
   std::size_t sent = 0;
+  bool timed_out = false;
   while (!line_done && answer.size() <= kMaxDaemonAnswer) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
             .count();
-    if (left <= 0) break;
+    if (left <= 0) {
+      // Decided here, not by reading the clock again after the loop: the
+      // milliseconds left are rounded down, so the loop can end a fraction
+      // of a millisecond before the deadline.
+      timed_out = true;
+      break;
+    }
     pollfd p{fd.get(), static_cast<short>(sent < kPing.size() ? POLLOUT : POLLIN), 0};
     if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
     if (sent < kPing.size()) {
@@ -475,7 +482,7 @@ CheckItem check_daemon(const HostCheckInputs& in) {
       line_done = true;
     }
   }
-  if (!line_done && answer.size() <= kMaxDaemonAnswer && std::chrono::steady_clock::now() >= deadline) {
+  if (timed_out) {
     return degraded(
         "daemon", "daemon",
         path + " accepts connections but did not answer a ping within " +
