@@ -37,7 +37,7 @@
 
 #include "base/unique_fd.h"
 #include "netstack/event_loop.h"
-#include "netstack/stream_link.h"
+#include "netstack/link/stream_link.h"
 
 namespace abox::netstack {
 namespace {

@@ -1,4 +1,4 @@
-// Fuzz target: netstack/dhcp_server and netstack/dhcp_message. Every IPv4
+// Fuzz target: netstack/gateway/dhcp_server and netstack/gateway/dhcp_message. Every IPv4
 // frame from the guest goes through DhcpServer::handle() before lwIP, so
 // whatever the bytes: no crash, no read past the input, and:
 //   - as an Ethernet frame: a reply exactly when the outcome is offer, ack
@@ -17,8 +17,8 @@
 #include <span>
 #include <vector>
 
-#include "netstack/dhcp_message.h"
-#include "netstack/dhcp_server.h"
+#include "netstack/gateway/dhcp_message.h"
+#include "netstack/gateway/dhcp_server.h"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "base/byte_reader.h"
-#include "netstack/guest_stack.h"
+#include "netstack/stack/guest_stack.h"
 #include "policy/policy_file.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // box-guest's DHCP client packets: what it sends is what the gateway's
-// server (netstack/dhcp_server.cc, used here as the oracle) answers, and the
+// server (netstack/gateway/dhcp_server.cc, used here as the oracle) answers, and the
 // server's OFFER, ACK and NAK parse back; then the nasty cases of a reply,
 // each refused with its own reason: every truncation, lying lengths, bad
 // checksums, fragments, someone else's reply, broken options.
@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-#include "netstack/dhcp_server.h"
+#include "netstack/gateway/dhcp_server.h"
 #include "tests/support/big_endian.h"
 
 namespace abox::guest {

@@ -1,0 +1,883 @@
+#include "netstack/stack/guest_stack.h"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "lwip/etharp.h"
+#include "lwip/icmp.h"
+#include "lwip/init.h"
+#include "lwip/ip.h"
+#include "lwip/netif.h"
+#include "lwip/pbuf.h"
+#include "lwip/priv/tcp_priv.h"
+#include "lwip/tcp.h"
+#include "lwip/timeouts.h"
+#include "lwip/udp.h"
+#include "netif/ethernet.h"
+#include "netstack/gateway/guest_dns.h"
+#include "netstack/lwip/abox_lwip.h"
+#include "netstack/receive_buffer_pool.h"
+#include "netstack/stack/admission.h"
+#include "netstack/stack/tcp_flow.h"
+#include "netstack/stack/udp_flow.h"
+
+namespace abox::netstack {
+
+namespace {
+
+GuestStack* g_stack = nullptr;  // lwIP is process-global; so is its one stack
+
+constexpr std::uint16_t kEtherIpv4 = 0x0800;
+constexpr std::uint16_t kEtherArp = 0x0806;
+constexpr std::uint16_t kEtherIpv6 = 0x86DD;
+
+policy::IpAddress from_lwip(const ip_addr_t* a) {
+  std::uint8_t b[4];
+  std::memcpy(b, &ip_2_ip4(a)->addr, 4);
+  return policy::IpAddress::v4_bytes(b);
+}
+
+std::uint32_t to_net(const policy::IpAddress& a) {
+  std::uint32_t v = 0;
+  std::memcpy(&v, a.bytes().data(), 4);
+  return v;
+}
+
+std::uint64_t udp_key(std::uint16_t guest_port, std::uint32_t dst_net, std::uint16_t dst_port) {
+  return (std::uint64_t{guest_port} << 48) | (std::uint64_t{dst_net} << 16) | dst_port;
+}
+
+}  // namespace
+
+// The C side of lwIP's callbacks, as friends of GuestStack.
+struct StackGlue {
+  static err_t linkoutput(netif*, pbuf* p) {  // NOLINT(readability-non-const-parameter): the frame is patched
+    g_stack->output_frame(p);
+    return ERR_OK;
+  }
+  static err_t netif_init(netif* n) {
+    n->name[0] = 'a';
+    n->name[1] = 'b';
+    n->output = etharp_output;
+    n->linkoutput = linkoutput;
+    n->hwaddr_len = ETH_HWADDR_LEN;
+    n->flags = NETIF_FLAG_BROADCAST | NETIF_FLAG_ETHARP | NETIF_FLAG_ETHERNET | NETIF_FLAG_LINK_UP;
+    return ERR_OK;
+  }
+  static abox_lwip_syn_verdict_t syn(void*, const ip_addr_t* src, u16_t sport, const ip_addr_t* dst,
+                                     u16_t dport) {
+    return static_cast<abox_lwip_syn_verdict_t>(
+        g_stack->on_syn(from_lwip(src), sport, from_lwip(dst), dport));
+  }
+  static err_t accept(void*, tcp_pcb* pcb, err_t err) {
+    if (err != ERR_OK || pcb == nullptr) return ERR_VAL;
+    g_stack->on_accept(pcb);
+    return ERR_OK;
+  }
+  static void udp(void*, udp_pcb*, pbuf* p, const ip_addr_t* src, u16_t sport) {
+    g_stack->on_udp(p, from_lwip(src), sport, from_lwip(ip_current_dest_addr()),
+                    abox_lwip_udp_current_dest_port());
+  }
+};
+
+class GuestStack::LinkWatcher final : public EventLoop::Watcher {
+ public:
+  explicit LinkWatcher(GuestStack& s) : s_(s) {}
+  void on_ready(std::uint32_t events) override {
+    if ((events & POLLOUT) != 0) {
+      s_.link_full_ = false;
+      s_.flush_link();
+    }
+    s_.receive_ready_frames();
+  }
+
+ private:
+  GuestStack& s_;
+};
+
+class GuestStack::LinkReader final : public EventLoop::Completion {
+ public:
+  explicit LinkReader(GuestStack& s) : s_(s) {}
+  void on_complete(int res, std::uint32_t /*cqe_flags*/) override { s_.on_link_read(res); }
+
+ private:
+  GuestStack& s_;
+};
+
+GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy,
+                       std::vector<policy::Endpoint> upstreams, base::EventLog& events,
+                       base::RandomSource& random, GuestConfig config)
+    : loop_(loop),
+      link_(link),
+      policy_(policy),
+      events_(events),
+      config_(config),
+      table_(policy, policy.limits().answer_entries),
+      dhcp_({.gateway = config.gateway.v4_value(),
+             .guest = config.guest.v4_value(),
+             .prefix_len = config.prefix_len,
+             .gateway_mac = config.gateway_mac,
+             .mtu = link.mtu()}),
+      netif_(std::make_unique<netif>()),
+      rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.max_receive_size(), 0xFFFF))) {
+  if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
+  g_stack = this;
+  static bool lwip_ready = false;
+  if (!lwip_ready) {
+    lwip_init();
+    lwip_ready = true;
+  }
+  abox_lwip_set_syn_hook(&StackGlue::syn);
+
+  ip4_addr_t gw;
+  ip4_addr_t mask;
+  ip4_addr_t none;
+  gw.addr = to_net(config_.gateway);
+  mask.addr = lwip_htonl(config_.prefix_len == 0 ? 0 : ~std::uint32_t{0} << (32 - config_.prefix_len));
+  none.addr = 0;
+  std::memset(netif_.get(), 0, sizeof(netif));
+  if (netif_add(netif_.get(), &gw, &mask, &none, nullptr, &StackGlue::netif_init, ethernet_input) ==
+      nullptr) {
+    throw std::runtime_error("lwIP netif_add failed");
+  }
+  std::memcpy(netif_->hwaddr, config_.gateway_mac.data(), 6);
+  netif_->mtu = static_cast<u16_t>(link.mtu());
+  // A link whose far end finishes TCP/UDP checksums: lwIP leaves them to it
+  // (output_frame() writes the pseudo-header sum the offload starts from).
+  if (link_.tx_checksum_offload()) {
+    tx_checksum_flags_ = NETIF_CHECKSUM_ENABLE_ALL & ~(NETIF_CHECKSUM_GEN_TCP | NETIF_CHECKSUM_GEN_UDP);
+  }
+  NETIF_SET_CHECKSUM_CTRL(netif_.get(), tx_checksum_flags_);
+  netif_set_default(netif_.get());
+  netif_set_up(netif_.get());
+
+  dns_ = std::make_unique<GuestDns>(loop, policy, host_addresses_, std::move(upstreams), table_, events,
+                                    random, gw.addr);
+
+  tcp_pcb* pcb = tcp_new();
+  if (pcb == nullptr) throw std::runtime_error("lwIP tcp_new failed");
+  ip_set_option(pcb, SOF_ABOX_ACCEPT_ALL);
+  listener_ = tcp_listen(pcb);
+  if (listener_ == nullptr) throw std::runtime_error("lwIP tcp_listen failed");
+  tcp_accept(listener_, &StackGlue::accept);
+
+  udp_all_ = udp_new();
+  if (udp_all_ == nullptr) throw std::runtime_error("lwIP udp_new failed");
+  ip_set_option(udp_all_, SOF_ABOX_ACCEPT_ALL);
+  udp_bind(udp_all_, IP_ANY_TYPE, 0);
+  udp_recv(udp_all_, &StackGlue::udp, nullptr);
+
+  link_watcher_ = std::make_unique<LinkWatcher>(*this);
+  if (config_.link_on_ring && link_.ring_send_supported()) {
+    // A write's result only counts: a full tap drops the frame (TCP
+    // retransmits), and a dead one shows on the read side.
+    ring_writer_ = std::make_unique<RingWriter>(loop_, link_.fd(), [this](int res, std::size_t frame_size) {
+      (void)link_.finish_ring_send(res, frame_size);
+    });
+  }
+  if (config_.host_io_on_ring) {
+    host_datagram_writer_ = std::make_unique<RingWriter>(loop_, -1, [](int, std::size_t) {});
+    host_receive_pool_ =
+        std::make_unique<ReceiveBufferPool>(loop_, kHostReceiveBuffers, kHostReceiveBufferBytes);
+  }
+  if (config_.link_on_ring && !link_.ring_receive_iovecs({}).empty()) {
+    // Read on the ring; the fd is watched only while output is held back.
+    ring_reader_ = std::make_unique<LinkReader>(*this);
+    post_link_read();
+  } else {
+    link_events_ = POLLIN;
+    link_handle_ = loop_.watch(link_.fd(), link_events_, link_watcher_.get());
+  }
+
+  // lwIP's own timers, and ours: flow deadlines once a second is enough
+  // (peek and connect timeouts are seconds).
+  loop_.add_timer_source({[]() -> std::optional<base::MonoTime> {
+                            u32_t ms = sys_timeouts_sleeptime();
+                            if (ms == SYS_TIMEOUTS_SLEEPTIME_INFINITE) return std::nullopt;
+                            return base::MonoClock::now() + base::Millis(ms);
+                          },
+                          [](base::MonoTime) { sys_check_timeouts(); }});
+  loop_.add_timer_source({[this] { return next_sweep_; },
+                          [this](base::MonoTime now) {
+                            if (now < next_sweep_) return;
+                            next_sweep_ = now + base::Seconds(1);
+                            // A check may retire its flow, which erases it from
+                            // the map: walk a snapshot, not the map.
+                            sweep_tcp_.clear();
+                            for (auto& [_, f] : tcp_flows_) sweep_tcp_.push_back(f.get());
+                            for (TcpFlow* f : sweep_tcp_) f->check_deadlines(now);
+                            sweep_udp_.clear();
+                            for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
+                            for (UdpFlow* f : sweep_udp_) f->check_idle(now);
+                            bound_time_wait();
+                          }});
+  loop_.add_turn_hook([this] {
+    reap();
+    // A link that batches (a stream socket) writes what this turn sent in
+    // one go; what the socket cannot take waits for POLLOUT, and until then
+    // no turn tries again (each try would be a send that fails).
+    if (link_alive_ && !link_full_ && link_.output_pending()) {
+      flush_link();
+      link_full_ = link_.output_pending();
+    }
+    watch_link_output();
+    // A ring read that could not be posted (no memory for its pbuf) is tried
+    // again every turn, after the frames a stream's last read brought that
+    // found no pbuf either.
+    if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) {
+      take_buffered_frames();
+      post_link_read();
+    }
+  });
+  next_sweep_ = loop_.now() + base::Seconds(1);
+}
+
+GuestStack::~GuestStack() {
+  loop_.unwatch(link_handle_);
+  // The kernel may still write into rx_pbuf_ (or a stream link's own
+  // buffer) until its read is cancelled.
+  if (ring_reader_ != nullptr) loop_.cancel_all(ring_reader_.get(), ring_reads_in_flight_);
+  ring_writer_.reset();
+  tcp_flows_.clear();
+  udp_flows_.clear();
+  tcp_graveyard_.clear();
+  udp_graveyard_.clear();
+  // After the flows, which hand what they queued to the kernel as they go
+  // and leave their receives here, cancelled; the pool goes once none is left.
+  host_datagram_writer_.reset();
+  for (auto& r : ending_receives_) loop_.cancel_all(r.get(), r->in_flight);
+  ending_receives_.clear();
+  host_receive_pool_.reset();
+  for (auto& [_, r] : reply_pcbs_) udp_remove(r.pcb);
+  reply_pcbs_.clear();
+  dns_.reset();
+  if (listener_ != nullptr) tcp_close(listener_);
+  if (udp_all_ != nullptr) udp_remove(udp_all_);
+  abox_lwip_set_syn_hook(nullptr);
+  if (rx_pbuf_ != nullptr) pbuf_free(rx_pbuf_);
+  netif_remove(netif_.get());
+  g_stack = nullptr;
+}
+
+// Frames are read straight into a pbuf of the largest frame size. One that
+// fills at least half of it goes to lwIP as it is, uncopied (bulk TCP at a
+// large MTU); a smaller one is copied into a pbuf of its own size, so that a
+// small frame lwIP queues never holds 64 KiB (mem_trim does nothing with
+// MEM_LIBC_MALLOC, LWIP.md), and the big pbuf is read into again.
+void GuestStack::receive_ready_frames() {
+  // A ring read owns rx_pbuf_ while it is in flight: frames come that way
+  // (the fd is watched then only for POLLOUT).
+  if (ring_reader_ != nullptr) return;
+  for (int i = 0; i < 256; ++i) {
+    if (!ready_rx_pbuf()) break;  // out of memory: the frames wait in the link
+    auto r = link_.receive(std::span<std::uint8_t>(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_));
+    if (!r.ok()) {
+      link_failed(r.error());
+      return;
+    }
+    if (*r == 0) return;
+    take_frame(*r);
+  }
+  loop_.wake_next_turn(link_handle_);
+}
+
+// On the ring, a receive() here would race the read in flight (which owns
+// rx_pbuf_, and on a stream the bytes it reads are the next frame's): the
+// frames come through that read instead, taken now if the kernel has it.
+void GuestStack::poll_link() {
+  if (ring_reader_ == nullptr) {
+    receive_ready_frames();
+    return;
+  }
+  for (int i = 0; i < 256 && link_alive_; ++i) {
+    // What an earlier read left (no pbuf then), and a read posted if none is.
+    take_buffered_frames();
+    post_link_read();
+    if (ring_reads_in_flight_ == 0 || loop_.complete_ready(ring_reader_.get()) == 0) return;
+  }
+}
+
+bool GuestStack::ready_rx_pbuf() {
+  if (rx_pbuf_ == nullptr) rx_pbuf_ = pbuf_alloc(PBUF_RAW, rx_size_, PBUF_RAM);
+  return rx_pbuf_ != nullptr;
+}
+
+void GuestStack::post_link_read() {
+  if (!link_alive_ || ring_reads_in_flight_ != 0 || !ready_rx_pbuf()) return;
+  auto iov = link_.ring_receive_iovecs(
+      std::span<std::uint8_t>(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_));
+  io_uring_sqe* s = loop_.request(ring_reader_.get());
+  // Offset -1: the fd's own position, which a tap does not have (a stream).
+  io_uring_prep_readv(s, link_.fd(), iov.data(), static_cast<unsigned>(iov.size()), ~std::uint64_t{0});
+  ++ring_reads_in_flight_;
+}
+
+void GuestStack::on_link_read(int res) {
+  --ring_reads_in_flight_;
+  if (!link_alive_) return;
+  auto r = link_.finish_ring_receive(res);
+  if (!r.ok()) {
+    link_failed(r.error());
+    return;
+  }
+  if (*r != 0) take_frame(*r);
+  take_buffered_frames();
+  post_link_read();
+}
+
+// A stream link's one read may have brought many frames (link.h): every
+// whole one is taken now, without another read. Frames left when no pbuf
+// could be had wait for the turn hook's retry.
+void GuestStack::take_buffered_frames() {
+  while (link_alive_ && ready_rx_pbuf()) {
+    auto r = link_.receive_buffered(
+        std::span<std::uint8_t>(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_));
+    if (!r.ok()) {
+      link_failed(r.error());
+      return;
+    }
+    if (*r == 0) return;
+    take_frame(*r);
+  }
+}
+
+void GuestStack::take_frame(std::size_t n) {
+  std::span<std::uint8_t> frame(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_);
+  ++counters_.frames_in;
+  if (n < 14) return;
+  std::uint16_t type = static_cast<std::uint16_t>((frame[12] << 8) | frame[13]);
+  if (type == kEtherIpv6) {
+    ++counters_.frames_dropped_ipv6;
+    if (!ipv6_logged_) {
+      ipv6_logged_ = true;
+      if (events_.reserve_line())
+        events_.write_reserved(
+            "deny", {{"reason", "IPv6 is not supported yet; IPv6 frames are dropped"}, {"proto", "ipv6"}});
+    }
+    return;
+  }
+  if (type != kEtherIpv4 && type != kEtherArp) {
+    ++counters_.frames_dropped_other;
+    return;
+  }
+  if (type == kEtherArp) {
+    // lwIP 2.1.3's etharp_input() reads the 28-byte ARP header without
+    // checking that the frame holds one (a heap over-read the guest_frames
+    // fuzzer found). Short ARP frames stop here.
+    if (n < 14 + 28) {
+      ++counters_.frames_dropped_other;
+      return;
+    }
+  } else {
+    // IPv4. Likewise ip4_input() reads the total length before it checks
+    // that a whole IPv4 header is there: anything shorter stops here.
+    if (n < 14 + 20) {
+      ++counters_.frames_dropped_other;
+      return;
+    }
+    // DHCP first: a DISCOVER comes from 0.0.0.0, which the checks below drop.
+    const DhcpResult dhcp = dhcp_.handle(std::span<const std::uint8_t>(frame.data(), n));
+    if (dhcp.outcome != DhcpOutcome::not_dhcp) {
+      count(dhcp.outcome);
+      if (!dhcp.reply.empty()) (void)link_.send(dhcp.reply);  // a full link loses it; the client retries
+      return;
+    }
+    if (drop_before_lwip(std::span<const std::uint8_t>(frame.data() + 14, n - 14))) return;
+    // Only the guest's own address may send: a spoofed source could
+    // otherwise make lwIP answer (and admit) on behalf of another host.
+    std::uint32_t src = 0;
+    std::memcpy(&src, frame.data() + 14 + 12, 4);
+    if (src != to_net(config_.guest)) {
+      ++counters_.frames_dropped_spoofed;
+      return;
+    }
+  }
+  pbuf* p = nullptr;
+  if (n * 2 >= rx_size_) {
+    p = rx_pbuf_;
+    rx_pbuf_ = nullptr;
+    pbuf_realloc(p, static_cast<u16_t>(n));
+  } else {
+    p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(n), PBUF_RAM);
+    if (p == nullptr) return;
+    pbuf_take(p, frame.data(), static_cast<u16_t>(n));
+  }
+  // A frame whose TCP/UDP checksum the guest's kernel left partial (or
+  // verified) is not checked again: it would fail or cost for nothing.
+  std::uint16_t flags = tx_checksum_flags_;
+  if (link_.last_frame_checksum_trusted()) flags &= ~(NETIF_CHECKSUM_CHECK_TCP | NETIF_CHECKSUM_CHECK_UDP);
+  NETIF_SET_CHECKSUM_CTRL(netif_.get(), flags);
+  if (netif_->input(p, netif_.get()) != ERR_OK) pbuf_free(p);
+}
+
+void GuestStack::count(DhcpOutcome outcome) {
+  switch (outcome) {
+    case DhcpOutcome::offer:
+      ++counters_.dhcp_offers;
+      break;
+    case DhcpOutcome::ack:
+      ++counters_.dhcp_acks;
+      break;
+    case DhcpOutcome::nak:
+      ++counters_.dhcp_naks;
+      break;
+    case DhcpOutcome::ignored:
+      ++counters_.dhcp_ignored;
+      break;
+    case DhcpOutcome::malformed:
+      ++counters_.dhcp_malformed;
+      break;
+    case DhcpOutcome::not_dhcp:
+      break;
+  }
+}
+
+void GuestStack::link_failed(int err) {
+  if (!link_alive_) return;
+  link_alive_ = false;
+  // A VMM that exits (or a namespace torn down) closes its end: that is the
+  // ordinary end of an instance, not a fault.
+  const bool peer_left = err == ECONNRESET || err == EPIPE || err == ENOTCONN || err == EIO || err == 0;
+  if (events_.reserve_line())
+    events_.write_reserved(
+        "link", {{"reason", peer_left ? "the guest's side of the link closed (the VM or namespace went away)"
+                                      : "the guest link failed"},
+                 {"errno", err},
+                 {"error", std::strerror(err)}});
+  loop_.stop();
+}
+
+void GuestStack::flush_link() {
+  if (!link_alive_) return;
+  if (auto r = link_.flush(); !r.ok()) link_failed(r.error());
+}
+
+// POLLOUT only while the link holds output back: a writable socket would
+// otherwise wake the loop on every turn.
+void GuestStack::watch_link_output() {
+  const std::uint32_t in = ring_reader_ != nullptr ? 0 : POLLIN;
+  const std::uint32_t want = link_alive_ && link_.output_pending() ? (in | POLLOUT) : in;
+  if (want == link_events_) return;
+  link_events_ = want;
+  if (want == 0) {
+    loop_.unwatch(link_handle_);
+    link_handle_ = EventLoop::kNoHandle;
+  } else if (link_handle_ == EventLoop::kNoHandle) {
+    link_handle_ = loop_.watch(link_.fd(), want, link_watcher_.get());
+  } else {
+    loop_.modify(link_handle_, want);
+  }
+}
+
+// The frame goes to the link as the pbuf chain's pieces, uncopied. With
+// checksum offload, lwIP left the TCP/UDP checksum field zero: it gets the
+// pseudo-header sum here and the guest's kernel does the rest. The headers
+// are lwIP's own, but they are still read through bounds checks: a frame
+// whose headers are not all in the first pbuf is made contiguous first.
+void GuestStack::output_frame(pbuf* p) {
+  if (!link_alive_) return;
+  std::array<std::span<const std::uint8_t>, kMaxFramePieces> pieces;
+  std::size_t npieces = 0;
+  bool chain_fits = true;
+  for (pbuf* q = p; q != nullptr; q = q->next) {
+    if (q->len == 0) continue;
+    if (npieces == pieces.size()) {
+      chain_fits = false;
+      break;
+    }
+    pieces[npieces++] = {static_cast<const std::uint8_t*>(q->payload), q->len};
+  }
+  std::span<std::uint8_t> head(static_cast<std::uint8_t*>(p->payload), p->len);
+  OutFrame frame{};
+  if (link_.tx_checksum_offload()) {
+    auto offload = checksum_offload_of(head, p->tot_len);
+    if (offload.field_end > head.size()) chain_fits = false;  // headers span pbufs
+    if (!chain_fits) {
+      if (rx_out_.size() < p->tot_len) rx_out_.resize(p->tot_len);
+      std::size_t n = pbuf_copy_partial(p, rx_out_.data(), p->tot_len, 0);
+      head = std::span<std::uint8_t>(rx_out_.data(), n);
+      offload = checksum_offload_of(head, n);
+      pieces[0] = head;
+      npieces = 1;
+    }
+    if (offload.field_end != 0 && offload.field_end <= head.size()) {
+      head[offload.field_end - 2] = static_cast<std::uint8_t>(offload.pseudo_sum >> 8);
+      head[offload.field_end - 1] = static_cast<std::uint8_t>(offload.pseudo_sum);
+      frame.checksum_start = offload.start;
+      frame.checksum_offset = offload.offset;
+      // A TCP frame over the MTU is a flow whose MSS on_accept() widened:
+      // the guest's kernel takes it as one GSO packet of MSS-sized segments.
+      if (offload.tcp_headers != 0 && p->tot_len > link_.mtu() + 14 && link_.tx_tso()) {
+        frame.gso_size = static_cast<std::uint16_t>(link_.mtu() - 40);
+        frame.gso_header_size = offload.tcp_headers;
+      }
+    }
+  } else if (!chain_fits) {
+    if (rx_out_.size() < p->tot_len) rx_out_.resize(p->tot_len);
+    std::size_t n = pbuf_copy_partial(p, rx_out_.data(), p->tot_len, 0);
+    pieces[0] = std::span<const std::uint8_t>(rx_out_.data(), n);
+    npieces = 1;
+  }
+  frame.pieces = std::span<const std::span<const std::uint8_t>>(pieces.data(), npieces);
+  if (ring_writer_ != nullptr) {
+    const std::size_t size = frame.size();
+    if (size + Link::kRingSendHeaderMax <= RingWriter::kSlotBytes) {
+      std::array<std::uint8_t, Link::kRingSendHeaderMax> header{};
+      const auto header_size = link_.ring_send_header(frame, header);
+      if (!header_size) return;  // dropped and counted by the link
+      std::array<std::span<const std::uint8_t>, kMaxFramePieces + 1> parts;
+      parts[0] = std::span<const std::uint8_t>(header.data(), *header_size);
+      std::copy_n(pieces.begin(), npieces, parts.begin() + 1);
+      if (ring_writer_->write(std::span(parts.data(), npieces + 1), size)) return;
+    }
+    // Too large for a slot, or every slot in flight: written now, after
+    // what this turn queued on the ring.
+    loop_.submit_now();
+  }
+  auto r = link_.send_frame(frame);
+  // EAGAIN (full) and EMSGSIZE: the link dropped and counted the frame; TCP
+  // retransmits, UDP loses one datagram. A dead link shows on the read side.
+  (void)r;
+}
+
+// Where the TCP/UDP checksum of an outgoing IPv4 frame is, and the
+// pseudo-header sum (folded, not inverted, network order) it starts from.
+// `head` is the frame's first piece, frame_size the whole frame's length.
+// field_end 0: not TCP or UDP, a fragment, or lengths that do not add up;
+// field_end > head.size(): the checksum field is not in the first piece.
+GuestStack::ChecksumOffload GuestStack::checksum_offload_of(std::span<const std::uint8_t> head,
+                                                            std::size_t frame_size) {
+  ChecksumOffload out;
+  if (head.size() < 14 + 20 || frame_size < head.size()) return out;
+  if (head[12] != 0x08 || head[13] != 0x00) return out;  // IPv4 only
+  auto ip = head.subspan(14);
+  std::size_t ihl = std::size_t{ip[0] & 0x0Fu} * 4;
+  std::size_t total = (std::size_t{ip[2]} << 8) | ip[3];
+  if ((ip[0] >> 4) != 4 || ihl < 20 || total < ihl || total > frame_size - 14) return out;
+  if ((((ip[6] << 8) | ip[7]) & 0x3FFF) != 0) return out;  // a fragment
+  std::uint8_t proto = ip[9];
+  std::size_t field = 0;
+  if (proto == 6) {
+    field = 16;
+  } else if (proto == 17) {
+    field = 6;
+  } else {
+    return out;
+  }
+  if (total < ihl + field + 2) return out;
+  std::uint32_t sum = 0;
+  for (std::size_t i = 12; i < 20; i += 2) sum += static_cast<std::uint32_t>((ip[i] << 8) | ip[i + 1]);
+  sum += proto;
+  sum += static_cast<std::uint32_t>(total - ihl);
+  while (sum > 0xFFFF) sum = (sum & 0xFFFF) + (sum >> 16);
+  out.start = static_cast<std::uint16_t>(14 + ihl);
+  out.offset = static_cast<std::uint16_t>(field);
+  out.field_end = 14 + ihl + field + 2;
+  out.pseudo_sum = static_cast<std::uint16_t>(sum);
+  if (proto == 6 && head.size() >= 14 + ihl + 13) {
+    const std::size_t tcp_header = std::size_t{ip[ihl + 12]} / 16 * 4;
+    if (tcp_header >= 20 && ihl + tcp_header <= total)
+      out.tcp_headers = static_cast<std::uint16_t>(14 + ihl + tcp_header);
+  }
+  return out;
+}
+
+bool GuestStack::drop_before_lwip(std::span<const std::uint8_t> ip) {
+  // Fragments: lwIP is built without reassembly and would drop them
+  // uncounted; count them here (and never hold any state for them).
+  std::uint16_t frag = static_cast<std::uint16_t>((ip[6] << 8) | ip[7]);
+  if ((frag & 0x3FFF) != 0) {  // MF set or a non-zero offset
+    ++counters_.frames_dropped_fragment;
+    return true;
+  }
+  // The DNS listener on the gateway is an ordinary lwIP listener, outside the
+  // SYN hook: bound its handshakes in progress here.
+  std::size_t ihl = std::size_t{ip[0] & 0x0Fu} * 4;
+  if (ip[9] != 6 || ihl < 20 || ip.size() < ihl + 14) return false;
+  std::uint32_t dst = 0;
+  std::memcpy(&dst, ip.data() + 16, 4);
+  std::uint16_t dport = static_cast<std::uint16_t>((ip[ihl + 2] << 8) | ip[ihl + 3]);
+  std::uint8_t flags = ip[ihl + 13];
+  bool syn_only = (flags & 0x12) == 0x02;
+  if (!syn_only || dport != 53 || dst != to_net(config_.gateway)) return false;
+  std::size_t pending = 0;
+  for (tcp_pcb* pcb = tcp_active_pcbs; pcb != nullptr; pcb = pcb->next) {
+    if (pcb->state == SYN_RCVD && pcb->local_port == 53) ++pending;
+  }
+  if (pending < kMaxDnsHalfOpen) return false;
+  ++counters_.limit_half_open;
+  return true;
+}
+
+// lwIP keeps a connection it closed first in TIME_WAIT for 2 MSL (two
+// minutes), and with malloc-backed pools nothing else bounds how many: a
+// guest that opens and closes DNS-over-TCP connections to the gateway in a
+// loop would grow that list by every connection. TcpFlow frees its own at
+// once; the rest are held to kMaxTimeWait here, oldest dropped first
+// (tcp_abort() frees a TIME_WAIT pcb without sending anything). lwIP adds
+// new ones at the head of the list, so the tail is the oldest.
+void GuestStack::bound_time_wait() {
+  std::size_t n = 0;
+  tcp_pcb* keep_last = nullptr;
+  for (tcp_pcb* pcb = tcp_tw_pcbs; pcb != nullptr; pcb = pcb->next) {
+    if (++n == kMaxTimeWait) keep_last = pcb;
+  }
+  if (keep_last == nullptr || keep_last->next == nullptr) return;
+  sweep_time_wait_.clear();
+  for (tcp_pcb* pcb = keep_last->next; pcb != nullptr; pcb = pcb->next) sweep_time_wait_.push_back(pcb);
+  for (tcp_pcb* pcb : sweep_time_wait_) tcp_abort(pcb);
+  counters_.time_wait_dropped += sweep_time_wait_.size();
+}
+
+// Counted by walking rather than at each transition: a flow changes state
+// on many paths (abort, guest reset, deadlines, deferred retirement), and a
+// gauge kept by hand on each would drift the day one path forgets; the walk
+// cannot. The stats are read by a person or a script, a few times a second
+// at most, and the tables are bounded.
+FlowGauges GuestStack::flow_gauges() const {
+  FlowGauges g;
+  for (const auto& [_, flow] : tcp_flows_) {
+    switch (flow->phase()) {
+      case TcpFlow::Phase::peeking:
+        ++g.tcp_peeking;
+        break;
+      case TcpFlow::Phase::connecting:
+        ++g.tcp_connecting;
+        break;
+      case TcpFlow::Phase::open:
+        ++g.tcp_open;
+        break;
+      case TcpFlow::Phase::closing:
+        ++g.tcp_closing;
+        break;
+      case TcpFlow::Phase::brokered:
+        ++g.tcp_brokered;
+        break;
+    }
+  }
+  g.tcp_half_open = half_open_now();
+  for (tcp_pcb* pcb = tcp_tw_pcbs; pcb != nullptr; pcb = pcb->next) ++g.tcp_time_wait;
+  g.udp_open = udp_flows_.size();
+  return g;
+}
+
+GuestStack::LwipDrops GuestStack::lwip_drops() {
+  const abox_lwip_counters_t& c = *abox_lwip_counters();
+  return {
+      .icmp_not_for_gateway = c.icmp_not_for_netif, .syn_dropped = c.syn_dropped, .syn_reset = c.syn_reset};
+}
+
+std::size_t GuestStack::half_open_now() const {
+  std::size_t n = 0;
+  for (tcp_pcb* pcb = tcp_active_pcbs; pcb != nullptr; pcb = pcb->next) {
+    if (pcb->state == SYN_RCVD) ++n;
+  }
+  return n;
+}
+
+int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy::IpAddress& dst,
+                       std::uint16_t dst_port) {
+  (void)src;
+  if (dst == config_.gateway) return ABOX_LWIP_SYN_RESET;  // only DNS (its own listener) runs there
+  auto dst_text = [&] { return policy::Endpoint{dst, dst_port}.to_string(); };
+  // Handshakes in progress become flows: they count against the limit too.
+  std::size_t half_open = half_open_now();
+  if (tcp_flows_.size() + udp_flows_.size() + half_open >= policy_.limits().flows) {
+    ++counters_.limit_flows;
+    if (events_.reserve_line())
+      events_.write_reserved("limit", {{"reason", "flows"},
+                                       {"limit", std::uint64_t{policy_.limits().flows}},
+                                       {"dst", dst_text()},
+                                       {"proto", "tcp"}});
+    return ABOX_LWIP_SYN_RESET;
+  }
+  if (half_open >= policy_.limits().half_open) {
+    ++counters_.limit_half_open;
+    if (events_.reserve_line())
+      events_.write_reserved("limit", {{"reason", "half_open"},
+                                       {"limit", std::uint64_t{policy_.limits().half_open}},
+                                       {"dst", dst_text()},
+                                       {"proto", "tcp"}});
+    return ABOX_LWIP_SYN_DROP;  // the guest retries; old flows keep going
+  }
+  Admission a =
+      admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
+  if (!a.admitted()) {
+    ++counters_.tcp_refused;
+    if (events_.reserve_line())
+      events_.write_reserved("deny",
+                             {{"reason", describe(a.refusal)}, {"dst", dst_text()}, {"proto", "tcp"}});
+    return ABOX_LWIP_SYN_RESET;
+  }
+  if (a.broker != nullptr && config_.broker_path.empty()) {
+    // Never sent out directly: without a broker there is nowhere to go.
+    ++counters_.tcp_refused;
+    if (events_.reserve_line())
+      events_.write_reserved("deny", {{"reason", "brokered name: no broker attached to this abox-net"},
+                                      {"name", a.name},
+                                      {"dst", dst_text()},
+                                      {"proto", "tcp"}});
+    return ABOX_LWIP_SYN_RESET;
+  }
+  return ABOX_LWIP_SYN_ACCEPT;
+}
+
+void GuestStack::on_accept(tcp_pcb* pcb) {
+  policy::IpAddress dst = from_lwip(&pcb->local_ip);
+  std::uint16_t port = pcb->local_port;
+  // Decided again now that the handshake is done: the answer may have
+  // expired in between, and nothing is remembered per SYN.
+  Admission a = admit_flow(policy_, host_addresses_, table_, dst, port, policy::Protocol::tcp, loop_.now());
+  if (!a.admitted() || (a.broker != nullptr && config_.broker_path.empty())) {
+    tcp_abort(pcb);
+    return;
+  }
+  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+    ++counters_.limit_flows;  // the limit is exact even if handshakes raced past the SYN check
+    tcp_abort(pcb);
+    return;
+  }
+  ++counters_.tcp_admitted;
+  if (a.broker != nullptr) ++counters_.tcp_brokered;
+  if (events_.reserve_line())
+    events_.write_reserved("admit", {{"reason", a.broker != nullptr ? "answered name, handed to the broker"
+                                                : a.needs_name      ? "answered name, SNI/Host to be checked"
+                                                                    : "answered name"},
+                                     {"name", a.name},
+                                     {"dst", policy::Endpoint{dst, port}.to_string()},
+                                     {"proto", "tcp"}});
+  if (a.lifted != nullptr) {
+    if (events_.reserve_line())
+      events_.write_reserved("unsafe",
+                             {{"reason", "flow to a reserved range lifted by [unsafe] allow_reserved"},
+                              {"dst", policy::Endpoint{dst, port}.to_string()},
+                              {"range", a.lifted->range.to_string()}});
+  }
+  // A guest whose MSS is its MTU's gets segments of up to 64 KiB, which the
+  // link hands over as GSO packets (see output_frame()): a whole number of
+  // guest MSS each, so the guest sees the same segments it would otherwise.
+  // A flow that asked for a smaller MSS keeps it, unwidened.
+  if (link_.tx_tso() && link_.mtu() >= 576 && pcb->mss == link_.mtu() - 40) {
+    const std::size_t guest_mss = pcb->mss;
+    const std::size_t wide = std::min<std::size_t>(TCP_MSS, (0xFFFF - 14 - 40) / guest_mss * guest_mss);
+    if (wide > guest_mss) pcb->mss = static_cast<u16_t>(wide);
+  }
+  auto flow = std::make_unique<TcpFlow>(*this, pcb, a.needs_name, std::string(a.name), a.broker);
+  TcpFlow* raw = flow.get();
+  tcp_flows_.emplace(raw, std::move(flow));
+  raw->start();
+}
+
+void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port,
+                        const policy::IpAddress& dst, std::uint16_t dst_port) {
+  (void)src;
+  auto dst_text = [&] { return policy::Endpoint{dst, dst_port}.to_string(); };
+  auto refuse = [&](std::string_view why) {
+    ++counters_.udp_refused;
+    if (events_.reserve_line())
+      events_.write_reserved("deny", {{"reason", why}, {"dst", dst_text()}, {"proto", "udp"}});
+    // ICMP "communication administratively prohibited" (type 3, code 13),
+    // quoting the datagram: move back over the UDP and IP headers first.
+    if (pbuf_header_force(p, static_cast<s16_t>(ip_current_header_tot_len() + 8)) == 0) {
+      icmp_dest_unreach(p, static_cast<enum icmp_dur_type>(13));
+    }
+    pbuf_free(p);
+  };
+  if (dst == config_.gateway) {
+    refuse("no UDP service on the gateway but DNS");
+    return;
+  }
+  std::uint64_t key = udp_key(src_port, to_net(dst), dst_port);
+  if (auto it = udp_flows_.find(key); it != udp_flows_.end()) {
+    it->second->from_guest(p);
+    return;
+  }
+  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+    ++counters_.limit_flows;
+    if (events_.reserve_line())
+      events_.write_reserved("limit", {{"reason", "flows"},
+                                       {"limit", std::uint64_t{policy_.limits().flows}},
+                                       {"dst", dst_text()},
+                                       {"proto", "udp"}});
+    pbuf_free(p);
+    return;
+  }
+  Admission a =
+      admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
+  if (!a.admitted()) {
+    refuse(describe(a.refusal));
+    return;
+  }
+  auto flow = std::make_unique<UdpFlow>(*this, key, to_net(config_.guest), src_port,
+                                        policy::Endpoint{dst, dst_port}, std::string(a.name));
+  if (!flow->start()) {
+    pbuf_free(p);
+    return;
+  }
+  ++counters_.udp_admitted;
+  if (events_.reserve_line())
+    events_.write_reserved(
+        "admit", {{"reason", "answered name"}, {"name", a.name}, {"dst", dst_text()}, {"proto", "udp"}});
+  UdpFlow* raw = flow.get();
+  udp_flows_.emplace(key, std::move(flow));
+  raw->from_guest(p);
+}
+
+udp_pcb* GuestStack::acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port) {
+  std::uint64_t key = (std::uint64_t{dst_net} << 16) | port;
+  ReplyPcb& r = reply_pcbs_[key];
+  if (r.pcb == nullptr) {
+    r.pcb = udp_new();
+    ip_addr_t local;
+    ip_addr_set_ip4_u32(&local, dst_net);
+    if (r.pcb == nullptr || udp_bind(r.pcb, &local, port) != ERR_OK) {
+      if (r.pcb != nullptr) udp_remove(r.pcb);
+      reply_pcbs_.erase(key);
+      return nullptr;
+    }
+    // Datagrams to this destination now match this pcb before the
+    // accept-all one: send them through the same dispatch.
+    udp_recv(r.pcb, &StackGlue::udp, nullptr);
+  }
+  ++r.users;
+  return r.pcb;
+}
+
+void GuestStack::release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) {
+  auto it = reply_pcbs_.find((std::uint64_t{dst_net} << 16) | port);
+  if (it == reply_pcbs_.end()) return;
+  if (--it->second.users == 0) {
+    udp_remove(it->second.pcb);
+    reply_pcbs_.erase(it);
+  }
+}
+
+void GuestStack::retire(TcpFlow* flow) {
+  auto it = tcp_flows_.find(flow);
+  if (it == tcp_flows_.end()) return;
+  tcp_graveyard_.push_back(std::move(it->second));
+  tcp_flows_.erase(it);
+}
+
+void GuestStack::retire(UdpFlow* flow) {
+  auto it = udp_flows_.find(flow->key());
+  if (it == udp_flows_.end()) return;
+  udp_graveyard_.push_back(std::move(it->second));
+  udp_flows_.erase(it);
+}
+
+void GuestStack::keep_until_complete(std::unique_ptr<HostReceive> receive) {
+  ending_receives_.push_back(std::move(receive));
+}
+
+void GuestStack::reap() {
+  tcp_graveyard_.clear();
+  udp_graveyard_.clear();
+  std::erase_if(ending_receives_, [](const auto& r) { return r->in_flight == 0; });
+}
+
+}  // namespace abox::netstack

@@ -1,0 +1,292 @@
+// GuestStack: one guest's side of abox-net. How a frame goes through:
+//
+//   Link ──a read posted on the ring (on_link_read), or receive() on
+//          readiness (receive_ready_frames) ──▶ take_frame()
+//     IPv4 UDP to port 67 ── DhcpServer (the fixed lease), reply straight to the Link
+//     IPv6 (and anything not IPv4/ARP) ── counted, dropped, logged once per kind
+//     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
+//        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
+//        UDP ──▶ on_udp():  gateway:53 → GuestDns (the DNS gate)
+//                           else       → admission → UdpFlow (a host UDP socket)
+//        TCP SYN ──▶ on_syn(): gateway:53 → GuestDns's listener (an ordinary lwIP listener)
+//                              else       → limits, admission → accept or RST
+//        TCP accepted ──▶ TcpFlow (peek SNI/Host if the rule asks, then a host socket)
+//   lwIP ──linkoutput──▶ a RingWriter slot (frames up to 2 KiB, written with
+//                        the turn's wait) or Link::send_frame (the pbuf
+//                        chain's pieces, uncopied; TCP/UDP checksums left to
+//                        the link when it offers that)
+//
+// Everything runs on the EventLoop's thread. lwIP is process-global state, so
+// there is at most one GuestStack per process (abox-net serves one instance).
+// Limits come from the policy: flows (TCP + UDP), half-open TCP, DNS in flight.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/event_log.h"
+#include "base/random.h"
+#include "dns/answer_table.h"
+#include "netstack/event_loop.h"
+#include "netstack/gateway/dhcp_server.h"
+#include "netstack/link/link.h"
+#include "netstack/ring_writer.h"
+#include "policy/policy.h"
+
+struct netif;
+struct pbuf;
+struct tcp_pcb;
+struct udp_pcb;
+
+namespace abox::netstack {
+
+class TcpFlow;
+class UdpFlow;
+class HostReceive;
+class ReceiveBufferPool;
+class GuestDns;
+
+struct GuestConfig {
+  policy::IpAddress gateway = policy::IpAddress::v4(0x0A000202);  // 10.0.2.2
+  policy::IpAddress guest = policy::IpAddress::v4(0x0A00020F);    // 10.0.2.15
+  unsigned prefix_len = 24;
+  std::array<std::uint8_t, 6> gateway_mac{0x02, 0xAB, 0x0C, 0x5E, 0x00, 0x02};
+  // Where flows to [[broker]] names go (a unix stream socket), and the
+  // instance name they are handed off under. Empty: brokered names are
+  // refused (never sent out directly).
+  std::string broker_path;
+  std::string instance = "guest";
+  // Read and write the link through the loop's ring when it can (link.h):
+  // one completion per frame read instead of a readiness wake-up, the read,
+  // and a read that finds nothing; small frames written with the turn's
+  // wait instead of a writev each (RingWriter). Off: receive() on
+  // readiness and send_frame().
+  bool link_on_ring = true;
+  // Host sockets on the ring: guest bytes go to a TCP flow's socket by a
+  // sendmsg request handed over with the turn's wait, guest datagrams of up
+  // to RingWriter::kSlotBytes to their UDP sockets likewise, and host
+  // datagrams come by a multishot receive into a shared ReceiveBufferPool
+  // instead of readiness and recvmmsg. Off: the system calls.
+  bool host_io_on_ring = true;
+};
+
+struct StackCounters {
+  std::uint64_t frames_in = 0;
+  std::uint64_t frames_dropped_ipv6 = 0;
+  std::uint64_t frames_dropped_other = 0;     // ethertypes we do not speak
+  std::uint64_t frames_dropped_spoofed = 0;   // IPv4 from a source that is not the guest
+  std::uint64_t frames_dropped_fragment = 0;  // IPv4 fragments: no reassembly, by design
+  std::uint64_t tcp_admitted = 0;
+  std::uint64_t tcp_refused = 0;
+  std::uint64_t tcp_brokered = 0;  // admitted flows handed to the broker
+  std::uint64_t udp_admitted = 0;
+  std::uint64_t udp_refused = 0;
+  std::uint64_t limit_flows = 0;
+  std::uint64_t limit_half_open = 0;
+  std::uint64_t name_refused = 0;  // SNI/Host did not match
+  std::uint64_t connect_failed = 0;
+  std::uint64_t time_wait_dropped = 0;  // lwIP TIME_WAIT pcbs freed early (bound_time_wait())
+  std::uint64_t dhcp_offers = 0;
+  std::uint64_t dhcp_acks = 0;
+  std::uint64_t dhcp_naks = 0;
+  std::uint64_t dhcp_ignored = 0;    // DECLINE, RELEASE, to another server, relayed
+  std::uint64_t dhcp_malformed = 0;  // UDP to port 67 that is not a valid client message
+  // UDP flows whose ring receive kept ending without a datagram, read on
+  // readiness from then on (udp_flow.cc).
+  std::uint64_t udp_ring_receive_fallbacks = 0;
+};
+
+// Live flows by state, counted when asked (GuestStack::flow_gauges()).
+// tcp_* partition tcp_flows(); udp_open is udp_flows(). tcp_half_open and
+// tcp_time_wait are lwIP pcbs that are not (or no longer) flows: handshakes
+// in progress, and connections lwIP holds after a close it did not hand
+// to a flow (DNS over TCP; TcpFlow frees its own, see tcp_flow.cc).
+struct FlowGauges {
+  std::uint64_t tcp_peeking = 0;     // waiting for the first bytes (SNI/Host)
+  std::uint64_t tcp_connecting = 0;  // host connect in flight
+  std::uint64_t tcp_open = 0;        // proxying both ways
+  std::uint64_t tcp_closing = 0;     // one side shut, draining
+  std::uint64_t tcp_brokered = 0;    // handed to the broker
+  std::uint64_t tcp_half_open = 0;
+  std::uint64_t tcp_time_wait = 0;
+  std::uint64_t udp_open = 0;
+};
+
+class GuestStack {
+ public:
+  // Everything passed must outlive the stack. Throws std::runtime_error when
+  // a second stack is made in one process.
+  GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy,
+             std::vector<policy::Endpoint> upstreams, base::EventLog& events, base::RandomSource& random,
+             GuestConfig config = {});
+  ~GuestStack();
+  GuestStack(const GuestStack&) = delete;
+  GuestStack& operator=(const GuestStack&) = delete;
+
+  const StackCounters& counters() const { return counters_; }
+  const dns::AnswerTable& table() const { return table_; }
+  const GuestDns& dns() const { return *dns_; }
+  // The addresses of the host abox-net runs on: reserved for the DNS gate
+  // and admission (policy/host_addresses.h). Empty until its owner fills it
+  // (abox-net run: a HostAddressWatch); the stack only reads it.
+  policy::HostAddresses& host_addresses() { return host_addresses_; }
+  const GuestConfig& config() const { return config_; }
+  std::size_t tcp_flows() const { return tcp_flows_.size(); }
+  std::size_t udp_flows() const { return udp_flows_.size(); }
+  // What lwIP's glue (netstack/lwip/abox_lwip.h) dropped: ICMP to a foreign
+  // address, and the SYN verdicts, for the stats.
+  struct LwipDrops {
+    std::uint64_t icmp_not_for_gateway = 0;
+    std::uint64_t syn_dropped = 0;
+    std::uint64_t syn_reset = 0;
+  };
+  static LwipDrops lwip_drops();
+  // Walks the flow table and lwIP's pcb lists: O(flows), every one bounded
+  // (limits.flows, kMaxTimeWait), for the stats, never the packet path.
+  FlowGauges flow_gauges() const;
+  // False once the link has failed for good (the guest's namespace or VM is gone).
+  bool link_alive() const { return link_alive_; }
+
+  // Reads and handles every frame the link has waiting now, without
+  // blocking, however the link is read (at most 256 reads): for tests and
+  // the frames fuzzer, which drive the stack by hand instead of turning the
+  // loop. On readiness that is receive() until nothing is waiting (what the
+  // loop itself calls when the fd is readable). On the ring it takes the
+  // read in flight if the kernel has finished it (EventLoop::complete_ready(),
+  // which leaves every other completion for the next turn), the frames that
+  // read brought, and posts the next read, until a read finds nothing.
+  void poll_link();
+  // True when the link's frames come by ring reads (GuestConfig).
+  bool link_read_on_ring() const { return ring_reader_ != nullptr; }
+
+  // For flows: shared services.
+  EventLoop& loop() { return loop_; }
+  const policy::Policy& policy() const { return policy_; }
+  base::EventLog& events() { return events_; }
+  dns::AnswerTable& answer_table() { return table_; }
+  const policy::HostAddresses& host_addresses() const { return host_addresses_; }
+  StackCounters& mutable_counters() { return counters_; }
+  netif* guest_netif() { return netif_.get(); }
+  // The lwIP pcb that answers the guest from dst (network order) and port:
+  // one per destination, shared by every flow to it (lwIP lets only one pcb
+  // bind a foreign address and port), and it hands datagrams it catches to
+  // the same dispatch as the accept-all pcb. Counted; released by each flow.
+  udp_pcb* acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port);
+  void release_reply_pcb(std::uint32_t dst_net, std::uint16_t port);
+  // Writes small datagrams to host UDP sockets through the ring (null when
+  // GuestConfig says not to). Results are not reported: UDP loses a
+  // datagram a full socket refuses, as sendmsg would.
+  RingWriter* host_datagram_writer() { return host_datagram_writer_.get(); }
+  bool host_sends_on_ring() const { return config_.host_io_on_ring; }
+  // Buffers for UDP flows' ring receives (null when GuestConfig says not to).
+  ReceiveBufferPool* host_receive_pool() { return host_receive_pool_.get(); }
+  // A flow that ends with its ring receive still in the kernel (cancelled)
+  // leaves it here until its last completion.
+  void keep_until_complete(std::unique_ptr<HostReceive> receive);
+
+  // A flow is finished: destroy it at the end of this loop turn (it may be
+  // inside its own callback now).
+  void retire(TcpFlow* flow);
+  void retire(UdpFlow* flow);
+
+ private:
+  friend struct StackGlue;
+  class LinkWatcher;
+  class LinkReader;
+
+  struct ChecksumOffload {
+    std::uint16_t start = 0;        // from the start of the frame
+    std::uint16_t offset = 0;       // of the checksum field, from start
+    std::size_t field_end = 0;      // 0: no offload for this frame
+    std::uint16_t pseudo_sum = 0;   // what the field starts from
+    std::uint16_t tcp_headers = 0;  // TCP: Ethernet + IP + TCP header bytes; 0 otherwise
+  };
+  static ChecksumOffload checksum_offload_of(std::span<const std::uint8_t> head, std::size_t frame_size);
+  static constexpr std::size_t kMaxFramePieces = 16;
+  void output_frame(pbuf* p);
+  // The pbuf frames are read into (rx_pbuf_), made if needed; false when
+  // out of memory.
+  bool ready_rx_pbuf();
+  // Readiness: receive() until the link has nothing waiting (LinkWatcher).
+  void receive_ready_frames();
+  // Handles the n-byte frame just read into rx_pbuf_.
+  void take_frame(std::size_t n);
+  // Ring reads: one read in flight at a time, posted again as each completes.
+  void post_link_read();
+  void on_link_read(int res);
+  // The other whole frames a ring read brought (a stream link's, link.h).
+  void take_buffered_frames();
+  void flush_link();
+  void link_failed(int err);
+  void watch_link_output();
+  void count(DhcpOutcome outcome);
+  int on_syn(const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
+             std::uint16_t dst_port);
+  void on_accept(tcp_pcb* pcb);
+  void on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
+              std::uint16_t dst_port);
+  std::size_t half_open_now() const;
+  // TIME_WAIT pcbs lwIP holds, at most (see bound_time_wait()).
+  static constexpr std::size_t kMaxTimeWait = 1024;
+  void bound_time_wait();
+  // Checks on an IPv4 packet before lwIP sees it; true drops it (counted).
+  bool drop_before_lwip(std::span<const std::uint8_t> ip);
+  static constexpr std::size_t kMaxDnsHalfOpen = 32;
+  void reap();
+
+  EventLoop& loop_;
+  Link& link_;
+  const policy::Policy& policy_;
+  base::EventLog& events_;
+  GuestConfig config_;
+  policy::HostAddresses host_addresses_;  // before dns_, which reads it
+  dns::AnswerTable table_;
+  DhcpServer dhcp_;
+  std::unique_ptr<netif> netif_;
+  std::unique_ptr<LinkWatcher> link_watcher_;
+  std::unique_ptr<LinkReader> ring_reader_;  // set when the link is read on the ring
+  std::size_t ring_reads_in_flight_ = 0;
+  std::unique_ptr<RingWriter> ring_writer_;  // set when the link is written on the ring
+  std::unique_ptr<RingWriter> host_datagram_writer_;
+  // 32 buffers of the largest datagram: 2 MiB reserved, resident as used.
+  static constexpr std::uint16_t kHostReceiveBuffers = 32;
+  static constexpr std::size_t kHostReceiveBufferBytes = 65536;
+  std::unique_ptr<ReceiveBufferPool> host_receive_pool_;
+  std::vector<std::unique_ptr<HostReceive>> ending_receives_;
+  EventLoop::Handle link_handle_ = EventLoop::kNoHandle;
+  std::uint32_t link_events_ = 0;  // what the link's watch asks for (POLLIN, + POLLOUT)
+  tcp_pcb* listener_ = nullptr;
+  udp_pcb* udp_all_ = nullptr;
+  std::unique_ptr<GuestDns> dns_;
+  std::unordered_map<TcpFlow*, std::unique_ptr<TcpFlow>> tcp_flows_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<UdpFlow>> udp_flows_;  // key: see udp_key()
+  struct ReplyPcb {
+    udp_pcb* pcb = nullptr;
+    std::uint32_t users = 0;
+  };
+  std::unordered_map<std::uint64_t, ReplyPcb> reply_pcbs_;  // key: dst << 16 | port
+  std::vector<TcpFlow*> sweep_tcp_;                         // reused by the once-a-second sweep
+  std::vector<UdpFlow*> sweep_udp_;
+  std::vector<tcp_pcb*> sweep_time_wait_;
+  std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
+  std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
+  // The pbuf the next frame is read into (see receive_ready_frames()), and its size.
+  pbuf* rx_pbuf_ = nullptr;
+  std::uint16_t rx_size_;
+  std::vector<std::uint8_t> rx_out_;  // a frame lwIP hands out, made contiguous when it must be
+  // lwIP's checksum flags for this link: all on, or TCP/UDP generation left
+  // to the link (tx_checksum_offload()).
+  std::uint16_t tx_checksum_flags_ = 0xFFFF;
+  base::MonoTime next_sweep_{};
+  bool link_alive_ = true;
+  bool link_full_ = false;  // the link's fd took only part of a flush: wait for POLLOUT
+  bool ipv6_logged_ = false;
+  StackCounters counters_;
+};
+
+}  // namespace abox::netstack
