@@ -87,7 +87,7 @@ struct World {
   policy::Policy policy;
   base::EventLog events;
   base::SeededRandom random;
-  netstack::EventLoop loop;
+  io::EventLoop loop;
   MemoryLink link;
   netstack::GuestStack stack;
 };

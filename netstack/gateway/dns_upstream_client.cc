@@ -13,11 +13,11 @@
 
 namespace abox::netstack {
 
-struct DnsUpstreamClient::Slot final : EventLoop::Watcher {
+struct DnsUpstreamClient::Slot final : io::EventLoop::Watcher {
   DnsUpstreamClient* owner = nullptr;
   std::uint32_t index = 0;
   base::UniqueFd fd;
-  EventLoop::Handle handle = EventLoop::kNoHandle;
+  io::EventLoop::Handle handle = io::EventLoop::kNoHandle;
   dns::Transport transport = dns::Transport::udp;
   // TCP: what is still to be written (length prefix + message), and what
   // has been read of the reply so far.
@@ -28,7 +28,7 @@ struct DnsUpstreamClient::Slot final : EventLoop::Watcher {
   void on_ready(std::uint32_t events) override { owner->on_slot_ready(index, events); }
 };
 
-DnsUpstreamClient::DnsUpstreamClient(EventLoop& loop, std::size_t slots)
+DnsUpstreamClient::DnsUpstreamClient(io::EventLoop& loop, std::size_t slots)
     : loop_(loop), rx_(std::make_unique_for_overwrite<std::uint8_t[]>(kRxBytes)) {
   slots_.reserve(slots);
   for (std::size_t i = 0; i < slots; ++i) {
@@ -46,8 +46,8 @@ DnsUpstreamClient::~DnsUpstreamClient() {
 void DnsUpstreamClient::cancel(std::uint32_t index) {
   if (index >= slots_.size()) return;
   Slot& s = *slots_[index];
-  if (s.handle != EventLoop::kNoHandle) loop_.unwatch(s.handle);
-  s.handle = EventLoop::kNoHandle;
+  if (s.handle != io::EventLoop::kNoHandle) loop_.unwatch(s.handle);
+  s.handle = io::EventLoop::kNoHandle;
   s.fd.reset();
   s.out.clear();
   s.out_pos = 0;

@@ -16,13 +16,13 @@
 
 #include "base/unique_fd.h"
 #include "dns/gate.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 
 namespace abox::netstack {
 
 class DnsUpstreamClient {
  public:
-  DnsUpstreamClient(EventLoop& loop, std::size_t slots);
+  DnsUpstreamClient(io::EventLoop& loop, std::size_t slots);
   ~DnsUpstreamClient();
   DnsUpstreamClient(const DnsUpstreamClient&) = delete;
   DnsUpstreamClient& operator=(const DnsUpstreamClient&) = delete;
@@ -41,7 +41,7 @@ class DnsUpstreamClient {
   void on_slot_ready(std::uint32_t index, std::uint32_t events);
   void fail(std::uint32_t index);
 
-  EventLoop& loop_;
+  io::EventLoop& loop_;
   dns::DnsGate* gate_ = nullptr;
   std::vector<std::unique_ptr<Slot>> slots_;
   // One UDP datagram: the largest DNS message and a byte more. Left

@@ -39,7 +39,7 @@ err_t accept_cb(void*, tcp_pcb* pcb, err_t err) {
 
 }  // namespace
 
-GuestDns::GuestDns(EventLoop& loop, const policy::Policy& policy, const policy::HostAddresses& host,
+GuestDns::GuestDns(io::EventLoop& loop, const policy::Policy& policy, const policy::HostAddresses& host,
                    std::vector<policy::Endpoint> upstreams, dns::AnswerTable& table, base::EventLog& events,
                    base::RandomSource& random, std::uint32_t gateway)
     : loop_(loop),

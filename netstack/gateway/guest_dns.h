@@ -15,7 +15,7 @@
 #include "dns/answer_table.h"
 #include "dns/gate.h"
 #include "dns/tcp_stream.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/gateway/dns_upstream_client.h"
 
 struct pbuf;
@@ -40,7 +40,7 @@ class GuestDns final : public dns::GateSink {
   // gateway: the address (network order, as lwIP keeps it) port 53 is served on.
   // host: this host's addresses, filtered out of every answer (the owner
   // keeps it current).
-  GuestDns(EventLoop& loop, const policy::Policy& policy, const policy::HostAddresses& host,
+  GuestDns(io::EventLoop& loop, const policy::Policy& policy, const policy::HostAddresses& host,
            std::vector<policy::Endpoint> upstreams, dns::AnswerTable& table, base::EventLog& events,
            base::RandomSource& random, std::uint32_t gateway);
   ~GuestDns() override;
@@ -67,7 +67,7 @@ class GuestDns final : public dns::GateSink {
   };
   void close_tcp(std::uint32_t index, bool abort);
 
-  EventLoop& loop_;
+  io::EventLoop& loop_;
   DnsUpstreamClient upstream_;
   dns::DnsGate gate_;
   udp_pcb* udp_ = nullptr;

@@ -22,7 +22,7 @@
 // stream link is not). The frame's pieces are gone by
 // then, so ring_send_header() keeps a copy of each frame it lets through
 // until its result comes: a FIFO of at most one entry per ring write in
-// flight (RingWriter::kSlots, frames of at most a slot's size). The ring
+// flight (io::RingWriter::kSlots, frames of at most a slot's size). The ring
 // completes writes to one fd in the order they were posted (a tap write
 // never waits: it is done when submitted), so the oldest copy is the one
 // whose result came; its size is checked against frame_size, and should a

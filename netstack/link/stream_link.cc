@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "base/byte_reader.h"
-#include "netstack/unix_listener.h"
+#include "io/unix_listener.h"
 
 namespace abox::netstack {
 namespace {
@@ -267,7 +267,7 @@ StreamListener::~StreamListener() {
 
 base::Result<std::unique_ptr<StreamListener>, std::string> StreamListener::listen(const std::string& path) {
   // A stale socket file is replaced, a live one or another kind of file refused.
-  auto fd = listen_unix(path, 1, "stream socket");
+  auto fd = io::listen_unix(path, 1, "stream socket");
   if (!fd.ok()) return Err{std::move(fd).error()};
   return std::unique_ptr<StreamListener>(
       new StreamListener(std::move(fd).value(), path));  // removes the file

@@ -105,7 +105,7 @@ int run_dns_command(std::span<const std::string_view> args) {
   MemoryProbe memory;
 
   try {
-    EventLoop loop;
+    io::EventLoop loop;
     // Gives back what glibc keeps after a burst (TCP clients' unsent
     // answers, a flood of queries), every few seconds, as in `run`.
     MemoryTrimmer trimmer(loop, memory);

@@ -43,24 +43,24 @@ base::UniqueFd bound_socket(const policy::Endpoint& at, int type) {
 
 }  // namespace
 
-struct DnsHostServer::UdpWatcher final : EventLoop::Watcher {
+struct DnsHostServer::UdpWatcher final : io::EventLoop::Watcher {
   DnsHostServer* s;
   explicit UdpWatcher(DnsHostServer* server) : s(server) {}
   void on_ready(std::uint32_t) override { s->on_udp_ready(); }
 };
 
-struct DnsHostServer::ListenWatcher final : EventLoop::Watcher {
+struct DnsHostServer::ListenWatcher final : io::EventLoop::Watcher {
   DnsHostServer* s;
   explicit ListenWatcher(DnsHostServer* server) : s(server) {}
   void on_ready(std::uint32_t) override { s->on_accept_ready(); }
 };
 
-struct DnsHostServer::TcpClient final : EventLoop::Watcher {
+struct DnsHostServer::TcpClient final : io::EventLoop::Watcher {
   DnsHostServer* s = nullptr;
   std::uint32_t index = 0;
   std::uint32_t gen = 0;
   base::UniqueFd fd;
-  EventLoop::Handle handle = EventLoop::kNoHandle;
+  io::EventLoop::Handle handle = io::EventLoop::kNoHandle;
   dns::DnsTcpReader in{kTcpInLimit};  // bytes read, not yet a whole message
   std::vector<std::uint8_t> out;      // answers not yet written
   std::size_t out_pos = 0;
@@ -68,7 +68,7 @@ struct DnsHostServer::TcpClient final : EventLoop::Watcher {
   void on_ready(std::uint32_t events) override { s->on_tcp_ready(index, events); }
 };
 
-DnsHostServer::DnsHostServer(EventLoop& loop, const policy::Policy& policy,
+DnsHostServer::DnsHostServer(io::EventLoop& loop, const policy::Policy& policy,
                              std::vector<policy::Endpoint> upstreams, const policy::Endpoint& listen,
                              base::EventLog& events, base::RandomSource& random)
     : loop_(loop),
@@ -311,7 +311,7 @@ void DnsHostServer::close_tcp(std::uint32_t index) {
   TcpClient& t = *tcp_[index];
   if (!t.fd) return;
   loop_.unwatch(t.handle);
-  t.handle = EventLoop::kNoHandle;
+  t.handle = io::EventLoop::kNoHandle;
   t.fd.reset();
   t.in.release();
   t.out.clear();

@@ -22,7 +22,7 @@
 #include "base/unique_fd.h"
 #include "dns/answer_table.h"
 #include "dns/gate.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/gateway/dns_upstream_client.h"
 
 namespace abox::netstack {
@@ -46,7 +46,7 @@ class DnsHostServer final : public dns::GateSink {
   static constexpr std::size_t kBatch = 64;
 
   // Throws std::runtime_error when the listen address cannot be bound.
-  DnsHostServer(EventLoop& loop, const policy::Policy& policy, std::vector<policy::Endpoint> upstreams,
+  DnsHostServer(io::EventLoop& loop, const policy::Policy& policy, std::vector<policy::Endpoint> upstreams,
                 const policy::Endpoint& listen, base::EventLog& events, base::RandomSource& random);
   ~DnsHostServer() override;
 
@@ -85,7 +85,7 @@ class DnsHostServer final : public dns::GateSink {
   void expire_tcp(base::MonoTime now);
   std::optional<base::MonoTime> next_tcp_deadline() const;
 
-  EventLoop& loop_;
+  io::EventLoop& loop_;
   base::EventLog& events_;
   policy::HostAddresses host_addresses_;  // before gate_, which reads it
   dns::AnswerTable table_;
@@ -97,8 +97,8 @@ class DnsHostServer final : public dns::GateSink {
   base::UniqueFd tcp_fd_;
   std::unique_ptr<UdpWatcher> udp_watcher_;
   std::unique_ptr<ListenWatcher> listen_watcher_;
-  EventLoop::Handle udp_handle_ = EventLoop::kNoHandle;
-  EventLoop::Handle tcp_handle_ = EventLoop::kNoHandle;
+  io::EventLoop::Handle udp_handle_ = io::EventLoop::kNoHandle;
+  io::EventLoop::Handle tcp_handle_ = io::EventLoop::kNoHandle;
 
   std::vector<UdpClient> udp_clients_;
   std::vector<std::uint32_t> udp_free_;

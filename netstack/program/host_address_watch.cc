@@ -30,7 +30,7 @@ constexpr int kSocketBuffer = 1 << 20;
 
 }  // namespace
 
-HostAddressWatch::HostAddressWatch(EventLoop& loop, policy::HostAddresses& into, base::EventLog& events,
+HostAddressWatch::HostAddressWatch(io::EventLoop& loop, policy::HostAddresses& into, base::EventLog& events,
                                    base::UniqueFd fd)
     : loop_(loop),
       set_(into),
@@ -39,11 +39,11 @@ HostAddressWatch::HostAddressWatch(EventLoop& loop, policy::HostAddresses& into,
       buffer_(std::make_unique_for_overwrite<std::uint8_t[]>(kReceiveBytes)) {}
 
 HostAddressWatch::~HostAddressWatch() {
-  if (handle_ != EventLoop::kNoHandle) loop_.unwatch(handle_);
+  if (handle_ != io::EventLoop::kNoHandle) loop_.unwatch(handle_);
 }
 
 base::Result<std::unique_ptr<HostAddressWatch>, std::string> HostAddressWatch::start(
-    EventLoop& loop, policy::HostAddresses& into, base::EventLog& events) {
+    io::EventLoop& loop, policy::HostAddresses& into, base::EventLog& events) {
   auto fail = [](std::string what) {
     return base::Err{"cannot read this host's addresses: " + what + ": " + std::strerror(errno)};
   };
@@ -141,7 +141,7 @@ int HostAddressWatch::read_one() {
       // (fail closed); a removal applies once nothing is being listed.
       set_.remove(c.address);
     }
-    if (had != set_.contains(c.address) && handle_ != EventLoop::kNoHandle) {
+    if (had != set_.contains(c.address) && handle_ != io::EventLoop::kNoHandle) {
       ++changes_;
       events_.emit("host_address", {{"reason", c.added ? "added: reserved, never admitted" : "removed"},
                                     {"address", c.address.to_string()}});

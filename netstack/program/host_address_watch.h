@@ -31,17 +31,17 @@
 #include "base/event_log.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "policy/host_addresses.h"
 
 namespace abox::netstack {
 
-class HostAddressWatch final : public EventLoop::Watcher {
+class HostAddressWatch final : public io::EventLoop::Watcher {
  public:
   // Reads every address now (blocking, bounded: the kernel answers a dump at
   // once) into `into`, then watches for changes on `loop`. `into` and
   // `events` must outlive the watch. An error says what failed.
-  static base::Result<std::unique_ptr<HostAddressWatch>, std::string> start(EventLoop& loop,
+  static base::Result<std::unique_ptr<HostAddressWatch>, std::string> start(io::EventLoop& loop,
                                                                             policy::HostAddresses& into,
                                                                             base::EventLog& events);
   ~HostAddressWatch() override;
@@ -54,18 +54,19 @@ class HostAddressWatch final : public EventLoop::Watcher {
   std::uint64_t overruns() const { return overruns_; }
 
  private:
-  HostAddressWatch(EventLoop& loop, policy::HostAddresses& into, base::EventLog& events, base::UniqueFd fd);
+  HostAddressWatch(io::EventLoop& loop, policy::HostAddresses& into, base::EventLog& events,
+                   base::UniqueFd fd);
   // Sends an RTM_GETADDR dump request; false with errno set on failure.
   bool ask_dump();
   // Reads one datagram (blocking or not, as the socket is): 1 read, 0 none
   // waiting, -1 an error (errno).
   int read_one();
 
-  EventLoop& loop_;
+  io::EventLoop& loop_;
   policy::HostAddresses& set_;
   base::EventLog& events_;
   base::UniqueFd fd_;
-  EventLoop::Handle handle_ = EventLoop::kNoHandle;
+  io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
   // Not zeroed: only what the kernel writes into it becomes resident (an
   // idle abox-net keeps a page or two of it, not 64 KiB).
   std::unique_ptr<std::uint8_t[]> buffer_;

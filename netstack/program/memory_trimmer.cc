@@ -4,7 +4,7 @@
 
 namespace abox::netstack {
 
-MemoryTrimmer::MemoryTrimmer(EventLoop& loop, const MemoryProbe& memory)
+MemoryTrimmer::MemoryTrimmer(io::EventLoop& loop, const MemoryProbe& memory)
     : memory_(memory), next_check_(loop.now() + kCheckEvery) {
   loop.add_timer_source({[this] { return next_check_; },
                          [this](base::MonoTime now) {

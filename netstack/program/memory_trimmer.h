@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "base/clock.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/program/stats.h"
 
 namespace abox::netstack {
@@ -35,7 +35,7 @@ class MemoryTrimmer {
 
   // Checks on the loop's timer from now on. Both must outlive the trimmer,
   // and the loop must not run after it is gone.
-  MemoryTrimmer(EventLoop& loop, const MemoryProbe& memory);
+  MemoryTrimmer(io::EventLoop& loop, const MemoryProbe& memory);
   MemoryTrimmer(const MemoryTrimmer&) = delete;
   MemoryTrimmer& operator=(const MemoryTrimmer&) = delete;
 

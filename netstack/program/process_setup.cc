@@ -53,7 +53,7 @@ std::optional<EventsSink> open_events(const std::string& mode, const std::string
   return sink;
 }
 
-SignalWatch::SignalWatch(EventLoop& loop, std::function<void()> on_usr1)
+SignalWatch::SignalWatch(io::EventLoop& loop, std::function<void()> on_usr1)
     : loop_(loop), on_usr1_(std::move(on_usr1)) {
   sigset_t mask;
   sigemptyset(&mask);
@@ -66,7 +66,7 @@ SignalWatch::SignalWatch(EventLoop& loop, std::function<void()> on_usr1)
 }
 
 SignalWatch::~SignalWatch() {
-  if (handle_ != EventLoop::kNoHandle) loop_.unwatch(handle_);
+  if (handle_ != io::EventLoop::kNoHandle) loop_.unwatch(handle_);
 }
 
 void SignalWatch::on_ready(std::uint32_t) {

@@ -13,7 +13,7 @@
 
 #include "base/event_log.h"
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "policy/policy.h"
 
 namespace abox::netstack {
@@ -37,19 +37,19 @@ std::optional<EventsSink> open_events(const std::string& mode, const std::string
 // Blocks SIGINT, SIGTERM and SIGUSR1 and watches them on the loop: the first
 // two stop the loop, SIGUSR1 calls on_usr1. Keep the object alive while the
 // loop runs.
-class SignalWatch final : public EventLoop::Watcher {
+class SignalWatch final : public io::EventLoop::Watcher {
  public:
-  SignalWatch(EventLoop& loop, std::function<void()> on_usr1);
+  SignalWatch(io::EventLoop& loop, std::function<void()> on_usr1);
   ~SignalWatch() override;
   SignalWatch(const SignalWatch&) = delete;
   SignalWatch& operator=(const SignalWatch&) = delete;
   void on_ready(std::uint32_t events) override;
 
  private:
-  EventLoop& loop_;
+  io::EventLoop& loop_;
   std::function<void()> on_usr1_;
   base::UniqueFd fd_;
-  EventLoop::Handle handle_ = EventLoop::kNoHandle;
+  io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
 };
 
 }  // namespace abox::netstack

@@ -75,14 +75,14 @@ constexpr std::string_view kUsage =
 
 // Runs the loop (signals included) until a VMM connects to the listener.
 // Holds nullptr when a signal stopped the loop first.
-base::Result<std::unique_ptr<StreamLink>, std::string> wait_for_peer(EventLoop& loop,
+base::Result<std::unique_ptr<StreamLink>, std::string> wait_for_peer(io::EventLoop& loop,
                                                                      StreamListener& listener,
                                                                      std::size_t mtu) {
-  struct AcceptWatch final : EventLoop::Watcher {
+  struct AcceptWatch final : io::EventLoop::Watcher {
     void on_ready(std::uint32_t) override { ready = true; }
     bool ready = false;
   } watch;
-  const EventLoop::Handle handle = loop.watch(listener.fd(), POLLIN, &watch);
+  const io::EventLoop::Handle handle = loop.watch(listener.fd(), POLLIN, &watch);
   base::Result<std::unique_ptr<StreamLink>, std::string> peer = std::unique_ptr<StreamLink>();
   while (!loop.stopping()) {
     loop.run_once(base::Millis(1000));
@@ -268,7 +268,7 @@ int run_run_command(std::span<const std::string_view> args) {
   base::SystemRandom random;
 
   try {
-    EventLoop loop;
+    io::EventLoop loop;
     GuestConfig gc;
     gc.gateway = net.gateway;
     gc.guest = net.guest_address;

@@ -226,11 +226,11 @@ void add_allowed_syscalls(FilterBuilder& f) {
 
 std::vector<io_uring_restriction> ring_restrictions() {
   std::vector<io_uring_restriction> out;
-  // Used today by EventLoop: multishot polls on fds, their removal, and the
+  // Used today by io::EventLoop: multishot polls on fds, their removal, and the
   // timeout that older kernels need for io_uring_submit_and_wait_timeout;
-  // GuestStack's ring reads of the tap (READV) and RingWriter's writes to it
+  // GuestStack's ring reads of the tap (READV) and io::RingWriter's writes to it
   // and to host UDP sockets (WRITE); UDP flows' multishot receives (RECV
-  // with BUFFER_SELECT) into ReceiveBufferPool's buffers (PROVIDE_BUFFERS,
+  // with BUFFER_SELECT) into io::ReceiveBufferPool's buffers (PROVIDE_BUFFERS,
   // REMOVE_BUFFERS, with CQE_SKIP_SUCCESS); and their cancellation when a
   // flow or the stack goes (ASYNC_CANCEL).
   for (auto op : {IORING_OP_POLL_ADD, IORING_OP_POLL_REMOVE, IORING_OP_TIMEOUT}) out.push_back(sqe_op(op));
@@ -320,7 +320,7 @@ base::Result<void, std::string> install_syscall_filter() {
   return {};
 }
 
-base::Result<void, std::string> lock_ring_and_drop_privileges(EventLoop& loop) {
+base::Result<void, std::string> lock_ring_and_drop_privileges(io::EventLoop& loop) {
   const auto restrictions = ring_restrictions();
   if (int rc = loop.enable_ring(restrictions); rc < 0) {
     return base::Err{errno_text("cannot restrict the io_uring (IORING_REGISTER_RESTRICTIONS)", -rc)};
@@ -328,7 +328,7 @@ base::Result<void, std::string> lock_ring_and_drop_privileges(EventLoop& loop) {
   return drop_privileges();
 }
 
-base::Result<void, std::string> enter_sandbox(EventLoop& loop) {
+base::Result<void, std::string> enter_sandbox(io::EventLoop& loop) {
   if (auto r = lock_ring_and_drop_privileges(loop); !r) return r;
   return install_syscall_filter();
 }

@@ -30,20 +30,20 @@
 #include <vector>
 
 #include "base/result.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 
 namespace abox::netstack {
 
 // Steps 1 to 4 above, for the process's one loop, before the loop first
 // runs. Once it returned ok the process is confined for the rest of its
 // life; on an error it may be partly confined (the caller exits).
-base::Result<void, std::string> enter_sandbox(EventLoop& loop);
+base::Result<void, std::string> enter_sandbox(io::EventLoop& loop);
 
 // The same in two parts, for a process that must still do one forbidden
 // thing before it reads guest bytes (abox-net run --stream removes its
 // listening socket's file once the VMM has connected): steps 1 to 3 before
 // the loop first runs, step 4 after.
-base::Result<void, std::string> lock_ring_and_drop_privileges(EventLoop& loop);
+base::Result<void, std::string> lock_ring_and_drop_privileges(io::EventLoop& loop);
 base::Result<void, std::string> install_syscall_filter();
 
 // The pieces, for tests.

@@ -6,24 +6,24 @@
 
 #include <cerrno>
 
-#include "netstack/unix_listener.h"
+#include "io/unix_listener.h"
 
 namespace abox::netstack {
 
 base::Result<std::unique_ptr<StatsServer>, std::string> StatsServer::create(
-    EventLoop& loop, const std::string& path, std::function<std::string()> render) {
-  auto fd = listen_unix(path, 16, "stats socket");
+    io::EventLoop& loop, const std::string& path, std::function<std::string()> render) {
+  auto fd = io::listen_unix(path, 16, "stats socket");
   if (!fd.ok()) return base::Err{std::move(fd).error()};
   return std::unique_ptr<StatsServer>(new StatsServer(loop, std::move(fd).value(), std::move(render)));
 }
 
-StatsServer::StatsServer(EventLoop& loop, base::UniqueFd listener, std::function<std::string()> render)
+StatsServer::StatsServer(io::EventLoop& loop, base::UniqueFd listener, std::function<std::string()> render)
     : loop_(loop), listener_(std::move(listener)), render_(std::move(render)) {
   handle_ = loop_.watch(listener_.get(), POLLIN, this);
 }
 
 StatsServer::~StatsServer() {
-  if (handle_ != EventLoop::kNoHandle) loop_.unwatch(handle_);
+  if (handle_ != io::EventLoop::kNoHandle) loop_.unwatch(handle_);
 }
 
 void StatsServer::on_ready(std::uint32_t) {

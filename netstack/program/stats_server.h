@@ -23,7 +23,7 @@
 
 #include "base/result.h"
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 
 namespace abox::netstack {
 
@@ -33,13 +33,13 @@ struct StatsServerCounters {
   std::uint64_t accept_errors = 0;
 };
 
-class StatsServer final : public EventLoop::Watcher {
+class StatsServer final : public io::EventLoop::Watcher {
  public:
   static constexpr int kAcceptsPerTurn = 16;
 
   // Binds and listens on path (startup; the error is a message). render
   // must stay callable while the server lives.
-  static base::Result<std::unique_ptr<StatsServer>, std::string> create(EventLoop& loop,
+  static base::Result<std::unique_ptr<StatsServer>, std::string> create(io::EventLoop& loop,
                                                                         const std::string& path,
                                                                         std::function<std::string()> render);
   ~StatsServer() override;
@@ -50,12 +50,12 @@ class StatsServer final : public EventLoop::Watcher {
   const StatsServerCounters& counters() const { return counters_; }
 
  private:
-  StatsServer(EventLoop& loop, base::UniqueFd listener, std::function<std::string()> render);
+  StatsServer(io::EventLoop& loop, base::UniqueFd listener, std::function<std::string()> render);
 
-  EventLoop& loop_;
+  io::EventLoop& loop_;
   base::UniqueFd listener_;
   std::function<std::string()> render_;
-  EventLoop::Handle handle_ = EventLoop::kNoHandle;
+  io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
   StatsServerCounters counters_;
 };
 

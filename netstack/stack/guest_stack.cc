@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "io/receive_buffer_pool.h"
 #include "lwip/etharp.h"
 #include "lwip/icmp.h"
 #include "lwip/init.h"
@@ -20,7 +21,6 @@
 #include "netif/ethernet.h"
 #include "netstack/gateway/guest_dns.h"
 #include "netstack/lwip/abox_lwip.h"
-#include "netstack/receive_buffer_pool.h"
 #include "netstack/stack/admission.h"
 #include "netstack/stack/tcp_flow.h"
 #include "netstack/stack/udp_flow.h"
@@ -84,7 +84,7 @@ struct StackGlue {
   }
 };
 
-class GuestStack::LinkWatcher final : public EventLoop::Watcher {
+class GuestStack::LinkWatcher final : public io::EventLoop::Watcher {
  public:
   explicit LinkWatcher(GuestStack& s) : s_(s) {}
   void on_ready(std::uint32_t events) override {
@@ -99,7 +99,7 @@ class GuestStack::LinkWatcher final : public EventLoop::Watcher {
   GuestStack& s_;
 };
 
-class GuestStack::LinkReader final : public EventLoop::Completion {
+class GuestStack::LinkReader final : public io::EventLoop::Completion {
  public:
   explicit LinkReader(GuestStack& s) : s_(s) {}
   void on_complete(int res, std::uint32_t /*cqe_flags*/) override { s_.on_link_read(res); }
@@ -108,7 +108,7 @@ class GuestStack::LinkReader final : public EventLoop::Completion {
   GuestStack& s_;
 };
 
-GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy,
+GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& policy,
                        std::vector<policy::Endpoint> upstreams, base::EventLog& events,
                        base::RandomSource& random, GuestConfig config)
     : loop_(loop),
@@ -175,14 +175,14 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
   if (config_.link_on_ring && link_.ring_send_supported()) {
     // A write's result only counts: a full tap drops the frame (TCP
     // retransmits), and a dead one shows on the read side.
-    ring_writer_ = std::make_unique<RingWriter>(loop_, link_.fd(), [this](int res, std::size_t frame_size) {
-      (void)link_.finish_ring_send(res, frame_size);
-    });
+    ring_writer_ = std::make_unique<io::RingWriter>(
+        loop_, link_.fd(),
+        [this](int res, std::size_t frame_size) { (void)link_.finish_ring_send(res, frame_size); });
   }
   if (config_.host_io_on_ring) {
-    host_datagram_writer_ = std::make_unique<RingWriter>(loop_, -1, [](int, std::size_t) {});
+    host_datagram_writer_ = std::make_unique<io::RingWriter>(loop_, -1, [](int, std::size_t) {});
     host_receive_pool_ =
-        std::make_unique<ReceiveBufferPool>(loop_, kHostReceiveBuffers, kHostReceiveBufferBytes);
+        std::make_unique<io::ReceiveBufferPool>(loop_, kHostReceiveBuffers, kHostReceiveBufferBytes);
   }
   if (config_.link_on_ring && !link_.ring_receive_iovecs({}).empty()) {
     // Read on the ring; the fd is watched only while output is held back.
@@ -195,10 +195,10 @@ GuestStack::GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy
 
   // lwIP's own timers, and ours: flow deadlines once a second is enough
   // (peek and connect timeouts are seconds).
-  loop_.add_timer_source({[]() -> std::optional<base::MonoTime> {
+  loop_.add_timer_source({[this]() -> std::optional<base::MonoTime> {
                             u32_t ms = sys_timeouts_sleeptime();
                             if (ms == SYS_TIMEOUTS_SLEEPTIME_INFINITE) return std::nullopt;
-                            return base::MonoClock::now() + base::Millis(ms);
+                            return loop_.now() + base::Millis(ms);
                           },
                           [](base::MonoTime) { sys_check_timeouts(); }});
   loop_.add_timer_source({[this] { return next_sweep_; },
@@ -465,8 +465,8 @@ void GuestStack::watch_link_output() {
   link_events_ = want;
   if (want == 0) {
     loop_.unwatch(link_handle_);
-    link_handle_ = EventLoop::kNoHandle;
-  } else if (link_handle_ == EventLoop::kNoHandle) {
+    link_handle_ = io::EventLoop::kNoHandle;
+  } else if (link_handle_ == io::EventLoop::kNoHandle) {
     link_handle_ = loop_.watch(link_.fd(), want, link_watcher_.get());
   } else {
     loop_.modify(link_handle_, want);
@@ -525,7 +525,7 @@ void GuestStack::output_frame(pbuf* p) {
   frame.pieces = std::span<const std::span<const std::uint8_t>>(pieces.data(), npieces);
   if (ring_writer_ != nullptr) {
     const std::size_t size = frame.size();
-    if (size + Link::kRingSendHeaderMax <= RingWriter::kSlotBytes) {
+    if (size + Link::kRingSendHeaderMax <= io::RingWriter::kSlotBytes) {
       std::array<std::uint8_t, Link::kRingSendHeaderMax> header{};
       const auto header_size = link_.ring_send_header(frame, header);
       if (!header_size) return;  // dropped and counted by the link

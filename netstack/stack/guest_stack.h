@@ -11,12 +11,12 @@
 //        TCP SYN ──▶ on_syn(): gateway:53 → GuestDns's listener (an ordinary lwIP listener)
 //                              else       → limits, admission → accept or RST
 //        TCP accepted ──▶ TcpFlow (peek SNI/Host if the rule asks, then a host socket)
-//   lwIP ──linkoutput──▶ a RingWriter slot (frames up to 2 KiB, written with
+//   lwIP ──linkoutput──▶ an io::RingWriter slot (frames up to 2 KiB, written with
 //                        the turn's wait) or Link::send_frame (the pbuf
 //                        chain's pieces, uncopied; TCP/UDP checksums left to
 //                        the link when it offers that)
 //
-// Everything runs on the EventLoop's thread. lwIP is process-global state, so
+// Everything runs on the io::EventLoop's thread. lwIP is process-global state, so
 // there is at most one GuestStack per process (abox-net serves one instance).
 // Limits come from the policy: flows (TCP + UDP), half-open TCP, DNS in flight.
 #pragma once
@@ -32,10 +32,10 @@
 #include "base/event_log.h"
 #include "base/random.h"
 #include "dns/answer_table.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
+#include "io/ring_writer.h"
 #include "netstack/gateway/dhcp_server.h"
 #include "netstack/link/link.h"
-#include "netstack/ring_writer.h"
 #include "policy/policy.h"
 
 struct netif;
@@ -43,12 +43,15 @@ struct pbuf;
 struct tcp_pcb;
 struct udp_pcb;
 
+namespace abox::io {
+class ReceiveBufferPool;
+}  // namespace abox::io
+
 namespace abox::netstack {
 
 class TcpFlow;
 class UdpFlow;
 class HostReceive;
-class ReceiveBufferPool;
 class GuestDns;
 
 struct GuestConfig {
@@ -64,13 +67,13 @@ struct GuestConfig {
   // Read and write the link through the loop's ring when it can (link.h):
   // one completion per frame read instead of a readiness wake-up, the read,
   // and a read that finds nothing; small frames written with the turn's
-  // wait instead of a writev each (RingWriter). Off: receive() on
+  // wait instead of a writev each (io::RingWriter). Off: receive() on
   // readiness and send_frame().
   bool link_on_ring = true;
   // Host sockets on the ring: guest bytes go to a TCP flow's socket by a
   // sendmsg request handed over with the turn's wait, guest datagrams of up
-  // to RingWriter::kSlotBytes to their UDP sockets likewise, and host
-  // datagrams come by a multishot receive into a shared ReceiveBufferPool
+  // to io::RingWriter::kSlotBytes to their UDP sockets likewise, and host
+  // datagrams come by a multishot receive into a shared io::ReceiveBufferPool
   // instead of readiness and recvmmsg. Off: the system calls.
   bool host_io_on_ring = true;
 };
@@ -121,7 +124,7 @@ class GuestStack {
  public:
   // Everything passed must outlive the stack. Throws std::runtime_error when
   // a second stack is made in one process.
-  GuestStack(EventLoop& loop, Link& link, const policy::Policy& policy,
+  GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& policy,
              std::vector<policy::Endpoint> upstreams, base::EventLog& events, base::RandomSource& random,
              GuestConfig config = {});
   ~GuestStack();
@@ -157,7 +160,7 @@ class GuestStack {
   // the frames fuzzer, which drive the stack by hand instead of turning the
   // loop. On readiness that is receive() until nothing is waiting (what the
   // loop itself calls when the fd is readable). On the ring it takes the
-  // read in flight if the kernel has finished it (EventLoop::complete_ready(),
+  // read in flight if the kernel has finished it (io::EventLoop::complete_ready(),
   // which leaves every other completion for the next turn), the frames that
   // read brought, and posts the next read, until a read finds nothing.
   void poll_link();
@@ -165,7 +168,7 @@ class GuestStack {
   bool link_read_on_ring() const { return ring_reader_ != nullptr; }
 
   // For flows: shared services.
-  EventLoop& loop() { return loop_; }
+  io::EventLoop& loop() { return loop_; }
   const policy::Policy& policy() const { return policy_; }
   base::EventLog& events() { return events_; }
   dns::AnswerTable& answer_table() { return table_; }
@@ -181,10 +184,10 @@ class GuestStack {
   // Writes small datagrams to host UDP sockets through the ring (null when
   // GuestConfig says not to). Results are not reported: UDP loses a
   // datagram a full socket refuses, as sendmsg would.
-  RingWriter* host_datagram_writer() { return host_datagram_writer_.get(); }
+  io::RingWriter* host_datagram_writer() { return host_datagram_writer_.get(); }
   bool host_sends_on_ring() const { return config_.host_io_on_ring; }
   // Buffers for UDP flows' ring receives (null when GuestConfig says not to).
-  ReceiveBufferPool* host_receive_pool() { return host_receive_pool_.get(); }
+  io::ReceiveBufferPool* host_receive_pool() { return host_receive_pool_.get(); }
   // A flow that ends with its ring receive still in the kernel (cancelled)
   // leaves it here until its last completion.
   void keep_until_complete(std::unique_ptr<HostReceive> receive);
@@ -239,7 +242,7 @@ class GuestStack {
   static constexpr std::size_t kMaxDnsHalfOpen = 32;
   void reap();
 
-  EventLoop& loop_;
+  io::EventLoop& loop_;
   Link& link_;
   const policy::Policy& policy_;
   base::EventLog& events_;
@@ -251,14 +254,14 @@ class GuestStack {
   std::unique_ptr<LinkWatcher> link_watcher_;
   std::unique_ptr<LinkReader> ring_reader_;  // set when the link is read on the ring
   std::size_t ring_reads_in_flight_ = 0;
-  std::unique_ptr<RingWriter> ring_writer_;  // set when the link is written on the ring
-  std::unique_ptr<RingWriter> host_datagram_writer_;
+  std::unique_ptr<io::RingWriter> ring_writer_;  // set when the link is written on the ring
+  std::unique_ptr<io::RingWriter> host_datagram_writer_;
   // 32 buffers of the largest datagram: 2 MiB reserved, resident as used.
   static constexpr std::uint16_t kHostReceiveBuffers = 32;
   static constexpr std::size_t kHostReceiveBufferBytes = 65536;
-  std::unique_ptr<ReceiveBufferPool> host_receive_pool_;
+  std::unique_ptr<io::ReceiveBufferPool> host_receive_pool_;
   std::vector<std::unique_ptr<HostReceive>> ending_receives_;
-  EventLoop::Handle link_handle_ = EventLoop::kNoHandle;
+  io::EventLoop::Handle link_handle_ = io::EventLoop::kNoHandle;
   std::uint32_t link_events_ = 0;  // what the link's watch asks for (POLLIN, + POLLOUT)
   tcp_pcb* listener_ = nullptr;
   udp_pcb* udp_all_ = nullptr;

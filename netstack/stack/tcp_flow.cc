@@ -59,7 +59,7 @@ TcpFlow::TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string n
       state_(needs_name && broker == nullptr ? State::peeking : State::connecting) {}
 
 TcpFlow::~TcpFlow() {
-  if (handle_ != EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
+  if (handle_ != io::EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
   // A send still queued points into to_host_ and names host_'s fd: it is
   // handed to the kernel (which copies the bytes at once) and its
   // completion taken here, before either goes.
@@ -224,7 +224,7 @@ void TcpFlow::on_ready(std::uint32_t events) {
 }
 
 void TcpFlow::update_watch() {
-  if (!host_ || handle_ == EventLoop::kNoHandle) return;
+  if (!host_ || handle_ == io::EventLoop::kNoHandle) return;
   std::uint32_t want = 0;
   // POLLOUT only while bytes wait with no send in flight (the socket was
   // full): a writable socket would otherwise wake every turn.
@@ -478,7 +478,7 @@ void TcpFlow::read_from_host() {
   if (pcb_ != nullptr) tcp_output(pcb_);
   // Readiness is edge-like: a socket left with data and no new arrival would
   // never wake us again. Stopping at the round limit asks for another turn.
-  if (!drained && handle_ != EventLoop::kNoHandle) stack_.loop().wake_next_turn(handle_);
+  if (!drained && handle_ != io::EventLoop::kNoHandle) stack_.loop().wake_next_turn(handle_);
 }
 
 void TcpFlow::on_guest_sent(std::size_t acked) {

@@ -49,7 +49,7 @@
 
 #include "base/clock.h"
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/stack/guest_send_buffer.h"
 #include "netstack/stack/http_request_follower.h"
 #include "policy/ip_address.h"
@@ -62,7 +62,7 @@ namespace abox::netstack {
 
 class GuestStack;
 
-class TcpFlow final : public EventLoop::Watcher {
+class TcpFlow final : public io::EventLoop::Watcher {
  public:
   // pcb: the accepted lwIP pcb (its local address/port is the destination).
   // needs_name: peek SNI/Host before connecting. `name` is the admitting name.
@@ -127,12 +127,12 @@ class TcpFlow final : public EventLoop::Watcher {
   std::string handoff_;  // the hand-off line still to send to the broker
   State state_;
   base::UniqueFd host_;
-  EventLoop::Handle handle_ = EventLoop::kNoHandle;
+  io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
   std::uint32_t watching_ = 0;
 
   // The ring send in flight (at most one): its msghdr and iovecs point into
   // handoff_ and to_host_, which keep those bytes until it completes.
-  class HostSend final : public EventLoop::Completion {
+  class HostSend final : public io::EventLoop::Completion {
    public:
     explicit HostSend(TcpFlow& f) : flow_(f) {}
     void on_complete(int res, std::uint32_t /*cqe_flags*/) override { flow_.on_host_sent(res); }

@@ -11,10 +11,10 @@
 #include <span>
 #include <vector>
 
+#include "io/receive_buffer_pool.h"
+#include "io/ring_writer.h"
 #include "lwip/pbuf.h"
 #include "lwip/udp.h"
-#include "netstack/receive_buffer_pool.h"
-#include "netstack/ring_writer.h"
 #include "netstack/stack/guest_stack.h"
 #include "netstack/stack/sockaddr.h"
 
@@ -62,7 +62,7 @@ void HostReceive::on_complete(int res, std::uint32_t cqe_flags) {
 }
 
 UdpFlow::~UdpFlow() {
-  if (handle_ != EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
+  if (handle_ != io::EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
   if (receive_ != nullptr && receive_->in_flight != 0) {
     receive_->orphan();
     stack_.loop().cancel(receive_.get());
@@ -83,7 +83,7 @@ bool UdpFlow::start() {
   // Answers leave from the address and port the guest sent to.
   pcb_ = stack_.acquire_reply_pcb(dst_net_, dst_.port);
   if (pcb_ == nullptr) return false;
-  if (ReceiveBufferPool* pool = stack_.host_receive_pool(); pool != nullptr) {
+  if (io::ReceiveBufferPool* pool = stack_.host_receive_pool(); pool != nullptr) {
     receive_ = std::make_unique<HostReceive>(this, *pool);
     receive_->post(host_.get());
   } else {
@@ -129,7 +129,7 @@ void UdpFlow::from_guest(pbuf* p) {
     parts[count] = {static_cast<const std::uint8_t*>(q->payload), q->len};
     covered += q->len;
   }
-  RingWriter* ring = stack_.host_datagram_writer();
+  io::RingWriter* ring = stack_.host_datagram_writer();
   if (covered == p->tot_len && ring != nullptr &&
       ring->write_to(host_.get(), std::span(parts.data(), count), 0)) {
     queued_on_ring_ = true;

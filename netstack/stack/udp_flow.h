@@ -9,7 +9,7 @@
 // the answer that admitted it has expired for longer than [dns] grace.
 //
 // Host datagrams come by a multishot receive on the loop's ring into the
-// stack's ReceiveBufferPool (one completion per datagram, no readiness
+// stack's io::ReceiveBufferPool (one completion per datagram, no readiness
 // wake-up and no recvmmsg), or, when the stack has no pool or the receive
 // keeps ending without data, by recvmmsg on readiness. A receive still in
 // the kernel when the flow goes is cancelled and handed to the stack
@@ -24,23 +24,26 @@
 
 #include "base/clock.h"
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "policy/ip_address.h"
 
 struct pbuf;
 struct udp_pcb;
 
+namespace abox::io {
+class ReceiveBufferPool;
+}  // namespace abox::io
+
 namespace abox::netstack {
 
 class GuestStack;
-class ReceiveBufferPool;
 class UdpFlow;
 
 // A flow's multishot receive on the ring. Owned by its flow, then by the
 // stack from the flow's end until its last completion (in_flight 0).
-class HostReceive final : public EventLoop::Completion {
+class HostReceive final : public io::EventLoop::Completion {
  public:
-  HostReceive(UdpFlow* flow, ReceiveBufferPool& pool) : flow_(flow), pool_(pool) {}
+  HostReceive(UdpFlow* flow, io::ReceiveBufferPool& pool) : flow_(flow), pool_(pool) {}
   void on_complete(int res, std::uint32_t cqe_flags) override;
   // Posts the multishot receive on fd (the flow's host socket).
   void post(int fd);
@@ -49,10 +52,10 @@ class HostReceive final : public EventLoop::Completion {
 
  private:
   UdpFlow* flow_;
-  ReceiveBufferPool& pool_;
+  io::ReceiveBufferPool& pool_;
 };
 
-class UdpFlow final : public EventLoop::Watcher {
+class UdpFlow final : public io::EventLoop::Watcher {
  public:
   // name: the answered name that admitted the flow.
   UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
@@ -81,7 +84,7 @@ class UdpFlow final : public EventLoop::Watcher {
   policy::Endpoint dst_;
   std::string name_;
   base::UniqueFd host_;
-  EventLoop::Handle handle_ = EventLoop::kNoHandle;
+  io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
   udp_pcb* pcb_ = nullptr;  // shared, owned by the stack
   std::uint32_t dst_net_ = 0;
   base::MonoTime last_activity_{};

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/link/stream_link.h"
 #include "netstack/link/tap_link.h"
 #include "tests/netstack/link/link_test_support.h"
@@ -97,7 +97,7 @@ struct TapFromFdFactory {
 // completed read goes through finish_ring_receive() and its frame is copied
 // out. So every case of the contract also holds for ring reads.
 template <class L>
-class RingRead final : public Link, EventLoop::Completion {
+class RingRead final : public Link, io::EventLoop::Completion {
  public:
   explicit RingRead(std::unique_ptr<L> link) : link_(std::move(link)), buf_(link_->max_receive_size()) {}
   ~RingRead() override { loop_.cancel_all(this, in_flight_); }
@@ -152,7 +152,7 @@ class RingRead final : public Link, EventLoop::Completion {
 
   std::unique_ptr<L> link_;
   Frame buf_;
-  EventLoop loop_;
+  io::EventLoop loop_;
   std::size_t in_flight_ = 0;
   std::optional<int> done_;
 };

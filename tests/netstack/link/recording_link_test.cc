@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
+#include "io/ring_writer.h"
 #include "netstack/link/pcap_writer.h"
 #include "netstack/link/tap_link.h"
-#include "netstack/ring_writer.h"
 #include "tests/netstack/link/link_test_support.h"
 #include "tests/support/temp_dir.h"
 
@@ -84,8 +84,8 @@ TEST_F(RecordingLinkRingTest, TapRingReadsAndWritesAreRecordedInOrder) {
   ASSERT_FALSE(link.ring_receive_iovecs({}).empty()) << "the tap's ring read passes through";
   ASSERT_TRUE(link.ring_send_supported()) << "the tap's ring write passes through";
 
-  EventLoop loop;
-  struct Reader final : EventLoop::Completion {
+  io::EventLoop loop;
+  struct Reader final : io::EventLoop::Completion {
     std::optional<int> res;
     std::size_t in_flight = 0;
     void on_complete(int r, std::uint32_t /*cqe_flags*/) override {
@@ -124,7 +124,7 @@ TEST_F(RecordingLinkRingTest, TapRingReadsAndWritesAreRecordedInOrder) {
 
   // To the guest: two frames through ring writes, in pieces, and one the
   // tap drops as oversize before any write.
-  RingWriter ring_writer(loop, link.fd(), [&](int res, std::size_t size) {
+  io::RingWriter ring_writer(loop, link.fd(), [&](int res, std::size_t size) {
     EXPECT_TRUE(link.finish_ring_send(res, size).ok());
   });
   auto ring_send = [&](const Frame& f) {

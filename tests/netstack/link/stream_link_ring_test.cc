@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/link/stream_link.h"
 
 namespace abox::netstack {
@@ -55,7 +55,7 @@ Bytes cat(std::initializer_list<Bytes> parts) {
 
 // A StreamLink over a socketpair (the test is the VMM) and an event loop
 // that reads it the way GuestStack does.
-class Harness final : public EventLoop::Completion {
+class Harness final : public io::EventLoop::Completion {
  public:
   struct Read {
     bool completed = false;     // the ring read's result came
@@ -127,7 +127,7 @@ class Harness final : public EventLoop::Completion {
   base::UniqueFd vmm_;
   std::unique_ptr<StreamLink> link_;
   Bytes buf_;
-  EventLoop loop_;
+  io::EventLoop loop_;
   std::size_t in_flight_ = 0;
   std::optional<int> done_;
   int completions_ = 0;

@@ -6,7 +6,7 @@
 //
 // Each test's socket is in a directory of its own (tests/support/temp_dir.h),
 // removed with it; the peer is the test itself, over a real unix socket.
-// The last test puts a StreamLink under a GuestStack on an EventLoop, to
+// The last test puts a StreamLink under a GuestStack on an io::EventLoop, to
 // check that output queued while the VMM does not read is flushed when it
 // does.
 #include "netstack/link/stream_link.h"
@@ -34,7 +34,7 @@
 #include "base/event_log.h"
 #include "base/random.h"
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/stack/guest_stack.h"
 #include "policy/policy_file.h"
 #include "tests/netstack/stack/stream_stack_support.h"
@@ -596,7 +596,7 @@ Bytes echo_request(std::uint16_t seq, std::size_t payload) {
 TEST(StreamLinkInAGuestStackTest, OutputHeldWhileTheVmmDoesNotReadIsFlushedWhenItReads) {
   stream_stack_test::StreamStackRig rig(kMtu);
   ASSERT_TRUE(rig.link);
-  EventLoop& loop = rig.loop;
+  io::EventLoop& loop = rig.loop;
   StreamLink& link = *rig.link;
   const base::UniqueFd& vmm = rig.vmm;
   int small = 32 * 1024;  // small socket buffers: the queue fills soon
@@ -686,7 +686,7 @@ TEST_P(PollLinkTest, TakesWhatWaitsNowWithoutTurningTheLoop) {
   const policy::Policy policy = std::move(parsed).value();
   base::EventLog events = base::EventLog::discard();
   base::SeededRandom random(1);
-  EventLoop loop;
+  io::EventLoop loop;
   std::array<int, 2> sv{};
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()), 0);
   base::UniqueFd vmm(sv[1]);

@@ -26,7 +26,7 @@ IpAddress ip(const char* text) {
 
 // Turns the loop until `done` holds, for at most two seconds.
 template <class Pred>
-bool turn_until(EventLoop& loop, Pred done) {
+bool turn_until(io::EventLoop& loop, Pred done) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) return false;
@@ -53,7 +53,7 @@ TEST(HostAddressWatch, ReadsTheNamespacesAddressesAndFollowsThem) {
       lines.emplace_back(l);
       return true;
     });
-    EventLoop loop;
+    io::EventLoop loop;
     policy::HostAddresses set;
     ASSERT_TRUE(set.add(ip("192.0.2.99")));  // anything there before is replaced
     auto watch = HostAddressWatch::start(loop, set, events);

@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/program/stats.h"
 #include "tests/support/asan.h"
 
@@ -53,7 +53,7 @@ class MemoryTrimmerTest : public testing::Test {
     if (memory_.read().rss_bytes == 0) GTEST_SKIP() << "no /proc/self/statm";
   }
   MemoryProbe memory_;
-  EventLoop loop_;
+  io::EventLoop loop_;
 };
 
 TEST_F(MemoryTrimmerTest, RssComesBackDownAfterABurstIsFreed) {

@@ -17,7 +17,7 @@
 #include "base/event_log.h"
 #include "base/random.h"
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/link/stream_link.h"
 #include "netstack/program/stats.h"
 #include "netstack/program/stats_reader.h"
@@ -44,7 +44,7 @@ using stream_stack_test::write_all;
 TEST(RunStatsTest, FlowGaugesAndTheStreamLinksSection) {
   stream_stack_test::StreamStackRig rig(kMtu);
   ASSERT_TRUE(rig.link);
-  EventLoop& loop = rig.loop;
+  io::EventLoop& loop = rig.loop;
   StreamLink& link = *rig.link;
   const base::UniqueFd& vmm = rig.vmm;
   GuestStack stack(loop, link, rig.policy, rig.upstreams, rig.events, rig.random);

@@ -61,7 +61,7 @@ ChildEnd in_child(const std::function<int()>& body) {
 // A child that enters the full sandbox (exit 90 if that fails), then runs body.
 ChildEnd sandboxed(const std::function<int()>& body) {
   return in_child([&] {
-    EventLoop loop;
+    io::EventLoop loop;
     if (auto r = enter_sandbox(loop); !r.ok()) {
       std::fprintf(stderr, "enter_sandbox: %s\n", r.error().c_str());
       return 90;
@@ -79,18 +79,18 @@ void expect_killed(const char* what, const std::function<int()>& body) {
 TEST(Sandbox, WhatAboxNetNeedsStillWorks) {
   ChildEnd end = sandboxed([] {
     // A loop watching a pipe: the ring still polls.
-    EventLoop loop;  // made before the sandbox in abox-net; here a second ring would be io_uring_setup
+    io::EventLoop loop;  // made before the sandbox in abox-net; here a second ring would be io_uring_setup
     return 0;
   });
   // io_uring_setup after the sandbox is forbidden: the line above proves it.
   EXPECT_EQ(end.signal, SIGSYS);
 
   end = in_child([] {
-    EventLoop loop;
+    io::EventLoop loop;
     int fds[2];
     if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return 10;
     base::UniqueFd rd(fds[0]), wr(fds[1]);
-    struct Seen : EventLoop::Watcher {
+    struct Seen : io::EventLoop::Watcher {
       int fired = 0;
       void on_ready(std::uint32_t) override { ++fired; }
     } seen;
@@ -235,7 +235,7 @@ TEST(Sandbox, TheRingRefusesOperationsOutsideTheList) {
 }
 
 TEST(Sandbox, EventLoopRingCanBeEnabledOnce) {
-  EventLoop loop;
+  io::EventLoop loop;
   EXPECT_EQ(loop.enable_ring(ring_restrictions()), 0);
   EXPECT_EQ(loop.enable_ring({}), -EBADFD);
   loop.run_once(base::Millis(0));  // the restricted ring waits and submits fine

@@ -42,7 +42,7 @@ class StatsServerTest : public ::testing::Test {
     return fd;
   }
   // Turns the loop until the server has answered (bounded), then reads to EOF.
-  static std::optional<std::string> read_reply(EventLoop& loop, int fd) {
+  static std::optional<std::string> read_reply(io::EventLoop& loop, int fd) {
     std::string out;
     char buf[4096];
     for (int turn = 0; turn < 50; ++turn) {
@@ -62,7 +62,7 @@ class StatsServerTest : public ::testing::Test {
 };
 
 TEST_F(StatsServerTest, EachConnectionGetsOneObjectAndIsClosed) {
-  EventLoop loop;
+  io::EventLoop loop;
   int calls = 0;
   auto server =
       StatsServer::create(loop, path_, [&] { return "{\"calls\":" + std::to_string(++calls) + "}"; });
@@ -79,7 +79,7 @@ TEST_F(StatsServerTest, EachConnectionGetsOneObjectAndIsClosed) {
 }
 
 TEST_F(StatsServerTest, ManyWaitingClientsAreAllServed) {
-  EventLoop loop;
+  io::EventLoop loop;
   auto server = StatsServer::create(loop, path_, [] { return std::string("{\"x\":1}"); });
   ASSERT_TRUE(server.ok());
   constexpr int kClients = StatsServer::kAcceptsPerTurn + 4;  // more than one turn's worth (backlog is 16)
@@ -101,7 +101,7 @@ TEST_F(StatsServerTest, ManyWaitingClientsAreAllServed) {
 }
 
 TEST_F(StatsServerTest, TheSocketIsMode0600) {
-  EventLoop loop;
+  io::EventLoop loop;
   const mode_t old = ::umask(0);  // a permissive umask must not leak through
   auto server = StatsServer::create(loop, path_, [] { return std::string("{}"); });
   ::umask(old);
@@ -121,7 +121,7 @@ TEST_F(StatsServerTest, AStaleSocketIsReplaced) {
     std::memcpy(addr.sun_path, path_.data(), path_.size());
     ASSERT_EQ(::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
   }
-  EventLoop loop;
+  io::EventLoop loop;
   auto server = StatsServer::create(loop, path_, [] { return std::string("{\"fresh\":1}"); });
   ASSERT_TRUE(server.ok()) << server.error();
   auto c = connect_to(path_);
@@ -130,7 +130,7 @@ TEST_F(StatsServerTest, AStaleSocketIsReplaced) {
 }
 
 TEST_F(StatsServerTest, ALiveServerIsNotTakenOver) {
-  EventLoop loop;
+  io::EventLoop loop;
   auto first = StatsServer::create(loop, path_, [] { return std::string("{\"first\":1}"); });
   ASSERT_TRUE(first.ok());
   auto second = StatsServer::create(loop, path_, [] { return std::string("{\"second\":1}"); });
@@ -149,7 +149,7 @@ TEST_F(StatsServerTest, AnotherKindOfFileIsLeftAlone) {
     std::ofstream f(path_);
     f << "precious";
   }
-  EventLoop loop;
+  io::EventLoop loop;
   auto server = StatsServer::create(loop, path_, [] { return std::string("{}"); });
   ASSERT_FALSE(server.ok());
   std::ifstream in(path_);
@@ -159,7 +159,7 @@ TEST_F(StatsServerTest, AnotherKindOfFileIsLeftAlone) {
 }
 
 TEST_F(StatsServerTest, APathTooLongIsRefused) {
-  EventLoop loop;
+  io::EventLoop loop;
   auto server = StatsServer::create(loop, "/tmp/" + std::string(200, 'x'), [] { return std::string("{}"); });
   EXPECT_FALSE(server.ok());
 }
@@ -185,7 +185,7 @@ TEST(StatsJson, DnsCountersReadBackByTheStatsReader) {
   auto p = policy::parse_policy(
       "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"example.test\"]\nports = [443]\n", "test");
   ASSERT_TRUE(p.ok());
-  EventLoop loop;
+  io::EventLoop loop;
   base::EventLog events = base::EventLog::discard();
   base::SystemRandom random;
   auto listen = policy::Endpoint::parse("127.0.0.1", 0);

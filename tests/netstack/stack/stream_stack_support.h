@@ -24,7 +24,7 @@
 #include "base/event_log.h"
 #include "base/random.h"
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "netstack/link/stream_link.h"
 #include "policy/policy_file.h"
 
@@ -58,7 +58,7 @@ struct StreamStackRig {
   const std::vector<policy::Endpoint> upstreams = {policy::Endpoint{policy::IpAddress::v4(0x7F00'0001), 9}};
   base::EventLog events = base::EventLog::discard();
   base::SeededRandom random{1};
-  EventLoop loop;
+  io::EventLoop loop;
   base::UniqueFd vmm;
   std::unique_ptr<StreamLink> link;
 };

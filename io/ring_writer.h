@@ -22,9 +22,9 @@
 #include <span>
 #include <vector>
 
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 
-namespace abox::netstack {
+namespace abox::io {
 
 class RingWriter {
  public:
@@ -71,4 +71,4 @@ class RingWriter {
   std::vector<std::uint16_t> free_;  // a stack of slot indices
 };
 
-}  // namespace abox::netstack
+}  // namespace abox::io

@@ -1,7 +1,7 @@
 // RingWriter on a pipe: parts are written whole and in order, each write's
 // result reaches on_done with its note, and what does not fit (too large,
 // every slot in flight) is refused without doing anything.
-#include "netstack/ring_writer.h"
+#include "io/ring_writer.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "tests/support/udp_pair.h"
 
-namespace abox::netstack {
+namespace abox::io {
 namespace {
 
 struct Written {
@@ -173,4 +173,4 @@ TEST_F(RingWriterTest, WriteToAnotherFdSendsADatagramEach) {
 }
 
 }  // namespace
-}  // namespace abox::netstack
+}  // namespace abox::io

@@ -1,4 +1,4 @@
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 
 #include <poll.h>
 
@@ -6,14 +6,18 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace abox::netstack {
+namespace abox::io {
 
 namespace {
 // user_data of requests whose completions carry nothing (removals, updates).
 constexpr std::uint64_t kIgnoreTag = ~std::uint64_t{0};
 }  // namespace
 
-EventLoop::EventLoop(unsigned entries) {
+EventLoop::Timer::~Timer() {
+  if (loop_ != nullptr) loop_->cancel(*this);
+}
+
+EventLoop::EventLoop(unsigned entries, Clock clock) : clock_(std::move(clock)) {
   // One thread submits and reaps: the kernel may skip cross-thread work.
   // DEFER_TASKRUN (6.1) keeps the work a completion needs (a poll that
   // fired, a read to redo) until this thread waits for completions, where
@@ -34,10 +38,15 @@ EventLoop::EventLoop(unsigned entries) {
     ring_enabled_ = rc == 0;
   }
   if (rc < 0) throw std::runtime_error(std::string("io_uring setup failed: ") + std::strerror(-rc));
-  now_ = base::MonoClock::now();
+  now_ = read_clock();
 }
 
 EventLoop::~EventLoop() {
+  // Whatever still waits to be destroyed goes first (it may cancel timers
+  // and unwatch fds), then the timers still scheduled forget this loop.
+  run_deferred();
+  for (Timer* t : heap_) t->loop_ = nullptr;
+  heap_.clear();
   io_uring_queue_exit(&ring_);
 }
 
@@ -72,7 +81,7 @@ io_uring_sqe* EventLoop::sqe() {
   return s;
 }
 
-EventLoop::Handle EventLoop::watch(int fd, std::uint32_t events, Watcher* w) {
+EventLoop::Handle EventLoop::watch(int fd, std::uint32_t events, Watcher* w, Trigger trigger) {
   Handle h;
   if (!free_.empty()) {
     h = free_.back();
@@ -88,6 +97,7 @@ EventLoop::Handle EventLoop::watch(int fd, std::uint32_t events, Watcher* w) {
   r.gen += 1;
   r.active = true;
   r.armed = false;
+  r.level = trigger == Trigger::level;
   arm(h);
   return h;
 }
@@ -95,7 +105,11 @@ EventLoop::Handle EventLoop::watch(int fd, std::uint32_t events, Watcher* w) {
 void EventLoop::arm(Handle h) {
   Reg& r = regs_[h];
   io_uring_sqe* s = sqe();
-  io_uring_prep_poll_multishot(s, r.fd, r.events);
+  if (r.level) {
+    io_uring_prep_poll_add(s, r.fd, r.events);
+  } else {
+    io_uring_prep_poll_multishot(s, r.fd, r.events);
+  }
   io_uring_sqe_set_data64(s, tag(h, r.gen));
   r.armed = true;
 }
@@ -208,6 +222,99 @@ void EventLoop::wake_next_turn(Handle h) {
   if (h < regs_.size() && regs_[h].active) wake_.push_back(h);
 }
 
+// ---- one-shot timers: a binary min-heap of Timer*, each knowing its index ----
+
+void EventLoop::schedule(Timer& t, base::MonoTime at) {
+  if (t.loop_ == this) {
+    const base::MonoTime before = t.due_;
+    t.due_ = at;
+    if (at < before) {
+      heap_up(t.heap_index_);
+    } else {
+      heap_down(t.heap_index_);
+    }
+    return;
+  }
+  if (t.loop_ != nullptr) t.loop_->cancel(t);
+  t.loop_ = this;
+  t.due_ = at;
+  t.heap_index_ = heap_.size();
+  heap_.push_back(&t);
+  heap_up(t.heap_index_);
+}
+
+void EventLoop::cancel(Timer& t) {
+  if (t.loop_ != this) return;
+  heap_remove(t.heap_index_);
+  t.loop_ = nullptr;
+}
+
+void EventLoop::heap_swap(std::size_t a, std::size_t b) {
+  std::swap(heap_[a], heap_[b]);
+  heap_[a]->heap_index_ = a;
+  heap_[b]->heap_index_ = b;
+}
+
+void EventLoop::heap_up(std::size_t i) {
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / 2;
+    if (!(heap_[i]->due_ < heap_[parent]->due_)) return;
+    heap_swap(i, parent);
+    i = parent;
+  }
+}
+
+void EventLoop::heap_down(std::size_t i) {
+  for (;;) {
+    const std::size_t left = 2 * i + 1;
+    const std::size_t right = left + 1;
+    std::size_t least = i;
+    if (left < heap_.size() && heap_[left]->due_ < heap_[least]->due_) least = left;
+    if (right < heap_.size() && heap_[right]->due_ < heap_[least]->due_) least = right;
+    if (least == i) return;
+    heap_swap(i, least);
+    i = least;
+  }
+}
+
+void EventLoop::heap_remove(std::size_t i) {
+  const std::size_t last = heap_.size() - 1;
+  if (i != last) {
+    heap_swap(i, last);
+    heap_.pop_back();
+    heap_down(i);
+    heap_up(i);
+  } else {
+    heap_.pop_back();
+  }
+}
+
+void EventLoop::run_due_timers() {
+  // Bounded by what is due now: a timer that schedules itself again for
+  // now or earlier runs at the next turn, not in a loop here.
+  std::size_t budget = heap_.size();
+  while (budget-- > 0 && !heap_.empty() && heap_.front()->due_ <= now_) {
+    Timer* t = heap_.front();
+    heap_remove(0);
+    t->loop_ = nullptr;
+    t->on_timer();
+  }
+}
+
+void EventLoop::run_deferred() {
+  // Work may defer more work, and a destructor may delete_later() another
+  // object: keep going until both lists are empty (each round takes what
+  // was there when it began).
+  while (!deferred_.empty() || !dying_.empty()) {
+    auto work = std::move(deferred_);
+    deferred_.clear();
+    for (auto& fn : work) fn();
+    auto objects = std::move(dying_);
+    dying_.clear();
+    objects.clear();
+  }
+}
+
 void EventLoop::run() {
   while (!stopping_) run_once(base::Millis(1000));
 }
@@ -217,14 +324,15 @@ void EventLoop::run_once(base::Millis max_wait) {
     if (int rc = enable_ring({}); rc < 0)
       throw std::runtime_error(std::string("io_uring enable failed: ") + std::strerror(-rc));
   }
-  now_ = base::MonoClock::now();
+  now_ = read_clock();
   base::MonoTime deadline = now_ + max_wait;
   base::MonoTime earliest_timer = base::MonoTime::max();
   for (const auto& t : timers_) {
     if (auto d = t.next(); d && *d < earliest_timer) earliest_timer = *d;
   }
   if (earliest_timer < deadline) deadline = earliest_timer;
-  if (!wake_.empty() || !finished_.empty()) deadline = now_;
+  if (!heap_.empty() && heap_.front()->due_ < deadline) deadline = heap_.front()->due_;
+  if (!wake_.empty() || !finished_.empty() || !deferred_.empty() || !dying_.empty()) deadline = now_;
 
   auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now_);
   if (wait.count() < 0) wait = std::chrono::nanoseconds(0);
@@ -240,7 +348,7 @@ void EventLoop::run_once(base::Millis max_wait) {
   if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
     throw std::runtime_error(std::string("io_uring wait failed: ") + std::strerror(-rc));
   }
-  now_ = base::MonoClock::now();
+  now_ = read_clock();
 
   // Collect first, then dispatch: callbacks may queue new requests. Both
   // kinds go in one list, in the order the kernel completed them.
@@ -264,7 +372,7 @@ void EventLoop::run_once(base::Millis max_wait) {
     if (h >= regs_.size()) return;
     Reg& r = regs_[h];
     if (!r.active || r.gen != gen) return;              // stale: unwatched or modified
-    if (!(flags & IORING_CQE_F_MORE)) r.armed = false;  // the kernel ended the multishot
+    if (!(flags & IORING_CQE_F_MORE)) r.armed = false;  // a one-shot poll, or the kernel ended the multishot
     if (res < 0) {
       if (res == -ECANCELED) return;
       ready.push_back({0, h, gen, POLLERR, 0});
@@ -297,6 +405,14 @@ void EventLoop::run_once(base::Millis max_wait) {
     if (rd.h >= regs_.size()) continue;
     Reg& r = regs_[rd.h];
     if (!r.active || r.gen != rd.gen) continue;
+    if (r.level) {
+      // Armed again after the callback (which may modify or unwatch): the
+      // kernel then checks readiness afresh, as a level-triggered wait would.
+      r.watcher->on_ready(rd.events);
+      Reg& after = regs_[rd.h];  // the callback may have grown regs_
+      if (after.active && after.gen == rd.gen && !after.armed) arm(rd.h);
+      continue;
+    }
     if (!r.armed) arm(rd.h);
     r.watcher->on_ready(rd.events);
   }
@@ -305,7 +421,9 @@ void EventLoop::run_once(base::Millis max_wait) {
   if (now_ >= earliest_timer) {
     for (const auto& t : timers_) t.fire(now_);
   }
+  run_due_timers();
+  run_deferred();
   for (const auto& hook : turn_hooks_) hook();
 }
 
-}  // namespace abox::netstack
+}  // namespace abox::io

@@ -2,7 +2,7 @@
 // replaced, a live listener (stream or datagram) is refused without its
 // accept queue seeing the check, anything that is not a socket is refused
 // and kept, bad paths are clear errors, and the new file is mode 0600.
-#include "netstack/unix_listener.h"
+#include "io/unix_listener.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -16,7 +16,7 @@
 
 #include "tests/support/temp_dir.h"
 
-namespace abox::netstack {
+namespace abox::io {
 namespace {
 
 class UnixListenerTest : public ::testing::Test {
@@ -135,4 +135,4 @@ TEST_F(UnixListenerTest, BadPathsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace abox::netstack
+}  // namespace abox::io

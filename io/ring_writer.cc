@@ -1,9 +1,9 @@
-#include "netstack/ring_writer.h"
+#include "io/ring_writer.h"
 
 #include <cstring>
 #include <utility>
 
-namespace abox::netstack {
+namespace abox::io {
 
 RingWriter::RingWriter(EventLoop& loop, int fd, Done on_done)
     : loop_(loop), fd_(fd), on_done_(std::move(on_done)), slots_(kSlots) {
@@ -50,4 +50,4 @@ void RingWriter::completed(Slot& slot, int res) {
   on_done_(res, slot.note);
 }
 
-}  // namespace abox::netstack
+}  // namespace abox::io

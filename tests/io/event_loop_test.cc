@@ -1,7 +1,7 @@
 // EventLoop's one-shot requests (request(), cancel_all()) on pipes: the
 // kernel behaviour GuestStack's ring reads rely on, checked here rather than
-// assumed. Readiness watches are covered by every suite that runs a loop.
-#include "netstack/event_loop.h"
+// assumed. Watches, timers and deferred work: event_loop_watch_test.cc.
+#include "io/event_loop.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@
 
 #include "base/unique_fd.h"
 
-namespace abox::netstack {
+namespace abox::io {
 namespace {
 
 struct Pipe {
@@ -195,4 +195,4 @@ TEST(EventLoopRequest, CancelAllWithNothingInFlightIsANoOp) {
 }
 
 }  // namespace
-}  // namespace abox::netstack
+}  // namespace abox::io

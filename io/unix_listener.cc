@@ -1,4 +1,4 @@
-#include "netstack/unix_listener.h"
+#include "io/unix_listener.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace abox::netstack {
+namespace abox::io {
 
 namespace {
 
@@ -73,4 +73,4 @@ base::Result<base::UniqueFd, std::string> listen_unix(const std::string& path, i
   return fd;
 }
 
-}  // namespace abox::netstack
+}  // namespace abox::io

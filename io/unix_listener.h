@@ -26,10 +26,10 @@
 #include "base/result.h"
 #include "base/unique_fd.h"
 
-namespace abox::netstack {
+namespace abox::io {
 
 // `what` names the socket in messages ("stats socket", "stream socket").
 base::Result<base::UniqueFd, std::string> listen_unix(const std::string& path, int backlog,
                                                       std::string_view what);
 
-}  // namespace abox::netstack
+}  // namespace abox::io

@@ -1,8 +1,8 @@
-#include "netstack/receive_buffer_pool.h"
+#include "io/receive_buffer_pool.h"
 
 #include <liburing.h>
 
-namespace abox::netstack {
+namespace abox::io {
 
 namespace {
 // Group ids: one per pool made in this process (tests make many stacks on
@@ -73,4 +73,4 @@ void ReceiveBufferPool::on_complete(int res, std::uint32_t /*cqe_flags*/) {
   if (usable_ > 0) --usable_;
 }
 
-}  // namespace abox::netstack
+}  // namespace abox::io

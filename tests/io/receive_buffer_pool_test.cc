@@ -5,7 +5,7 @@
 // datagram ends the receive with 0; a cancelled receive still completes
 // through its owner; and a second pool on the same loop never sees the
 // first one's buffers.
-#include "netstack/receive_buffer_pool.h"
+#include "io/receive_buffer_pool.h"
 
 #include <gtest/gtest.h>
 
@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 #include "tests/support/udp_pair.h"
 
-namespace abox::netstack {
+namespace abox::io {
 namespace {
 
 // Owns a receive the way UdpFlow does: takes each datagram, gives the
@@ -171,4 +171,4 @@ TEST_F(ReceiveBufferPoolTest, BytesRefusesWhatNoBufferHolds) {
 }
 
 }  // namespace
-}  // namespace abox::netstack
+}  // namespace abox::io

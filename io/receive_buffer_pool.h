@@ -25,9 +25,9 @@
 #include <optional>
 #include <span>
 
-#include "netstack/event_loop.h"
+#include "io/event_loop.h"
 
-namespace abox::netstack {
+namespace abox::io {
 
 class ReceiveBufferPool final : public EventLoop::Completion {
  public:
@@ -63,4 +63,4 @@ class ReceiveBufferPool final : public EventLoop::Completion {
   std::size_t removing_ = 0;  // the destructor's removal, in flight
 };
 
-}  // namespace abox::netstack
+}  // namespace abox::io
