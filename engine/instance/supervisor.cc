@@ -606,13 +606,19 @@ void InstanceSupervisor::on_child_exit(Child& c, const ExitStatus& status) {
   write_record();
   // While stopping, every child is on its way out: whatever its status, that is expected.
   if (!stopping_) {
+    auto kind = command_started() ? InstanceOutcome::Kind::kCrashed : InstanceOutcome::Kind::kCouldNotStart;
     std::string tail = c.err_log ? last_lines(c.err_log->tail()) : "";
-    std::string what = c.label == "vmm" ? std::string(vmm_.name()) : c.label;
-    std::string reason = what + " " + status.describe() + (tail.empty() ? "" : ": " + tail);
-    if (&c == &vmm_child_ && console_log_ && status.value == 0 && !status.signalled)
-      reason = "the VM powered off before the command ended; its console ends: " +
-               last_lines(console_log_->tail());
-    fail(command_started() ? InstanceOutcome::Kind::kCrashed : InstanceOutcome::Kind::kCouldNotStart, reason);
+    if (&c == &vmm_child_) {
+      std::string reason =
+          std::string(vmm_.name()) + " " + status.describe() + (tail.empty() ? "" : ": " + tail);
+      if (console_log_ && status.value == 0 && !status.signalled)
+        reason = "the VM powered off before the command ended; its console ends: " +
+                 last_lines(console_log_->tail());
+      fail(kind, reason);
+    } else {
+      // abox-net ends when its VMM goes: that exit may be the echo of the VMM's death.
+      fail_unless_vmm_died(kind, c.label + " " + status.describe() + (tail.empty() ? "" : ": " + tail));
+    }
   }
   if (&c == &vmm_child_) stop_children_after_vmm();
   check_done();

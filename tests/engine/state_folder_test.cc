@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "tests/support/temp_dir.h"
 
@@ -30,8 +32,10 @@ TEST(StateFolder, PrivateAndNeverReused) {
 
 TEST(StateFolder, NamesAndPathLengths) {
   abox::testing::TempDir tmp("state_folder");
-  for (auto bad : {"", ".hidden", "-x", "a/b", "a b", "..", std::string(65, 'a').c_str()})
-    EXPECT_FALSE(StateFolder::create(tmp.path(), bad).ok()) << bad;
+  // Strings, not c_str() of temporaries: an initializer_list of pointers would
+  // outlive the 65-character string it points into.
+  const std::vector<std::string> bad_names{"", ".hidden", "-x", "a/b", "a b", "..", std::string(65, 'a')};
+  for (const auto& bad : bad_names) EXPECT_FALSE(StateFolder::create(tmp.path(), bad).ok()) << bad;
   std::string deep = tmp.path() + "/" + std::string(90, 'd');
   auto f = StateFolder::create(deep, "name");
   ASSERT_FALSE(f.ok());
