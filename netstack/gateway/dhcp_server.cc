@@ -1,14 +1,14 @@
 // DhcpServer (see dhcp_server.h for how it works).
 #include "netstack/gateway/dhcp_server.h"
 
-#include "base/byte_reader.h"
+#include "netstack/stack/guest_frame.h"
 
 namespace abox::netstack {
 namespace {
 
 constexpr std::uint16_t kEtherIpv4 = 0x0800;
-constexpr std::uint8_t kProtoUdp = 17;
-constexpr std::uint16_t kServerPort = 67;
+constexpr std::uint8_t kProtoUdp = GuestFrame::kProtoUdp;
+constexpr std::uint16_t kServerPort = DhcpServer::kServerPort;
 constexpr std::uint16_t kClientPort = 68;
 constexpr std::uint32_t kBroadcast = 0xFFFF'FFFF;
 constexpr std::size_t kEthernetHeader = 14;
@@ -21,18 +21,6 @@ constexpr std::size_t kReplyCapacity = kEthernetHeader + kIpv4Header + kUdpHeade
 constexpr std::uint8_t kOffer = 2;
 constexpr std::uint8_t kAck = 5;
 constexpr std::uint8_t kNak = 6;
-
-// Ones' complement sum of big-endian 16-bit words, not yet folded.
-std::uint32_t sum16(std::span<const std::uint8_t> data, std::uint32_t sum = 0) {
-  for (std::size_t i = 0; i + 1 < data.size(); i += 2)
-    sum += static_cast<std::uint32_t>((data[i] << 8) | data[i + 1]);
-  if (data.size() % 2 != 0) sum += static_cast<std::uint32_t>(data.back() << 8);
-  return sum;
-}
-std::uint16_t fold(std::uint32_t sum) {
-  while ((sum >> 16) != 0) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<std::uint16_t>(~sum);
-}
 
 class FrameWriter {
  public:
@@ -76,44 +64,8 @@ DhcpServer::DhcpServer(const DhcpServerConfig& config) : config_(config) {
   reply_.reserve(kReplyCapacity);
 }
 
-DhcpResult DhcpServer::handle(std::span<const std::uint8_t> frame) {
-  // Classify: Ethernet, IPv4 without fragments, UDP to port 67.
-  base::ByteReader eth(frame);
-  if (!eth.skip(12)) return {};
-  const auto ethertype = eth.u16be();
-  if (!ethertype || *ethertype != kEtherIpv4) return {};
-  const std::span<const std::uint8_t> packet = eth.rest();
-  base::ByteReader ip(packet);
-  const auto version_ihl = ip.u8();
-  if (!version_ihl || (*version_ihl >> 4) != 4) return {};
-  const std::size_t ihl = std::size_t{*version_ihl & 0x0Fu} * 4;
-  const bool header_read = ip.skip(1);  // TOS
-  const auto total_length = ip.u16be();
-  const bool id_read = ip.skip(2);
-  const auto fragment = ip.u16be();
-  const bool ttl_read = ip.skip(1);
-  const auto protocol = ip.u8();
-  if (!header_read || !total_length || !id_read || !fragment || !ttl_read || !protocol) return {};
-  if (*protocol != kProtoUdp || (*fragment & 0x3FFF) != 0 || ihl < kIpv4Header) return {};
-  base::ByteReader udp_at(packet);
-  if (!udp_at.skip(ihl)) return {};
-  const auto source_port = udp_at.u16be();
-  const auto dest_port = udp_at.u16be();
-  const auto udp_length = udp_at.u16be();
-  if (!source_port || !dest_port || !udp_length || *dest_port != kServerPort) return {};
-
-  // The server's from here on: check the packet, then parse the message.
-  if (*total_length < ihl + kUdpHeader || *total_length > packet.size()) {
-    return malformed("IPv4 total length outside the frame");
-  }
-  if (fold(sum16(packet.first(ihl))) != 0) return malformed("bad IPv4 header checksum");
-  if (*udp_length < kUdpHeader || *udp_length > *total_length - ihl) {
-    return malformed("UDP length outside the packet");
-  }
-  if (!udp_at.skip(2)) return malformed("no UDP checksum");  // the UDP checksum is not checked
-  const auto bootp = udp_at.bytes(*udp_length - kUdpHeader);
-  if (!bootp) return malformed("UDP length outside the packet");
-  auto parsed = parse_dhcp_client_message(*bootp);
+DhcpResult DhcpServer::handle(std::span<const std::uint8_t> bootp) {
+  auto parsed = parse_dhcp_client_message(bootp);
   if (!parsed.ok()) return malformed(to_string(parsed.error()));
   const DhcpClientMessage& m = *parsed;
   if (m.giaddr != 0) return ignored("relayed message");
@@ -214,13 +166,13 @@ std::span<const std::uint8_t> DhcpServer::build_reply(const DhcpClientMessage& m
 
   const std::size_t end = w.size();
   w.put16_at(ip_at + 2, static_cast<std::uint16_t>(end - ip_at));
-  w.put16_at(ip_at + 10, fold(sum16(std::span(reply_).subspan(ip_at, kIpv4Header))));
+  w.put16_at(ip_at + 10, fold_checksum(sum16(std::span(reply_).subspan(ip_at, kIpv4Header))));
   const auto udp_length = static_cast<std::uint16_t>(end - udp_at);
   w.put16_at(udp_at + 4, udp_length);
   // Pseudo-header: source, destination, protocol, UDP length.
   std::uint32_t pseudo = sum16(std::span(reply_).subspan(ip_at + 12, 8));
   pseudo += kProtoUdp + udp_length;
-  std::uint16_t udp_sum = fold(sum16(std::span(reply_).subspan(udp_at, udp_length), pseudo));
+  std::uint16_t udp_sum = fold_checksum(sum16(std::span(reply_).subspan(udp_at, udp_length), pseudo));
   if (udp_sum == 0) udp_sum = 0xFFFF;  // 0 would mean "no checksum"
   w.put16_at(udp_at + 6, udp_sum);
   return reply_;

@@ -3,16 +3,14 @@
 // every client on the link is offered the instance's guest address, for a
 // fixed time, with the gateway as router and DNS server and the link's MTU.
 //
-// Life of one frame: GuestStack hands every frame from the guest to handle()
-// before lwIP sees it (a DISCOVER comes from 0.0.0.0, which the spoofing
-// check would drop). handle() classifies it cheaply: an Ethernet frame with
-// an unfragmented IPv4 packet whose UDP header is there and names port 67 is
-// the server's (outcome not_dhcp otherwise, and the frame goes on to lwIP).
-// From there on the frame goes nowhere else: it is answered, ignored or
-// counted as malformed. The IPv4 total length must lie inside the frame and
-// hold the header, the header checksum must be right, and the UDP length
-// must lie inside the packet; the BOOTP payload is then parsed by
-// parse_dhcp_client_message() (dhcp_message.h lists its checks).
+// Life of one message: GuestStack validates every guest frame once
+// (GuestFrame, netstack/stack/guest_frame.h: IPv4 lengths and header
+// checksum, the UDP length) and routes an unfragmented IPv4 datagram to UDP
+// port 67 here, before lwIP (a DISCOVER comes from 0.0.0.0, which the
+// spoofing check would drop): handle() gets the UDP payload, the BOOTP
+// message, and it goes nowhere else. It is answered, ignored or counted as
+// malformed; parse_dhcp_client_message() checks it (dhcp_message.h lists
+// its checks).
 //
 // Answers:
 //   DISCOVER                → OFFER of the guest address
@@ -54,16 +52,15 @@ struct DhcpServerConfig {
 };
 
 enum class DhcpOutcome : std::uint8_t {
-  not_dhcp,   // not UDP to port 67: the frame is not the server's
   offer,      // reply holds an OFFER
   ack,        // reply holds an ACK
   nak,        // reply holds a NAK
   ignored,    // a valid message that gets no answer (see the top of this file)
-  malformed,  // port 67, but a bad packet or message: dropped
+  malformed,  // not a valid client message: dropped
 };
 
 struct DhcpResult {
-  DhcpOutcome outcome = DhcpOutcome::not_dhcp;
+  DhcpOutcome outcome = DhcpOutcome::malformed;
   // The reply frame (empty unless offer, ack or nak); valid until the next
   // handle().
   std::span<const std::uint8_t> reply;
@@ -73,10 +70,13 @@ struct DhcpResult {
 
 class DhcpServer {
  public:
+  static constexpr std::uint16_t kServerPort = 67;
+
   explicit DhcpServer(const DhcpServerConfig& config);
 
-  // One Ethernet frame from the guest (see the top of this file).
-  DhcpResult handle(std::span<const std::uint8_t> frame);
+  // The UDP payload of one datagram from the guest to port 67 (see the
+  // top of this file).
+  DhcpResult handle(std::span<const std::uint8_t> bootp);
 
  private:
   std::span<const std::uint8_t> build_reply(const DhcpClientMessage& m, std::uint8_t type,

@@ -168,6 +168,8 @@ std::string run_stats_json(const RunStatsSources& from) {
   w.field("memory_trims", trims.trims).field("memory_trimmed_bytes", trims.released_bytes);
   // UDP flows that left the ring receive for readiness (added at the end: names are stable).
   w.field("udp_ring_receive_fallbacks", c.udp_ring_receive_fallbacks);
+  // Guest frames whose headers do not add up (guest_frame.h; added at the end).
+  w.field("frames_dropped_malformed", c.frames_dropped_malformed);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

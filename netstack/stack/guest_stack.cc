@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "base/byte_reader.h"
 #include "io/receive_buffer_pool.h"
 #include "lwip/etharp.h"
 #include "lwip/icmp.h"
@@ -22,6 +23,7 @@
 #include "netstack/gateway/guest_dns.h"
 #include "netstack/lwip/abox_lwip.h"
 #include "netstack/stack/admission.h"
+#include "netstack/stack/guest_frame.h"
 #include "netstack/stack/tcp_flow.h"
 #include "netstack/stack/udp_flow.h"
 
@@ -30,10 +32,6 @@ namespace abox::netstack {
 namespace {
 
 GuestStack* g_stack = nullptr;  // lwIP is process-global; so is its one stack
-
-constexpr std::uint16_t kEtherIpv4 = 0x0800;
-constexpr std::uint16_t kEtherArp = 0x0806;
-constexpr std::uint16_t kEtherIpv6 = 0x86DD;
 
 policy::IpAddress from_lwip(const ip_addr_t* a) {
   std::uint8_t b[4];
@@ -345,56 +343,44 @@ void GuestStack::take_buffered_frames() {
   }
 }
 
+// Every guest frame is validated once (GuestFrame) and routed once, on the
+// view: refused → dropped; IPv6 and unknown ethertypes → dropped; IPv4 to
+// UDP port 67 → the DHCP server; other IPv4 → the checks before lwIP; ARP
+// and IPv4 → lwIP.
 void GuestStack::take_frame(std::size_t n) {
-  std::span<std::uint8_t> frame(static_cast<std::uint8_t*>(rx_pbuf_->payload), rx_size_);
+  const std::span<const std::uint8_t> bytes(static_cast<const std::uint8_t*>(rx_pbuf_->payload), n);
   ++counters_.frames_in;
-  if (n < 14) return;
-  std::uint16_t type = static_cast<std::uint16_t>((frame[12] << 8) | frame[13]);
-  if (type == kEtherIpv6) {
-    ++counters_.frames_dropped_ipv6;
-    if (!ipv6_logged_) {
-      ipv6_logged_ = true;
-      if (events_.reserve_line())
-        events_.write_reserved(
-            "deny", {{"reason", "IPv6 is not supported yet; IPv6 frames are dropped"}, {"proto", "ipv6"}});
-    }
+  const auto parsed = GuestFrame::parse(bytes);
+  if (!parsed.ok()) {
+    ++counters_.frames_dropped_malformed;
     return;
   }
-  if (type != kEtherIpv4 && type != kEtherArp) {
-    ++counters_.frames_dropped_other;
-    return;
-  }
-  if (type == kEtherArp) {
-    // lwIP 2.1.3's etharp_input() reads the 28-byte ARP header without
-    // checking that the frame holds one (a heap over-read the guest_frames
-    // fuzzer found). Short ARP frames stop here.
-    if (n < 14 + 28) {
+  const GuestFrame& frame = *parsed;
+  switch (frame.kind()) {
+    case EtherKind::ipv6:
+      ++counters_.frames_dropped_ipv6;
+      if (!ipv6_logged_) {
+        ipv6_logged_ = true;
+        if (events_.reserve_line())
+          events_.write_reserved(
+              "deny", {{"reason", "IPv6 is not supported yet; IPv6 frames are dropped"}, {"proto", "ipv6"}});
+      }
+      return;
+    case EtherKind::other:
       ++counters_.frames_dropped_other;
       return;
-    }
-  } else {
-    // IPv4. Likewise ip4_input() reads the total length before it checks
-    // that a whole IPv4 header is there: anything shorter stops here.
-    if (n < 14 + 20) {
-      ++counters_.frames_dropped_other;
-      return;
-    }
-    // DHCP first: a DISCOVER comes from 0.0.0.0, which the checks below drop.
-    const DhcpResult dhcp = dhcp_.handle(std::span<const std::uint8_t>(frame.data(), n));
-    if (dhcp.outcome != DhcpOutcome::not_dhcp) {
-      count(dhcp.outcome);
-      if (!dhcp.reply.empty()) (void)link_.send(dhcp.reply);  // a full link loses it; the client retries
-      return;
-    }
-    if (drop_before_lwip(std::span<const std::uint8_t>(frame.data() + 14, n - 14))) return;
-    // Only the guest's own address may send: a spoofed source could
-    // otherwise make lwIP answer (and admit) on behalf of another host.
-    std::uint32_t src = 0;
-    std::memcpy(&src, frame.data() + 14 + 12, 4);
-    if (src != to_net(config_.guest)) {
-      ++counters_.frames_dropped_spoofed;
-      return;
-    }
+    case EtherKind::arp:
+      break;
+    case EtherKind::ipv4:
+      // DHCP first: a DISCOVER comes from 0.0.0.0, which the checks below drop.
+      if (frame.is_udp() && frame.transport().destination_port == DhcpServer::kServerPort) {
+        const DhcpResult dhcp = dhcp_.handle(frame.transport().udp_payload);
+        count(dhcp.outcome);
+        if (!dhcp.reply.empty()) (void)link_.send(dhcp.reply);  // a full link loses it; the client retries
+        return;
+      }
+      if (drop_before_lwip(frame)) return;
+      break;
   }
   pbuf* p = nullptr;
   if (n * 2 >= rx_size_) {
@@ -404,11 +390,12 @@ void GuestStack::take_frame(std::size_t n) {
   } else {
     p = pbuf_alloc(PBUF_RAW, static_cast<u16_t>(n), PBUF_RAM);
     if (p == nullptr) return;
-    pbuf_take(p, frame.data(), static_cast<u16_t>(n));
+    pbuf_take(p, bytes.data(), static_cast<u16_t>(n));
   }
   // A frame whose TCP/UDP checksum the guest's kernel left partial (or
-  // verified) is not checked again: it would fail or cost for nothing.
-  std::uint16_t flags = tx_checksum_flags_;
+  // verified) is not checked again: it would fail or cost for nothing. The
+  // IPv4 header checksum was checked by GuestFrame::parse().
+  std::uint16_t flags = tx_checksum_flags_ & ~NETIF_CHECKSUM_CHECK_IP;
   if (link_.last_frame_checksum_trusted()) flags &= ~(NETIF_CHECKSUM_CHECK_TCP | NETIF_CHECKSUM_CHECK_UDP);
   NETIF_SET_CHECKSUM_CTRL(netif_.get(), flags);
   if (netif_->input(p, netif_.get()) != ERR_OK) pbuf_free(p);
@@ -430,8 +417,6 @@ void GuestStack::count(DhcpOutcome outcome) {
       break;
     case DhcpOutcome::malformed:
       ++counters_.dhcp_malformed;
-      break;
-    case DhcpOutcome::not_dhcp:
       break;
   }
 }
@@ -552,58 +537,76 @@ void GuestStack::output_frame(pbuf* p) {
 GuestStack::ChecksumOffload GuestStack::checksum_offload_of(std::span<const std::uint8_t> head,
                                                             std::size_t frame_size) {
   ChecksumOffload out;
-  if (head.size() < 14 + 20 || frame_size < head.size()) return out;
-  if (head[12] != 0x08 || head[13] != 0x00) return out;  // IPv4 only
-  auto ip = head.subspan(14);
-  std::size_t ihl = std::size_t{ip[0] & 0x0Fu} * 4;
-  std::size_t total = (std::size_t{ip[2]} << 8) | ip[3];
-  if ((ip[0] >> 4) != 4 || ihl < 20 || total < ihl || total > frame_size - 14) return out;
-  if ((((ip[6] << 8) | ip[7]) & 0x3FFF) != 0) return out;  // a fragment
-  std::uint8_t proto = ip[9];
+  if (frame_size < head.size()) return out;
+  base::ByteReader eth(head);
+  if (!eth.skip(12) || eth.u16be() != std::optional<std::uint16_t>{0x0800}) return out;  // IPv4 only
+  const std::span<const std::uint8_t> ip_bytes = eth.rest();
+  base::ByteReader ip(ip_bytes);
+  const auto version_ihl = ip.u8();
+  const bool tos = ip.skip(1);
+  const auto total_length = ip.u16be();
+  const bool id = ip.skip(2);
+  const auto fragment = ip.u16be();
+  const bool ttl = ip.skip(1);
+  const auto proto = ip.u8();
+  const bool header_checksum = ip.skip(2);
+  const auto addresses = ip.bytes(8);
+  if (!version_ihl || !tos || !total_length || !id || !fragment || !ttl || !proto || !header_checksum ||
+      !addresses)
+    return out;
+  const std::size_t ihl = std::size_t{*version_ihl & 0x0Fu} * 4;
+  const std::size_t total = *total_length;
+  if ((*version_ihl >> 4) != 4 || ihl < 20 || total < ihl || total > frame_size - 14) return out;
+  if ((*fragment & 0x3FFF) != 0) return out;  // a fragment
   std::size_t field = 0;
-  if (proto == 6) {
+  if (*proto == GuestFrame::kProtoTcp) {
     field = 16;
-  } else if (proto == 17) {
+  } else if (*proto == GuestFrame::kProtoUdp) {
     field = 6;
   } else {
     return out;
   }
   if (total < ihl + field + 2) return out;
-  std::uint32_t sum = 0;
-  for (std::size_t i = 12; i < 20; i += 2) sum += static_cast<std::uint32_t>((ip[i] << 8) | ip[i + 1]);
-  sum += proto;
+  std::uint32_t sum = sum16(*addresses);
+  sum += *proto;
   sum += static_cast<std::uint32_t>(total - ihl);
   while (sum > 0xFFFF) sum = (sum & 0xFFFF) + (sum >> 16);
   out.start = static_cast<std::uint16_t>(14 + ihl);
   out.offset = static_cast<std::uint16_t>(field);
   out.field_end = 14 + ihl + field + 2;
   out.pseudo_sum = static_cast<std::uint16_t>(sum);
-  if (proto == 6 && head.size() >= 14 + ihl + 13) {
-    const std::size_t tcp_header = std::size_t{ip[ihl + 12]} / 16 * 4;
-    if (tcp_header >= 20 && ihl + tcp_header <= total)
-      out.tcp_headers = static_cast<std::uint16_t>(14 + ihl + tcp_header);
+  if (*proto == GuestFrame::kProtoTcp) {
+    base::ByteReader tcp(ip_bytes);
+    if (tcp.skip(ihl + 12)) {
+      if (const auto data_offset = tcp.u8()) {
+        const std::size_t tcp_header = std::size_t{*data_offset} / 16 * 4;
+        if (tcp_header >= 20 && ihl + tcp_header <= total)
+          out.tcp_headers = static_cast<std::uint16_t>(14 + ihl + tcp_header);
+      }
+    }
   }
   return out;
 }
 
-bool GuestStack::drop_before_lwip(std::span<const std::uint8_t> ip) {
+bool GuestStack::drop_before_lwip(const GuestFrame& frame) {
+  const Ipv4Fields& ip = frame.ipv4();
   // Fragments: lwIP is built without reassembly and would drop them
   // uncounted; count them here (and never hold any state for them).
-  std::uint16_t frag = static_cast<std::uint16_t>((ip[6] << 8) | ip[7]);
-  if ((frag & 0x3FFF) != 0) {  // MF set or a non-zero offset
+  if (ip.fragment) {
     ++counters_.frames_dropped_fragment;
+    return true;
+  }
+  // Only the guest's own address may send: a spoofed source could
+  // otherwise make lwIP answer (and admit) on behalf of another host.
+  if (ip.source_net != to_net(config_.guest)) {
+    ++counters_.frames_dropped_spoofed;
     return true;
   }
   // The DNS listener on the gateway is an ordinary lwIP listener, outside the
   // SYN hook: bound its handshakes in progress here.
-  std::size_t ihl = std::size_t{ip[0] & 0x0Fu} * 4;
-  if (ip[9] != 6 || ihl < 20 || ip.size() < ihl + 14) return false;
-  std::uint32_t dst = 0;
-  std::memcpy(&dst, ip.data() + 16, 4);
-  std::uint16_t dport = static_cast<std::uint16_t>((ip[ihl + 2] << 8) | ip[ihl + 3]);
-  std::uint8_t flags = ip[ihl + 13];
-  bool syn_only = (flags & 0x12) == 0x02;
-  if (!syn_only || dport != 53 || dst != to_net(config_.gateway)) return false;
+  if (!frame.is_tcp_syn_only() || frame.transport().destination_port != 53 ||
+      ip.destination_net != to_net(config_.gateway))
+    return false;
   std::size_t pending = 0;
   for (tcp_pcb* pcb = tcp_active_pcbs; pcb != nullptr; pcb = pcb->next) {
     if (pcb->state == SYN_RCVD && pcb->local_port == 53) ++pending;

@@ -1,8 +1,12 @@
 // GuestStack: one guest's side of abox-net. How a frame goes through:
 //
 //   Link ──a read posted on the ring (on_link_read), or receive() on
-//          readiness (receive_ready_frames) ──▶ take_frame()
-//     IPv4 UDP to port 67 ── DhcpServer (the fixed lease), reply straight to the Link
+//          readiness (receive_ready_frames) ──▶ take_frame(): GuestFrame::parse(),
+//          the one validated view of the frame's headers (guest_frame.h)
+//     refused by the view ── counted (frames_dropped_malformed), dropped
+//     IPv4 UDP to port 67 ── DhcpServer gets the UDP payload (the fixed lease),
+//                            reply straight to the Link
+//     IPv4 fragments, sources other than the guest ── counted, dropped
 //     IPv6 (and anything not IPv4/ARP) ── counted, dropped, logged once per kind
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
 //        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
@@ -49,6 +53,7 @@ class ReceiveBufferPool;
 
 namespace abox::netstack {
 
+class GuestFrame;
 class TcpFlow;
 class UdpFlow;
 class HostReceive;
@@ -81,9 +86,10 @@ struct GuestConfig {
 struct StackCounters {
   std::uint64_t frames_in = 0;
   std::uint64_t frames_dropped_ipv6 = 0;
-  std::uint64_t frames_dropped_other = 0;     // ethertypes we do not speak
-  std::uint64_t frames_dropped_spoofed = 0;   // IPv4 from a source that is not the guest
-  std::uint64_t frames_dropped_fragment = 0;  // IPv4 fragments: no reassembly, by design
+  std::uint64_t frames_dropped_other = 0;      // ethertypes we do not speak
+  std::uint64_t frames_dropped_malformed = 0;  // refused by GuestFrame::parse() (guest_frame.h)
+  std::uint64_t frames_dropped_spoofed = 0;    // IPv4 from a source that is not the guest
+  std::uint64_t frames_dropped_fragment = 0;   // IPv4 fragments: no reassembly, by design
   std::uint64_t tcp_admitted = 0;
   std::uint64_t tcp_refused = 0;
   std::uint64_t tcp_brokered = 0;  // admitted flows handed to the broker
@@ -237,8 +243,9 @@ class GuestStack {
   // TIME_WAIT pcbs lwIP holds, at most (see bound_time_wait()).
   static constexpr std::size_t kMaxTimeWait = 1024;
   void bound_time_wait();
-  // Checks on an IPv4 packet before lwIP sees it; true drops it (counted).
-  bool drop_before_lwip(std::span<const std::uint8_t> ip);
+  // Checks on a valid IPv4 frame before lwIP sees it (fragments, spoofed
+  // sources, handshakes to the gateway's DNS); true drops it (counted).
+  bool drop_before_lwip(const GuestFrame& frame);
   static constexpr std::size_t kMaxDnsHalfOpen = 32;
   void reap();
 
