@@ -121,8 +121,8 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("bytes_in", l.bytes_in)
       .field("bytes_out", l.bytes_out)
       .field("frames_dropped_send", l.dropped_send)
-      .field("syn_dropped", lw.syn_dropped)
-      .field("syn_reset", lw.syn_reset)
+      .field("syn_dropped", c.syn_dropped)
+      .field("syn_reset", c.syn_reset)
       .field("dns_answered", g.answered)
       .field("dns_forwarded", g.forwarded)
       .field("dns_coalesced", g.coalesced)
@@ -170,6 +170,9 @@ std::string run_stats_json(const RunStatsSources& from) {
   w.field("udp_ring_receive_fallbacks", c.udp_ring_receive_fallbacks);
   // Guest frames whose headers do not add up (guest_frame.h; added at the end).
   w.field("frames_dropped_malformed", c.frames_dropped_malformed);
+  // Frames the stack took from the link (the link's own frames_in counts
+  // before its runt checks).
+  w.field("stack_frames_in", c.frames_in);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

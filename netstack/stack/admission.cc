@@ -1,35 +1,25 @@
 #include "netstack/stack/admission.h"
 
+#include <array>
+
 namespace abox::netstack {
 
-std::string_view describe(Refusal r) {
-  switch (r) {
-    case Refusal::none:
-      return "admitted";
-    case Refusal::reserved:
-      return "destination in a reserved range";
-    case Refusal::host_address:
-      return "destination is an address of this host";
-    case Refusal::not_answered:
-      return "destination not answered by the DNS gate for an allowed name";
-    case Refusal::port_not_allowed:
-      return "port not allowed for the names this destination was answered for";
-  }
-  return "unknown";
-}
+namespace {
+// In the enum's order.
+constexpr std::array<std::string_view, kNameChecks> kNameCheckSentences = {{
+    "name matches",
+    "SNI/Host names a host this address was not answered for",
+    "SNI/Host names a host whose rule does not allow this port",
+}};
+static_assert(!kNameCheckSentences.back().empty(), "every NameCheck has its sentence");
+}  // namespace
 
 std::string_view describe(NameCheck c) {
-  switch (c) {
-    case NameCheck::ok:
-      return "name matches";
-    case NameCheck::not_answered_for_address:
-      return "SNI/Host names a host this address was not answered for";
-    case NameCheck::not_allowed_on_port:
-      return "SNI/Host names a host whose rule does not allow this port";
-  }
-  return "unknown";
+  return kNameCheckSentences.at(static_cast<std::size_t>(c));
 }
 
+// One reserved-range check, one table lookup (no allocation), then the
+// names in the table's order: a broker binding first, then allow rules.
 Admission admit_flow(const policy::Policy& policy, const policy::HostAddresses& host,
                      const dns::AnswerTable& table, const policy::IpAddress& dst, std::uint16_t port,
                      policy::Protocol protocol, base::MonoTime now) {
@@ -42,7 +32,7 @@ Admission admit_flow(const policy::Policy& policy, const policy::HostAddresses& 
   }
   if (verdict.reserved != nullptr) a.lifted = verdict.reserved;
 
-  auto names = table.names_for(dst, now);
+  const dns::AnswerTable::AnsweredNames names = table.names_for(dst, now);
   if (names.empty()) {
     a.refusal = Refusal::not_answered;
     return a;
@@ -50,23 +40,25 @@ Admission admit_flow(const policy::Policy& policy, const policy::HostAddresses& 
   // A brokered name takes the flow before any direct rule: its HTTPS must
   // never leave without the broker's gate.
   if (protocol == policy::Protocol::tcp) {
-    for (auto n : names) {
-      if (const auto* b = policy.broker_for(n, port)) {
+    for (const auto& n : names) {
+      if (const auto* b = policy.broker_for(n.name, port)) {
         a.broker = b;
-        a.name = n;
+        a.name = n.name;
+        a.answer_expires = n.expires;
         return a;
       }
     }
   }
-  auto decision = table.admits(dst, port, protocol, now);
-  if (!decision.admitted()) {
-    a.refusal = Refusal::port_not_allowed;
-    return a;
+  for (const auto& n : names) {
+    if (const policy::AllowRule* rule = policy.admits(n.name, port, protocol)) {
+      a.rule = rule;
+      a.name = n.name;
+      a.answer_expires = n.expires;
+      a.needs_name = protocol == policy::Protocol::tcp && rule->requires_name(port);
+      return a;
+    }
   }
-  a.rule = decision.rule;
-  a.name = decision.name;
-  a.answer_expires = decision.expires;
-  a.needs_name = protocol == policy::Protocol::tcp && decision.rule->requires_name(port);
+  a.refusal = Refusal::port_not_allowed;
   return a;
 }
 
@@ -74,8 +66,8 @@ NameCheck check_peeked_name(const policy::Policy& policy, const dns::AnswerTable
                             const policy::IpAddress& dst, std::uint16_t port, std::string_view peeked,
                             base::MonoTime now) {
   bool answered = false;
-  for (auto n : table.names_for(dst, now)) {
-    if (n == peeked) {
+  for (const auto& n : table.names_for(dst, now)) {
+    if (n.name == peeked) {
       answered = true;
       break;
     }

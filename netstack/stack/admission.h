@@ -19,32 +19,33 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "base/clock.h"
 #include "dns/answer_table.h"
+#include "netstack/stack/drop_reason.h"
 #include "policy/policy.h"
 
 namespace abox::netstack {
 
-enum class Refusal : std::uint8_t {
-  none,
-  reserved,          // the destination is in a reserved range
-  host_address,      // the destination is an address of this host
-  not_answered,      // no unexpired answer for an allowed name carries it
-  port_not_allowed,  // answered, but no rule for its names allows this port/protocol
-};
-std::string_view describe(Refusal r);
+// Admission's refusals are DropReasons (drop_reason.h): reserved (the
+// destination is in a reserved range), host_address (an address of this
+// host), not_answered (no unexpired answer for an allowed name carries it),
+// port_not_allowed (answered, but no rule for its names allows this
+// port/protocol).
+using Refusal = DropReason;
 
 struct Admission {
-  Refusal refusal = Refusal::none;
+  std::optional<DropReason> refusal;              // empty: admitted
   std::string_view name;                          // the answered name that admits it
   const policy::AllowRule* rule = nullptr;        // set for a direct flow
   const policy::BrokerBinding* broker = nullptr;  // set for a brokered flow
   const policy::ReservedRange* lifted = nullptr;  // reserved but lifted by [unsafe]: log it
   bool needs_name = false;                        // peek SNI/Host before connecting
   base::MonoTime answer_expires{};                // when that answer stops admitting new flows
-  bool admitted() const { return refusal == Refusal::none; }
+  // `name` refers to the AnswerTable's string: valid until its next record().
+  bool admitted() const { return !refusal.has_value(); }
 };
 
 // `host`: this host's own addresses, kept current by its owner.
@@ -56,7 +57,9 @@ enum class NameCheck : std::uint8_t {
   ok,
   not_answered_for_address,  // the SNI/Host names a host this address was not answered for
   not_allowed_on_port,       // it was, but that name's rule does not allow this port
+  count_,                    // not a result: the number of them
 };
+inline constexpr std::size_t kNameChecks = static_cast<std::size_t>(NameCheck::count_);
 std::string_view describe(NameCheck c);
 
 // For a flow admitted with needs_name: is `peeked` (the canonical SNI or

@@ -1,6 +1,7 @@
 // GuestFrame (see guest_frame.h for what is checked).
 #include "netstack/stack/guest_frame.h"
 
+#include <array>
 #include <cstring>
 
 #include "base/byte_reader.h"
@@ -18,32 +19,26 @@ constexpr std::size_t kTcpHeader = 20;
 
 }  // namespace
 
+namespace {
+// In the enum's order.
+constexpr std::array<std::string_view, kFrameRefusals> kFrameRefusalSentences = {{
+    "frame shorter than an Ethernet header",                        // ethernet_short
+    "ARP frame shorter than an ARP header",                         // arp_short
+    "IPv4 frame shorter than an IPv4 header",                       // ipv4_short
+    "IPv4 ethertype with an IP version that is not 4",              // ipv4_version
+    "IPv4 header length below 20 bytes or past the frame",          // ipv4_header_length
+    "IPv4 total length shorter than its header or past the frame",  // ipv4_total_length
+    "IPv4 header checksum is wrong",                                // ipv4_checksum
+    "UDP packet shorter than a UDP header",                         // udp_short
+    "UDP length shorter than its header or past the packet",        // udp_length
+    "TCP packet shorter than a TCP header",                         // tcp_short
+    "TCP data offset below 20 bytes or past the packet",            // tcp_data_offset
+}};
+static_assert(!kFrameRefusalSentences.back().empty(), "every FrameRefusal has its sentence");
+}  // namespace
+
 std::string_view describe(FrameRefusal r) {
-  switch (r) {
-    case FrameRefusal::ethernet_short:
-      return "frame shorter than an Ethernet header";
-    case FrameRefusal::arp_short:
-      return "ARP frame shorter than an ARP header";
-    case FrameRefusal::ipv4_short:
-      return "IPv4 frame shorter than an IPv4 header";
-    case FrameRefusal::ipv4_version:
-      return "IPv4 ethertype with an IP version that is not 4";
-    case FrameRefusal::ipv4_header_length:
-      return "IPv4 header length below 20 bytes or past the frame";
-    case FrameRefusal::ipv4_total_length:
-      return "IPv4 total length shorter than its header or past the frame";
-    case FrameRefusal::ipv4_checksum:
-      return "IPv4 header checksum is wrong";
-    case FrameRefusal::udp_short:
-      return "UDP packet shorter than a UDP header";
-    case FrameRefusal::udp_length:
-      return "UDP length shorter than its header or past the packet";
-    case FrameRefusal::tcp_short:
-      return "TCP packet shorter than a TCP header";
-    case FrameRefusal::tcp_data_offset:
-      return "TCP data offset below 20 bytes or past the packet";
-  }
-  return "malformed frame";
+  return kFrameRefusalSentences.at(static_cast<std::size_t>(r));
 }
 
 std::uint32_t sum16(std::span<const std::uint8_t> data, std::uint32_t sum) {

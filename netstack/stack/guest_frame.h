@@ -47,7 +47,9 @@ enum class FrameRefusal : std::uint8_t {
   udp_length,
   tcp_short,
   tcp_data_offset,
+  count_,  // not a refusal: the number of them
 };
+inline constexpr std::size_t kFrameRefusals = static_cast<std::size_t>(FrameRefusal::count_);
 // A sentence for the event log ("IPv4 header checksum is wrong").
 std::string_view describe(FrameRefusal r);
 

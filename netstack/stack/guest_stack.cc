@@ -66,16 +66,33 @@ struct StackGlue {
     n->flags = NETIF_FLAG_BROADCAST | NETIF_FLAG_ETHARP | NETIF_FLAG_ETHERNET | NETIF_FLAG_LINK_UP;
     return ERR_OK;
   }
-  static abox_lwip_syn_verdict_t syn(void*, const ip_addr_t* src, u16_t sport, const ip_addr_t* dst,
-                                     u16_t dport) {
-    return static_cast<abox_lwip_syn_verdict_t>(
-        g_stack->on_syn(from_lwip(src), sport, from_lwip(dst), dport));
+  static abox_lwip_syn_verdict_t syn(void*, const ip_addr_t*, u16_t, const ip_addr_t* dst, u16_t dport) {
+    switch (g_stack->on_syn(from_lwip(dst), dport)) {
+      case SynVerdict::accept:
+        return ABOX_LWIP_SYN_ACCEPT;
+      case SynVerdict::drop:
+        return ABOX_LWIP_SYN_DROP;
+      case SynVerdict::reset:
+        break;
+    }
+    return ABOX_LWIP_SYN_RESET;
   }
   static err_t accept(void*, tcp_pcb* pcb, err_t err) {
     if (err != ERR_OK || pcb == nullptr) return ERR_VAL;
-    g_stack->on_accept(pcb);
+    // A pcb aborted inside the callback must be answered ERR_ABRT: lwIP
+    // would otherwise go on with the segment on the pcb it just freed.
+    return g_stack->on_accept(pcb) ? ERR_OK : ERR_ABRT;
+  }
+  // The accept-all listener's new pcb (SYN_RCVD) takes the admission its
+  // SYN was given; lwIP frees it with the pcb if on_accept() never runs.
+  static err_t passive_open(u8_t id, tcp_pcb_listen*, tcp_pcb* pcb) {
+    tcp_ext_arg_set_callbacks(pcb, id, &kSynAdmissionCallbacks);
+    tcp_ext_arg_set(pcb, id, g_stack->syn_admission_.release());
     return ERR_OK;
   }
+  static void destroy_syn_admission(u8_t, void* data) { delete static_cast<GuestStack::SynAdmission*>(data); }
+  static constexpr tcp_ext_arg_callbacks kSynAdmissionCallbacks = {&destroy_syn_admission, nullptr};
+  static constexpr tcp_ext_arg_callbacks kListenerCallbacks = {nullptr, &passive_open};
   static void udp(void*, udp_pcb*, pbuf* p, const ip_addr_t* src, u16_t sport) {
     g_stack->on_udp(p, from_lwip(src), sport, from_lwip(ip_current_dest_addr()),
                     abox_lwip_udp_current_dest_port());
@@ -125,10 +142,13 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
   g_stack = this;
   static bool lwip_ready = false;
+  static u8_t syn_admission_arg = 0;
   if (!lwip_ready) {
     lwip_init();
+    syn_admission_arg = tcp_ext_arg_alloc_id();
     lwip_ready = true;
   }
+  syn_admission_arg_ = syn_admission_arg;
   abox_lwip_set_syn_hook(&StackGlue::syn);
 
   ip4_addr_t gw;
@@ -162,6 +182,7 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
   listener_ = tcp_listen(pcb);
   if (listener_ == nullptr) throw std::runtime_error("lwIP tcp_listen failed");
   tcp_accept(listener_, &StackGlue::accept);
+  tcp_ext_arg_set_callbacks(listener_, syn_admission_arg_, &StackGlue::kListenerCallbacks);
 
   udp_all_ = udp_new();
   if (udp_all_ == nullptr) throw std::runtime_error("lwIP udp_new failed");
@@ -352,22 +373,16 @@ void GuestStack::take_frame(std::size_t n) {
   ++counters_.frames_in;
   const auto parsed = GuestFrame::parse(bytes);
   if (!parsed.ok()) {
-    ++counters_.frames_dropped_malformed;
+    drop(DropReason::frame_malformed);
     return;
   }
   const GuestFrame& frame = *parsed;
   switch (frame.kind()) {
     case EtherKind::ipv6:
-      ++counters_.frames_dropped_ipv6;
-      if (!ipv6_logged_) {
-        ipv6_logged_ = true;
-        if (events_.reserve_line())
-          events_.write_reserved(
-              "deny", {{"reason", "IPv6 is not supported yet; IPv6 frames are dropped"}, {"proto", "ipv6"}});
-      }
+      drop(DropReason::frame_ipv6, "ipv6");
       return;
     case EtherKind::other:
-      ++counters_.frames_dropped_other;
+      drop(DropReason::frame_ethertype);
       return;
     case EtherKind::arp:
       break;
@@ -593,13 +608,13 @@ bool GuestStack::drop_before_lwip(const GuestFrame& frame) {
   // Fragments: lwIP is built without reassembly and would drop them
   // uncounted; count them here (and never hold any state for them).
   if (ip.fragment) {
-    ++counters_.frames_dropped_fragment;
+    drop(DropReason::frame_fragment);
     return true;
   }
   // Only the guest's own address may send: a spoofed source could
   // otherwise make lwIP answer (and admit) on behalf of another host.
   if (ip.source_net != to_net(config_.guest)) {
-    ++counters_.frames_dropped_spoofed;
+    drop(DropReason::frame_spoofed);
     return true;
   }
   // The DNS listener on the gateway is an ordinary lwIP listener, outside the
@@ -612,7 +627,7 @@ bool GuestStack::drop_before_lwip(const GuestFrame& frame) {
     if (pcb->state == SYN_RCVD && pcb->local_port == 53) ++pending;
   }
   if (pending < kMaxDnsHalfOpen) return false;
-  ++counters_.limit_half_open;
+  drop(DropReason::gateway_dns_half_open, "tcp");
   return true;
 }
 
@@ -669,9 +684,7 @@ FlowGauges GuestStack::flow_gauges() const {
 }
 
 GuestStack::LwipDrops GuestStack::lwip_drops() {
-  const abox_lwip_counters_t& c = *abox_lwip_counters();
-  return {
-      .icmp_not_for_gateway = c.icmp_not_for_netif, .syn_dropped = c.syn_dropped, .syn_reset = c.syn_reset};
+  return {.icmp_not_for_gateway = abox_lwip_counters()->icmp_not_for_netif};
 }
 
 std::size_t GuestStack::half_open_now() const {
@@ -682,83 +695,116 @@ std::size_t GuestStack::half_open_now() const {
   return n;
 }
 
-int GuestStack::on_syn(const policy::IpAddress& src, std::uint16_t, const policy::IpAddress& dst,
-                       std::uint16_t dst_port) {
-  (void)src;
-  if (dst == config_.gateway) return ABOX_LWIP_SYN_RESET;  // only DNS (its own listener) runs there
-  auto dst_text = [&] { return policy::Endpoint{dst, dst_port}.to_string(); };
+// The one way the stack drops or refuses: the counter and the log line come
+// from the reason's row (drop_reason.h), never written by hand.
+void GuestStack::drop(DropReason reason, std::string_view proto, const policy::Endpoint* dst,
+                      std::string_view name) {
+  const DropReasonInfo& row = info(reason);
+  ++(counters_.*(proto == "udp" ? row.udp_counter : row.tcp_counter));
+  switch (row.log) {
+    case DropLog::none:
+      return;
+    case DropLog::once: {
+      bool& logged = logged_once_.at(static_cast<std::size_t>(reason));
+      if (logged) return;
+      logged = true;
+      if (events_.reserve_line())
+        events_.write_reserved("deny", {{"reason", row.sentence}, {"proto", proto}});
+      return;
+    }
+    case DropLog::deny:
+      break;
+    case DropLog::limit: {
+      const std::uint64_t limit =
+          reason == DropReason::half_open ? policy_.limits().half_open : policy_.limits().flows;
+      if (events_.reserve_line())
+        events_.write_reserved("limit", {{"reason", row.name},
+                                         {"limit", limit},
+                                         {"dst", dst != nullptr ? dst->to_string() : std::string()},
+                                         {"proto", proto}});
+      return;
+    }
+  }
+  if (!events_.reserve_line()) return;
+  const std::string to = dst != nullptr ? dst->to_string() : std::string();
+  if (name.empty()) {
+    events_.write_reserved("deny", {{"reason", row.sentence}, {"dst", to}, {"proto", proto}});
+  } else {
+    events_.write_reserved("deny", {{"reason", row.sentence}, {"name", name}, {"dst", to}, {"proto", proto}});
+  }
+}
+
+// The one decision on a new TCP flow, at its SYN, and the one place a SYN
+// verdict is counted (syn_reset, syn_dropped; a refusal also by its reason).
+// An admitted SYN's decision rides on its pcb to on_accept().
+SynVerdict GuestStack::on_syn(const policy::IpAddress& dst, std::uint16_t dst_port) {
+  const SynVerdict verdict = decide_syn(dst, dst_port);
+  if (verdict == SynVerdict::reset) ++counters_.syn_reset;
+  if (verdict == SynVerdict::drop) ++counters_.syn_dropped;
+  return verdict;
+}
+
+SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t dst_port) {
+  if (dst == config_.gateway) return SynVerdict::reset;  // only DNS (its own listener) runs there
+  const policy::Endpoint to{dst, dst_port};
   // Handshakes in progress become flows: they count against the limit too.
   std::size_t half_open = half_open_now();
   if (tcp_flows_.size() + udp_flows_.size() + half_open >= policy_.limits().flows) {
-    ++counters_.limit_flows;
-    if (events_.reserve_line())
-      events_.write_reserved("limit", {{"reason", "flows"},
-                                       {"limit", std::uint64_t{policy_.limits().flows}},
-                                       {"dst", dst_text()},
-                                       {"proto", "tcp"}});
-    return ABOX_LWIP_SYN_RESET;
+    drop(DropReason::flows, "tcp", &to);
+    return SynVerdict::reset;
   }
   if (half_open >= policy_.limits().half_open) {
-    ++counters_.limit_half_open;
-    if (events_.reserve_line())
-      events_.write_reserved("limit", {{"reason", "half_open"},
-                                       {"limit", std::uint64_t{policy_.limits().half_open}},
-                                       {"dst", dst_text()},
-                                       {"proto", "tcp"}});
-    return ABOX_LWIP_SYN_DROP;  // the guest retries; old flows keep going
+    drop(DropReason::half_open, "tcp", &to);
+    return SynVerdict::drop;  // the guest retries; old flows keep going
   }
   Admission a =
       admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
   if (!a.admitted()) {
-    ++counters_.tcp_refused;
-    if (events_.reserve_line())
-      events_.write_reserved("deny",
-                             {{"reason", describe(a.refusal)}, {"dst", dst_text()}, {"proto", "tcp"}});
-    return ABOX_LWIP_SYN_RESET;
+    drop(*a.refusal, "tcp", &to);
+    return SynVerdict::reset;
   }
   if (a.broker != nullptr && config_.broker_path.empty()) {
     // Never sent out directly: without a broker there is nowhere to go.
-    ++counters_.tcp_refused;
-    if (events_.reserve_line())
-      events_.write_reserved("deny", {{"reason", "brokered name: no broker attached to this abox-net"},
-                                      {"name", a.name},
-                                      {"dst", dst_text()},
-                                      {"proto", "tcp"}});
-    return ABOX_LWIP_SYN_RESET;
+    drop(DropReason::no_broker, "tcp", &to, a.name);
+    return SynVerdict::reset;
   }
-  return ABOX_LWIP_SYN_ACCEPT;
+  // The name is copied: the table's string may go before the handshake ends.
+  syn_admission_ = std::make_unique<SynAdmission>(
+      SynAdmission{std::string(a.name), a.broker, a.lifted, a.needs_name, a.answer_expires});
+  return SynVerdict::accept;
 }
 
-void GuestStack::on_accept(tcp_pcb* pcb) {
-  policy::IpAddress dst = from_lwip(&pcb->local_ip);
-  std::uint16_t port = pcb->local_port;
-  // Decided again now that the handshake is done: the answer may have
-  // expired in between, and nothing is remembered per SYN.
-  Admission a = admit_flow(policy_, host_addresses_, table_, dst, port, policy::Protocol::tcp, loop_.now());
-  if (!a.admitted() || (a.broker != nullptr && config_.broker_path.empty())) {
+bool GuestStack::on_accept(tcp_pcb* pcb) {
+  const policy::Endpoint dst{from_lwip(&pcb->local_ip), pcb->local_port};
+  std::unique_ptr<SynAdmission> a(static_cast<SynAdmission*>(tcp_ext_arg_get(pcb, syn_admission_arg_)));
+  tcp_ext_arg_set(pcb, syn_admission_arg_, nullptr);
+  // Decided at the SYN; what can have changed since is the answer's expiry
+  // (a handshake can take seconds of SYN-ACK retransmits).
+  if (a == nullptr || loop_.now() >= a->answer_expires) {
+    drop(DropReason::answer_expired, "tcp", &dst);
     tcp_abort(pcb);
-    return;
+    return false;
   }
   if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
-    ++counters_.limit_flows;  // the limit is exact even if handshakes raced past the SYN check
+    drop(DropReason::flows, "tcp", &dst);  // exact even if handshakes raced past the SYN check
     tcp_abort(pcb);
-    return;
+    return false;
   }
   ++counters_.tcp_admitted;
-  if (a.broker != nullptr) ++counters_.tcp_brokered;
+  if (a->broker != nullptr) ++counters_.tcp_brokered;
   if (events_.reserve_line())
-    events_.write_reserved("admit", {{"reason", a.broker != nullptr ? "answered name, handed to the broker"
-                                                : a.needs_name      ? "answered name, SNI/Host to be checked"
-                                                                    : "answered name"},
-                                     {"name", a.name},
-                                     {"dst", policy::Endpoint{dst, port}.to_string()},
+    events_.write_reserved("admit", {{"reason", a->broker != nullptr ? "answered name, handed to the broker"
+                                                : a->needs_name      ? "answered name, SNI/Host to be checked"
+                                                                     : "answered name"},
+                                     {"name", a->name},
+                                     {"dst", dst.to_string()},
                                      {"proto", "tcp"}});
-  if (a.lifted != nullptr) {
+  if (a->lifted != nullptr) {
     if (events_.reserve_line())
       events_.write_reserved("unsafe",
                              {{"reason", "flow to a reserved range lifted by [unsafe] allow_reserved"},
-                              {"dst", policy::Endpoint{dst, port}.to_string()},
-                              {"range", a.lifted->range.to_string()}});
+                              {"dst", dst.to_string()},
+                              {"range", a->lifted->range.to_string()}});
   }
   // A guest whose MSS is its MTU's gets segments of up to 64 KiB, which the
   // link hands over as GSO packets (see output_frame()): a whole number of
@@ -769,20 +815,20 @@ void GuestStack::on_accept(tcp_pcb* pcb) {
     const std::size_t wide = std::min<std::size_t>(TCP_MSS, (0xFFFF - 14 - 40) / guest_mss * guest_mss);
     if (wide > guest_mss) pcb->mss = static_cast<u16_t>(wide);
   }
-  auto flow = std::make_unique<TcpFlow>(*this, pcb, a.needs_name, std::string(a.name), a.broker);
+  auto flow = std::make_unique<TcpFlow>(*this, pcb, a->needs_name, std::move(a->name), a->broker);
   TcpFlow* raw = flow.get();
   tcp_flows_.emplace(raw, std::move(flow));
   raw->start();
+  // A flow whose host side failed at once (no socket) aborted its pcb.
+  return !raw->aborted();
 }
 
 void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port,
                         const policy::IpAddress& dst, std::uint16_t dst_port) {
   (void)src;
-  auto dst_text = [&] { return policy::Endpoint{dst, dst_port}.to_string(); };
-  auto refuse = [&](std::string_view why) {
-    ++counters_.udp_refused;
-    if (events_.reserve_line())
-      events_.write_reserved("deny", {{"reason", why}, {"dst", dst_text()}, {"proto", "udp"}});
+  const policy::Endpoint to{dst, dst_port};
+  auto refuse = [&](DropReason why) {
+    drop(why, "udp", &to);
     // ICMP "communication administratively prohibited" (type 3, code 13),
     // quoting the datagram: move back over the UDP and IP headers first.
     if (pbuf_header_force(p, static_cast<s16_t>(ip_current_header_tot_len() + 8)) == 0) {
@@ -791,7 +837,7 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     pbuf_free(p);
   };
   if (dst == config_.gateway) {
-    refuse("no UDP service on the gateway but DNS");
+    refuse(DropReason::gateway_udp);
     return;
   }
   std::uint64_t key = udp_key(src_port, to_net(dst), dst_port);
@@ -800,31 +846,27 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     return;
   }
   if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
-    ++counters_.limit_flows;
-    if (events_.reserve_line())
-      events_.write_reserved("limit", {{"reason", "flows"},
-                                       {"limit", std::uint64_t{policy_.limits().flows}},
-                                       {"dst", dst_text()},
-                                       {"proto", "udp"}});
+    drop(DropReason::flows, "udp", &to);
     pbuf_free(p);
     return;
   }
   Admission a =
       admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
   if (!a.admitted()) {
-    refuse(describe(a.refusal));
+    refuse(*a.refusal);
     return;
   }
   auto flow = std::make_unique<UdpFlow>(*this, key, to_net(config_.guest), src_port,
                                         policy::Endpoint{dst, dst_port}, std::string(a.name));
   if (!flow->start()) {
+    drop(DropReason::host_socket_failed, "udp", &to, a.name);  // was silent
     pbuf_free(p);
     return;
   }
   ++counters_.udp_admitted;
   if (events_.reserve_line())
     events_.write_reserved(
-        "admit", {{"reason", "answered name"}, {"name", a.name}, {"dst", dst_text()}, {"proto", "udp"}});
+        "admit", {{"reason", "answered name"}, {"name", a.name}, {"dst", to.to_string()}, {"proto", "udp"}});
   UdpFlow* raw = flow.get();
   udp_flows_.emplace(key, std::move(flow));
   raw->from_guest(p);

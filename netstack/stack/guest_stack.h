@@ -40,6 +40,8 @@
 #include "io/ring_writer.h"
 #include "netstack/gateway/dhcp_server.h"
 #include "netstack/link/link.h"
+#include "netstack/stack/drop_reason.h"
+#include "netstack/stack/stack_counters.h"
 #include "policy/policy.h"
 
 struct netif;
@@ -58,6 +60,9 @@ class TcpFlow;
 class UdpFlow;
 class HostReceive;
 class GuestDns;
+
+// What happens to a new SYN at the accept-all listener (lwIP's verdicts).
+enum class SynVerdict : std::uint8_t { accept, drop, reset };
 
 struct GuestConfig {
   policy::IpAddress gateway = policy::IpAddress::v4(0x0A000202);  // 10.0.2.2
@@ -81,33 +86,6 @@ struct GuestConfig {
   // datagrams come by a multishot receive into a shared io::ReceiveBufferPool
   // instead of readiness and recvmmsg. Off: the system calls.
   bool host_io_on_ring = true;
-};
-
-struct StackCounters {
-  std::uint64_t frames_in = 0;
-  std::uint64_t frames_dropped_ipv6 = 0;
-  std::uint64_t frames_dropped_other = 0;      // ethertypes we do not speak
-  std::uint64_t frames_dropped_malformed = 0;  // refused by GuestFrame::parse() (guest_frame.h)
-  std::uint64_t frames_dropped_spoofed = 0;    // IPv4 from a source that is not the guest
-  std::uint64_t frames_dropped_fragment = 0;   // IPv4 fragments: no reassembly, by design
-  std::uint64_t tcp_admitted = 0;
-  std::uint64_t tcp_refused = 0;
-  std::uint64_t tcp_brokered = 0;  // admitted flows handed to the broker
-  std::uint64_t udp_admitted = 0;
-  std::uint64_t udp_refused = 0;
-  std::uint64_t limit_flows = 0;
-  std::uint64_t limit_half_open = 0;
-  std::uint64_t name_refused = 0;  // SNI/Host did not match
-  std::uint64_t connect_failed = 0;
-  std::uint64_t time_wait_dropped = 0;  // lwIP TIME_WAIT pcbs freed early (bound_time_wait())
-  std::uint64_t dhcp_offers = 0;
-  std::uint64_t dhcp_acks = 0;
-  std::uint64_t dhcp_naks = 0;
-  std::uint64_t dhcp_ignored = 0;    // DECLINE, RELEASE, to another server, relayed
-  std::uint64_t dhcp_malformed = 0;  // UDP to port 67 that is not a valid client message
-  // UDP flows whose ring receive kept ending without a datagram, read on
-  // readiness from then on (udp_flow.cc).
-  std::uint64_t udp_ring_receive_fallbacks = 0;
 };
 
 // Live flows by state, counted when asked (GuestStack::flow_gauges()).
@@ -148,11 +126,9 @@ class GuestStack {
   std::size_t tcp_flows() const { return tcp_flows_.size(); }
   std::size_t udp_flows() const { return udp_flows_.size(); }
   // What lwIP's glue (netstack/lwip/abox_lwip.h) dropped: ICMP to a foreign
-  // address, and the SYN verdicts, for the stats.
+  // address, for the stats.
   struct LwipDrops {
     std::uint64_t icmp_not_for_gateway = 0;
-    std::uint64_t syn_dropped = 0;
-    std::uint64_t syn_reset = 0;
   };
   static LwipDrops lwip_drops();
   // Walks the flow table and lwIP's pcb lists: O(flows), every one bounded
@@ -234,9 +210,26 @@ class GuestStack {
   void link_failed(int err);
   void watch_link_output();
   void count(DhcpOutcome outcome);
-  int on_syn(const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
-             std::uint16_t dst_port);
-  void on_accept(tcp_pcb* pcb);
+  // The admission decided at a SYN, carried on its pcb (an lwIP ext arg)
+  // until on_accept() takes it; lwIP frees it with a pcb whose handshake
+  // never completes. The name is a copy: the table may drop its own.
+  struct SynAdmission {
+    std::string name;
+    const policy::BrokerBinding* broker = nullptr;
+    const policy::ReservedRange* lifted = nullptr;
+    bool needs_name = false;
+    base::MonoTime answer_expires{};
+  };
+  // Counts and logs one drop or refusal as its row in drop_reason.h says.
+  // proto: "tcp", "udp", "ipv6", or empty for a frame (counted as TCP's).
+  void drop(DropReason reason, std::string_view proto = {}, const policy::Endpoint* dst = nullptr,
+            std::string_view name = {});
+  // The SYN hook: decide_syn() once, its verdict counted once.
+  SynVerdict on_syn(const policy::IpAddress& dst, std::uint16_t dst_port);
+  SynVerdict decide_syn(const policy::IpAddress& dst, std::uint16_t dst_port);
+  // The handshake is done: the flow starts with its SYN's admission. False
+  // when the pcb was aborted (lwIP must then be answered ERR_ABRT).
+  bool on_accept(tcp_pcb* pcb);
   void on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
               std::uint16_t dst_port);
   std::size_t half_open_now() const;
@@ -273,6 +266,8 @@ class GuestStack {
   tcp_pcb* listener_ = nullptr;
   udp_pcb* udp_all_ = nullptr;
   std::unique_ptr<GuestDns> dns_;
+  std::unique_ptr<SynAdmission> syn_admission_;  // the last SYN's, until lwIP makes its pcb
+  std::uint8_t syn_admission_arg_ = 0;           // lwIP ext arg id (one per process)
   std::unordered_map<TcpFlow*, std::unique_ptr<TcpFlow>> tcp_flows_;
   std::unordered_map<std::uint64_t, std::unique_ptr<UdpFlow>> udp_flows_;  // key: see udp_key()
   struct ReplyPcb {
@@ -294,8 +289,8 @@ class GuestStack {
   std::uint16_t tx_checksum_flags_ = 0xFFFF;
   base::MonoTime next_sweep_{};
   bool link_alive_ = true;
-  bool link_full_ = false;  // the link's fd took only part of a flush: wait for POLLOUT
-  bool ipv6_logged_ = false;
+  bool link_full_ = false;                        // the link's fd took only part of a flush: wait for POLLOUT
+  std::array<bool, kDropReasons> logged_once_{};  // DropLog::once reasons already logged
   StackCounters counters_;
 };
 

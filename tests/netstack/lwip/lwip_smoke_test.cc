@@ -711,7 +711,6 @@ TEST_F(LwipSmokeTest, TcpSynVerdictResetAnswersRstAndAcceptsNothing) {
   abox_lwip_set_syn_hook(&OnSyn);
   verdict_ = ABOX_LWIP_SYN_RESET;
   GuestArps();
-  const std::uint64_t resets_before = abox_lwip_counters()->syn_reset;
 
   auto rst = Syn({93, 184, 215, 14}, 40002, 25, 7000);
   ASSERT_TRUE(rst);
@@ -724,7 +723,6 @@ TEST_F(LwipSmokeTest, TcpSynVerdictResetAnswersRstAndAcceptsNothing) {
   EXPECT_TRUE(rst->checksum_ok);
   EXPECT_EQ(syns_.size(), 1u);
   EXPECT_EQ(tcp_active_pcbs, nullptr);
-  EXPECT_EQ(abox_lwip_counters()->syn_reset, resets_before + 1);
 
   // The guest gives up; nothing was ever accepted.
   EXPECT_TRUE(accepted_.empty());

@@ -88,5 +88,24 @@ TEST(RunStatsTest, FlowGaugesAndTheStreamLinksSection) {
   EXPECT_EQ(plain.size() + 5, s.size());
 }
 
+// Every StackCounters field (kStackCounterFields lists them all: the
+// struct's size is checked against it when it builds) reaches the stats
+// output under its name, with its own value.
+TEST(RunStatsTest, EveryStackCounterReachesTheStats) {
+  stream_stack_test::StreamStackRig rig(kMtu);
+  ASSERT_TRUE(rig.link);
+  GuestStack stack(rig.loop, *rig.link, rig.policy, rig.upstreams, rig.events, rig.random);
+  MemoryProbe memory;
+  StackCounters& c = stack.mutable_counters();
+  std::uint64_t value = 1'000'000;
+  for (const StackCounterField& f : kStackCounterFields) c.*f.member = value++;
+  auto s = parsed(run_stats_json({stack, *rig.link, memory}));
+  value = 1'000'000;
+  for (const StackCounterField& f : kStackCounterFields) {
+    ASSERT_EQ(s.count(std::string(f.name)), 1u) << f.name;
+    EXPECT_EQ(s[std::string(f.name)], value++) << f.name;
+  }
+}
+
 }  // namespace
 }  // namespace abox::netstack

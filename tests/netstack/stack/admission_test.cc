@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
+#include <string_view>
 
 #include "policy/policy_file.h"
 
@@ -78,6 +80,20 @@ TEST_F(AdmissionTest, ReservedIsRefusedEvenWhenAnswered) {
   answer("10.0.0.1", "github.com");  // a table fed by mistake must not matter
   EXPECT_EQ(admit("10.0.0.1", 443).refusal, Refusal::reserved);
   EXPECT_EQ(admit("169.254.169.254", 80).refusal, Refusal::reserved);
+}
+
+// Moved from the AnswerTable's tests when the table stopped deciding: an
+// address recorded by mistake admits nothing, in every reserved range.
+TEST_F(AdmissionTest, AReservedAddressRecordedByMistakeIsRefused) {
+  for (auto text : {"127.0.0.1", "169.254.169.254", "10.0.0.1", "192.168.1.1", "100.64.0.1", "0.0.0.0",
+                    "224.0.0.1", "::1", "::ffff:93.184.216.34", "64:ff9b::5db8:d822", "fd00::1", "fe80::1"}) {
+    answer(text, "github.com");
+    EXPECT_EQ(admit(text, 443).refusal, Refusal::reserved) << text;
+  }
+  // Only what [unsafe] names is lifted; lifted still means answered.
+  answer("198.18.0.1", "github.com");
+  EXPECT_TRUE(admit("198.18.0.1", 443).admitted());
+  EXPECT_EQ(admit("198.18.0.2", 443).refusal, Refusal::not_answered);
 }
 
 TEST_F(AdmissionTest, LiftedReservedIsAdmittedAndMarked) {
@@ -157,6 +173,14 @@ TEST_F(AdmissionTest, PeekedNameMustBeAnsweredForTheAddress) {
   answer("151.101.1.1", "db.example.net");
   EXPECT_EQ(check_peeked_name(*policy_, *table_, ip("151.101.1.1"), 443, "db.example.net", now_),
             NameCheck::not_allowed_on_port);
+}
+
+TEST(NameCheckTest, EveryResultReadsAsItsOwnSentence) {
+  std::set<std::string_view> seen;
+  for (std::size_t i = 0; i < kNameChecks; ++i) {
+    EXPECT_FALSE(describe(static_cast<NameCheck>(i)).empty()) << i;
+    EXPECT_TRUE(seen.insert(describe(static_cast<NameCheck>(i))).second) << i;
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/event_log.h"
@@ -39,7 +40,8 @@ inline policy::Policy allow_example_policy() {
 }
 
 struct StreamStackRig {
-  explicit StreamStackRig(std::size_t mtu) {
+  // clock: the loop's (empty: the monotonic clock).
+  explicit StreamStackRig(std::size_t mtu, io::EventLoop::Clock clock = {}) : loop(256, std::move(clock)) {
     std::array<int, 2> sv{};
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()) != 0) {
       ADD_FAILURE() << "socketpair: " << std::strerror(errno);

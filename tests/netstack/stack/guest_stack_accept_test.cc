@@ -1,0 +1,238 @@
+// GuestStack's TCP admission, driven with real frames over a StreamLink
+// (the test is the guest's VMM): a flow is decided once, at its SYN, and the
+// decision reaches the accept; a flow whose host side fails inside the
+// accept callback aborts its pcb and tells lwIP so (ERR_ABRT), so lwIP does
+// not go on with the segment on a freed pcb (the ASan build caught that
+// use-after-free before: the accept callback answered ERR_OK).
+//
+// The destination is 127.0.0.1:9, lifted by [unsafe] for the test; the
+// host side never connects anywhere: the cases that reach the accept make
+// socket() fail (RLIMIT_NOFILE) or find the answer expired.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "base/byte_reader.h"
+#include "netstack/stack/guest_frame.h"
+#include "netstack/stack/guest_stack.h"
+#include "tests/netstack/stack/stream_stack_support.h"
+#include "tests/support/big_endian.h"
+
+namespace abox::netstack {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+using abox::testing::put16;
+using abox::testing::put32;
+using stream_stack_test::write_all;
+
+constexpr std::array<std::uint8_t, 6> kGuestMac = {0x02, 0, 0, 0, 0, 0x15};
+constexpr std::array<std::uint8_t, 6> kGatewayMac = {0x52, 0x55, 0x0a, 0x00, 0x02, 0x02};
+constexpr std::uint32_t kGuest = 0x0A00'020F;
+constexpr std::uint32_t kDst = 0x7F00'0001;  // 127.0.0.1, lifted below
+constexpr std::uint16_t kDstPort = 9;
+
+policy::Policy loopback_policy() {
+  auto p = policy::parse_policy(
+      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n"
+      "[[allow]]\nnames = [\"example.com\"]\nports = [9]\n"
+      "[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n",
+      "accept-test.toml");
+  if (!p.ok()) ADD_FAILURE() << p.error().to_string();
+  return std::move(p).value();
+}
+
+Bytes record(const Bytes& f) {
+  Bytes r;
+  put32(r, static_cast<std::uint32_t>(f.size()));
+  r.insert(r.end(), f.begin(), f.end());
+  return r;
+}
+Bytes ethernet(const std::array<std::uint8_t, 6>& dst, std::uint16_t type) {
+  Bytes f(dst.begin(), dst.end());
+  f.insert(f.end(), kGuestMac.begin(), kGuestMac.end());
+  put16(f, type);
+  return f;
+}
+Bytes arp_request() {
+  Bytes f = ethernet({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0806);
+  f.insert(f.end(), {0, 1, 8, 0, 6, 4, 0, 1});
+  f.insert(f.end(), kGuestMac.begin(), kGuestMac.end());
+  f.insert(f.end(), {10, 0, 2, 15, 0, 0, 0, 0, 0, 0, 10, 0, 2, 2});
+  f.resize(60, 0);
+  return f;
+}
+// A TCP segment from the guest's `port` to kDst:kDstPort, checksums right.
+Bytes tcp_segment(std::uint16_t port, std::uint8_t flags, std::uint32_t seq, std::uint32_t ack) {
+  Bytes tcp;
+  put16(tcp, port);
+  put16(tcp, kDstPort);
+  put32(tcp, seq);
+  put32(tcp, ack);
+  tcp.push_back(5 << 4);
+  tcp.push_back(flags);
+  put16(tcp, 65535);
+  put32(tcp, 0);  // checksum, urgent pointer
+  Bytes pseudo;
+  put32(pseudo, kGuest);
+  put32(pseudo, kDst);
+  put16(pseudo, 6);
+  put16(pseudo, static_cast<std::uint16_t>(tcp.size()));
+  const std::uint16_t tcp_sum = fold_checksum(sum16(tcp, sum16(pseudo)));
+  tcp[16] = static_cast<std::uint8_t>(tcp_sum >> 8);
+  tcp[17] = static_cast<std::uint8_t>(tcp_sum);
+  Bytes f = ethernet(kGatewayMac, 0x0800);
+  const std::size_t ip = f.size();
+  f.insert(f.end(), {0x45, 0});
+  put16(f, static_cast<std::uint16_t>(20 + tcp.size()));
+  put32(f, 0);
+  f.insert(f.end(), {64, 6, 0, 0});
+  put32(f, kGuest);
+  put32(f, kDst);
+  const std::uint16_t ip_sum = fold_checksum(sum16(std::span<const std::uint8_t>(f).subspan(ip, 20)));
+  f[ip + 10] = static_cast<std::uint8_t>(ip_sum >> 8);
+  f[ip + 11] = static_cast<std::uint8_t>(ip_sum);
+  f.insert(f.end(), tcp.begin(), tcp.end());
+  return f;
+}
+
+struct TcpSeen {
+  std::uint8_t flags = 0;
+  std::uint32_t seq = 0;
+};
+
+class GuestStackAcceptTest : public ::testing::Test {
+ protected:
+  GuestStackAcceptTest() : rig_(1500, [this] { return now_; }) {}
+
+  void SetUp() override {
+    ASSERT_TRUE(rig_.link);
+    GuestConfig config;
+    config.gateway_mac = kGatewayMac;
+    stack_ = std::make_unique<GuestStack>(rig_.loop, *rig_.link, policy_, rig_.upstreams, rig_.events,
+                                          rig_.random, config);
+    send(arp_request());
+  }
+
+  // Writes one frame as the VMM and turns the stack until it is handled.
+  void send(const Bytes& frame) {
+    write_all(rig_.vmm.get(), record(frame));
+    for (int i = 0; i < 4; ++i) {
+      stack_->poll_link();
+      rig_.loop.run_once(base::Millis(0));
+    }
+  }
+  // Every TCP segment the gateway sent the guest since the last call.
+  std::vector<TcpSeen> tcp_out() {
+    std::vector<TcpSeen> out;
+    for (int i = 0; i < 100; ++i) {
+      std::array<std::uint8_t, 65536> chunk{};
+      const ssize_t n = ::recv(rig_.vmm.get(), chunk.data(), chunk.size(), MSG_DONTWAIT);
+      if (n <= 0) break;
+      in_.insert(in_.end(), chunk.begin(), chunk.begin() + n);
+    }
+    std::size_t at = 0;
+    while (in_.size() - at >= 4) {
+      const std::size_t len = (std::size_t{in_[at]} << 24) | (std::size_t{in_[at + 1]} << 16) |
+                              (std::size_t{in_[at + 2]} << 8) | in_[at + 3];
+      if (in_.size() - at < 4 + len) break;
+      const std::span<const std::uint8_t> frame(in_.data() + at + 4, len);
+      if (const auto v = GuestFrame::parse(frame); v.ok() && v->is_tcp()) {
+        base::ByteReader r(frame);
+        (void)r.skip(14 + 20 + 4);  // lwIP sends no IP options
+        out.push_back({v->transport().tcp_flags, r.u32be().value_or(0)});
+      }
+      at += 4 + len;
+    }
+    in_.erase(in_.begin(), in_.begin() + static_cast<long>(at));
+    return out;
+  }
+  // SYN, and the gateway's SYN-ACK: its sequence number.
+  std::optional<std::uint32_t> handshake_to_syn_ack() {
+    send(tcp_segment(port_, 0x02, 1000, 0));
+    for (const TcpSeen& s : tcp_out()) {
+      if (s.flags == 0x12) return s.seq;
+    }
+    return std::nullopt;
+  }
+  void answer(base::Seconds ttl) {
+    const base::MonoTime now = rig_.loop.now();
+    stack_->answer_table().record(policy::IpAddress::v4(kDst), "example.com", now + ttl, now);
+  }
+
+  base::MonoTime now_ = base::MonoTime{} + base::Seconds(1000);  // the loop's clock: moved by hand
+  const policy::Policy policy_ = loopback_policy();
+  stream_stack_test::StreamStackRig rig_;
+  std::unique_ptr<GuestStack> stack_;
+  Bytes in_;
+  // lwIP is process-global and keeps pcbs across stacks: each test its own port.
+  static inline std::uint16_t next_port_ = 40000;
+  std::uint16_t port_ = next_port_++;
+};
+
+TEST_F(GuestStackAcceptTest, AnUnansweredSynIsRefusedOnceCountedOnce) {
+  send(tcp_segment(port_, 0x02, 1000, 0));
+  const auto seen = tcp_out();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].flags & 0x04, 0x04) << "a RST";
+  EXPECT_EQ(stack_->counters().tcp_refused, 1u);
+  EXPECT_EQ(stack_->counters().syn_reset, 1u);
+  EXPECT_EQ(stack_->counters().syn_dropped, 0u);
+  EXPECT_EQ(stack_->counters().tcp_admitted, 0u);
+}
+
+// The host side fails inside the accept callback (no fd for its socket):
+// the pcb is aborted, the guest gets a RST, and lwIP is told (ERR_ABRT);
+// before, lwIP went on with the ACK on the freed pcb (ASan: use after free).
+TEST_F(GuestStackAcceptTest, AHostSocketThatFailsInsideTheAcceptAbortsCleanly) {
+  answer(base::Seconds(60));
+  const auto syn_ack = handshake_to_syn_ack();
+  ASSERT_TRUE(syn_ack.has_value()) << "no SYN-ACK";
+  EXPECT_EQ(stack_->counters().syn_reset, 0u);
+
+  // Every fd from the lowest free one up is out of reach.
+  const int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
+  rlimit tight = before;
+  tight.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  write_all(rig_.vmm.get(), record(tcp_segment(port_, 0x10, 1001, *syn_ack + 1)));
+  stack_->poll_link();
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &before), 0);
+  rig_.loop.run_once(base::Millis(0));
+
+  EXPECT_EQ(stack_->counters().tcp_admitted, 1u);
+  EXPECT_EQ(stack_->tcp_flows(), 0u) << "the flow is retired";
+  bool reset = false;
+  for (const TcpSeen& s : tcp_out()) reset = reset || (s.flags & 0x04) != 0;
+  EXPECT_TRUE(reset) << "the guest is told with a RST";
+  // The stack goes on: the next flow is decided as ever.
+  send(tcp_segment(port_, 0x02, 5000, 0));
+  EXPECT_GE(tcp_out().size(), 1u);
+}
+
+// The decision made at the SYN carries to the accept; an answer that
+// expired during the handshake refuses the flow there, counted and logged.
+TEST_F(GuestStackAcceptTest, AnAnswerThatExpiresDuringTheHandshakeRefusesAtTheAccept) {
+  answer(base::Seconds(10));
+  const auto syn_ack = handshake_to_syn_ack();
+  ASSERT_TRUE(syn_ack.has_value()) << "no SYN-ACK";
+  now_ += base::Seconds(10);  // the guest's ACK comes as the answer expires
+  rig_.loop.run_once(base::Millis(0));
+  send(tcp_segment(port_, 0x10, 1001, *syn_ack + 1));
+  EXPECT_EQ(stack_->counters().tcp_admitted, 0u);
+  EXPECT_EQ(stack_->counters().tcp_refused, 1u);
+  EXPECT_EQ(stack_->tcp_flows(), 0u);
+}
+
+}  // namespace
+}  // namespace abox::netstack
