@@ -192,11 +192,9 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
 
   link_watcher_ = std::make_unique<LinkWatcher>(*this);
   if (config_.link_on_ring && link_.ring_send_supported()) {
-    // A write's result only counts: a full tap drops the frame (TCP
-    // retransmits), and a dead one shows on the read side.
     ring_writer_ = std::make_unique<io::RingWriter>(
         loop_, link_.fd(),
-        [this](int res, std::size_t frame_size) { (void)link_.finish_ring_send(res, frame_size); });
+        [this](int res, std::size_t frame_size) { on_ring_frame_written(res, frame_size); });
   }
   if (config_.host_io_on_ring) {
     host_datagram_writer_ = std::make_unique<io::RingWriter>(loop_, -1, [](int, std::size_t) {});
@@ -214,44 +212,10 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
 
   // lwIP's own timers, and ours: flow deadlines once a second is enough
   // (peek and connect timeouts are seconds).
-  loop_.add_timer_source({[this]() -> std::optional<base::MonoTime> {
-                            u32_t ms = sys_timeouts_sleeptime();
-                            if (ms == SYS_TIMEOUTS_SLEEPTIME_INFINITE) return std::nullopt;
-                            return loop_.now() + base::Millis(ms);
-                          },
-                          [](base::MonoTime) { sys_check_timeouts(); }});
-  loop_.add_timer_source({[this] { return next_sweep_; },
-                          [this](base::MonoTime now) {
-                            if (now < next_sweep_) return;
-                            next_sweep_ = now + base::Seconds(1);
-                            // A check may retire its flow, which erases it from
-                            // the map: walk a snapshot, not the map.
-                            sweep_tcp_.clear();
-                            for (auto& [_, f] : tcp_flows_) sweep_tcp_.push_back(f.get());
-                            for (TcpFlow* f : sweep_tcp_) f->check_deadlines(now);
-                            sweep_udp_.clear();
-                            for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
-                            for (UdpFlow* f : sweep_udp_) f->check_idle(now);
-                            bound_time_wait();
-                          }});
-  loop_.add_turn_hook([this] {
-    reap();
-    // A link that batches (a stream socket) writes what this turn sent in
-    // one go; what the socket cannot take waits for POLLOUT, and until then
-    // no turn tries again (each try would be a send that fails).
-    if (link_alive_ && !link_full_ && link_.output_pending()) {
-      flush_link();
-      link_full_ = link_.output_pending();
-    }
-    watch_link_output();
-    // A ring read that could not be posted (no memory for its pbuf) is tried
-    // again every turn, after the frames a stream's last read brought that
-    // found no pbuf either.
-    if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) {
-      take_buffered_frames();
-      post_link_read();
-    }
-  });
+  loop_.add_timer_source(
+      {[this] { return next_lwip_timeout(); }, [](base::MonoTime) { sys_check_timeouts(); }});
+  loop_.add_timer_source({[this] { return next_sweep_; }, [this](base::MonoTime now) { sweep(now); }});
+  loop_.add_turn_hook([this] { end_turn(); });
   next_sweep_ = loop_.now() + base::Seconds(1);
 }
 
@@ -280,6 +244,57 @@ GuestStack::~GuestStack() {
   if (rx_pbuf_ != nullptr) pbuf_free(rx_pbuf_);
   netif_remove(netif_.get());
   g_stack = nullptr;
+}
+
+// A frame written on the ring: the result only counts. A full tap drops
+// the frame (TCP retransmits), and a dead one shows on the read side.
+void GuestStack::on_ring_frame_written(int res, std::size_t frame_size) {
+  (void)link_.finish_ring_send(res, frame_size);
+}
+
+// lwIP's own timers: when the next one is due (none: nothing scheduled).
+std::optional<base::MonoTime> GuestStack::next_lwip_timeout() const {
+  const u32_t ms = sys_timeouts_sleeptime();
+  if (ms == SYS_TIMEOUTS_SLEEPTIME_INFINITE) return std::nullopt;
+  return loop_.now() + base::Millis(ms);
+}
+
+// Once a second: flow deadlines (peek and connect timeouts are seconds),
+// idle UDP flows, and the bound on lwIP's TIME_WAIT pcbs.
+void GuestStack::sweep(base::MonoTime now) {
+  if (now < next_sweep_) return;
+  next_sweep_ = now + base::Seconds(1);
+  // A check may retire its flow, which erases it from the map: walk a
+  // snapshot, not the map.
+  sweep_tcp_.clear();
+  for (auto& [_, f] : tcp_flows_) sweep_tcp_.push_back(f.get());
+  for (TcpFlow* f : sweep_tcp_) f->check_deadlines(now);
+  sweep_udp_.clear();
+  for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
+  for (UdpFlow* f : sweep_udp_) f->check_idle(now);
+  bound_time_wait();
+}
+
+// The end of every loop turn: retired flows go, the link's batch is
+// flushed, its watch follows what it holds, and a ring read that could not
+// be posted is tried again.
+void GuestStack::end_turn() {
+  reap();
+  // A link that batches (a stream socket) writes what this turn sent in
+  // one go; what the socket cannot take waits for POLLOUT, and until then
+  // no turn tries again (each try would be a send that fails).
+  if (link_alive_ && !link_full_ && link_.output_pending()) {
+    flush_link();
+    link_full_ = link_.output_pending();
+  }
+  watch_link_output();
+  // A ring read that could not be posted (no memory for its pbuf) is tried
+  // again every turn, after the frames a stream's last read brought that
+  // found no pbuf either.
+  if (ring_reader_ != nullptr && ring_reads_in_flight_ == 0) {
+    take_buffered_frames();
+    post_link_read();
+  }
 }
 
 // Frames are read straight into a pbuf of the largest frame size. One that

@@ -28,6 +28,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -41,6 +42,8 @@
 #include "netstack/gateway/dhcp_server.h"
 #include "netstack/link/link.h"
 #include "netstack/stack/drop_reason.h"
+#include "netstack/stack/flow_services.h"
+#include "netstack/stack/guest_config.h"
 #include "netstack/stack/stack_counters.h"
 #include "policy/policy.h"
 
@@ -64,30 +67,6 @@ class GuestDns;
 // What happens to a new SYN at the accept-all listener (lwIP's verdicts).
 enum class SynVerdict : std::uint8_t { accept, drop, reset };
 
-struct GuestConfig {
-  policy::IpAddress gateway = policy::IpAddress::v4(0x0A000202);  // 10.0.2.2
-  policy::IpAddress guest = policy::IpAddress::v4(0x0A00020F);    // 10.0.2.15
-  unsigned prefix_len = 24;
-  std::array<std::uint8_t, 6> gateway_mac{0x02, 0xAB, 0x0C, 0x5E, 0x00, 0x02};
-  // Where flows to [[broker]] names go (a unix stream socket), and the
-  // instance name they are handed off under. Empty: brokered names are
-  // refused (never sent out directly).
-  std::string broker_path;
-  std::string instance = "guest";
-  // Read and write the link through the loop's ring when it can (link.h):
-  // one completion per frame read instead of a readiness wake-up, the read,
-  // and a read that finds nothing; small frames written with the turn's
-  // wait instead of a writev each (io::RingWriter). Off: receive() on
-  // readiness and send_frame().
-  bool link_on_ring = true;
-  // Host sockets on the ring: guest bytes go to a TCP flow's socket by a
-  // sendmsg request handed over with the turn's wait, guest datagrams of up
-  // to io::RingWriter::kSlotBytes to their UDP sockets likewise, and host
-  // datagrams come by a multishot receive into a shared io::ReceiveBufferPool
-  // instead of readiness and recvmmsg. Off: the system calls.
-  bool host_io_on_ring = true;
-};
-
 // Live flows by state, counted when asked (GuestStack::flow_gauges()).
 // tcp_* partition tcp_flows(); udp_open is udp_flows(). tcp_half_open and
 // tcp_time_wait are lwIP pcbs that are not (or no longer) flows: handshakes
@@ -104,7 +83,7 @@ struct FlowGauges {
   std::uint64_t udp_open = 0;
 };
 
-class GuestStack {
+class GuestStack final : public FlowServices {
  public:
   // Everything passed must outlive the stack. Throws std::runtime_error when
   // a second stack is made in one process.
@@ -122,7 +101,7 @@ class GuestStack {
   // and admission (policy/host_addresses.h). Empty until its owner fills it
   // (abox-net run: a HostAddressWatch); the stack only reads it.
   policy::HostAddresses& host_addresses() { return host_addresses_; }
-  const GuestConfig& config() const { return config_; }
+  const GuestConfig& config() const override { return config_; }
   std::size_t tcp_flows() const { return tcp_flows_.size(); }
   std::size_t udp_flows() const { return udp_flows_.size(); }
   // What lwIP's glue (netstack/lwip/abox_lwip.h) dropped: ICMP to a foreign
@@ -149,35 +128,35 @@ class GuestStack {
   // True when the link's frames come by ring reads (GuestConfig).
   bool link_read_on_ring() const { return ring_reader_ != nullptr; }
 
-  // For flows: shared services.
-  io::EventLoop& loop() { return loop_; }
-  const policy::Policy& policy() const { return policy_; }
-  base::EventLog& events() { return events_; }
-  dns::AnswerTable& answer_table() { return table_; }
-  const policy::HostAddresses& host_addresses() const { return host_addresses_; }
-  StackCounters& mutable_counters() { return counters_; }
-  netif* guest_netif() { return netif_.get(); }
+  // For flows: FlowServices (flow_services.h).
+  io::EventLoop& loop() override { return loop_; }
+  const policy::Policy& policy() const override { return policy_; }
+  base::EventLog& events() override { return events_; }
+  dns::AnswerTable& answer_table() override { return table_; }
+  const policy::HostAddresses& host_addresses() const override { return host_addresses_; }
+  StackCounters& mutable_counters() override { return counters_; }
+  netif* guest_netif() override { return netif_.get(); }
   // The lwIP pcb that answers the guest from dst (network order) and port:
   // one per destination, shared by every flow to it (lwIP lets only one pcb
   // bind a foreign address and port), and it hands datagrams it catches to
   // the same dispatch as the accept-all pcb. Counted; released by each flow.
-  udp_pcb* acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port);
-  void release_reply_pcb(std::uint32_t dst_net, std::uint16_t port);
+  udp_pcb* acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port) override;
+  void release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) override;
   // Writes small datagrams to host UDP sockets through the ring (null when
   // GuestConfig says not to). Results are not reported: UDP loses a
   // datagram a full socket refuses, as sendmsg would.
-  io::RingWriter* host_datagram_writer() { return host_datagram_writer_.get(); }
-  bool host_sends_on_ring() const { return config_.host_io_on_ring; }
+  io::RingWriter* host_datagram_writer() override { return host_datagram_writer_.get(); }
+  bool host_sends_on_ring() const override { return config_.host_io_on_ring; }
   // Buffers for UDP flows' ring receives (null when GuestConfig says not to).
-  io::ReceiveBufferPool* host_receive_pool() { return host_receive_pool_.get(); }
+  io::ReceiveBufferPool* host_receive_pool() override { return host_receive_pool_.get(); }
   // A flow that ends with its ring receive still in the kernel (cancelled)
   // leaves it here until its last completion.
-  void keep_until_complete(std::unique_ptr<HostReceive> receive);
+  void keep_until_complete(std::unique_ptr<HostReceive> receive) override;
 
   // A flow is finished: destroy it at the end of this loop turn (it may be
   // inside its own callback now).
-  void retire(TcpFlow* flow);
-  void retire(UdpFlow* flow);
+  void retire(TcpFlow* flow) override;
+  void retire(UdpFlow* flow) override;
 
  private:
   friend struct StackGlue;
@@ -193,6 +172,11 @@ class GuestStack {
   };
   static ChecksumOffload checksum_offload_of(std::span<const std::uint8_t> head, std::size_t frame_size);
   static constexpr std::size_t kMaxFramePieces = 16;
+  // The loop's calls into the stack (set up by the constructor).
+  void on_ring_frame_written(int res, std::size_t frame_size);
+  std::optional<base::MonoTime> next_lwip_timeout() const;
+  void sweep(base::MonoTime now);
+  void end_turn();
   void output_frame(pbuf* p);
   // The pbuf frames are read into (rx_pbuf_), made if needed; false when
   // out of memory.

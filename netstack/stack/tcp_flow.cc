@@ -18,7 +18,7 @@
 #include "lwip/priv/tcp_priv.h"
 #include "lwip/tcp.h"
 #include "netstack/stack/admission.h"
-#include "netstack/stack/guest_stack.h"
+#include "netstack/stack/flow_services.h"
 #include "netstack/stack/name_peek.h"
 #include "netstack/stack/sockaddr.h"
 
@@ -48,7 +48,7 @@ void err_cb(void* arg, err_t) {
 
 }  // namespace
 
-TcpFlow::TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string name,
+TcpFlow::TcpFlow(FlowServices& stack, tcp_pcb* pcb, bool needs_name, std::string name,
                  const policy::BrokerBinding* broker)
     : stack_(stack),
       pcb_(pcb),

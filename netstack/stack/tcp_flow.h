@@ -60,14 +60,14 @@ struct tcp_pcb;
 
 namespace abox::netstack {
 
-class GuestStack;
+class FlowServices;
 
 class TcpFlow final : public io::EventLoop::Watcher {
  public:
   // pcb: the accepted lwIP pcb (its local address/port is the destination).
   // needs_name: peek SNI/Host before connecting. `name` is the admitting name.
   // broker: set when the flow goes to the broker (needs_name is then false).
-  TcpFlow(GuestStack& stack, tcp_pcb* pcb, bool needs_name, std::string name,
+  TcpFlow(FlowServices& stack, tcp_pcb* pcb, bool needs_name, std::string name,
           const policy::BrokerBinding* broker = nullptr);
   ~TcpFlow() override;
   TcpFlow(const TcpFlow&) = delete;
@@ -118,7 +118,7 @@ class TcpFlow final : public io::EventLoop::Watcher {
   void refuse_name(std::string_view why, std::string_view shown);
   void detach_pcb();
 
-  GuestStack& stack_;
+  FlowServices& stack_;
   tcp_pcb* pcb_;
   policy::Endpoint dst_;
   policy::Endpoint src_;

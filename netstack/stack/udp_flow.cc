@@ -15,7 +15,7 @@
 #include "io/ring_writer.h"
 #include "lwip/pbuf.h"
 #include "lwip/udp.h"
-#include "netstack/stack/guest_stack.h"
+#include "netstack/stack/flow_services.h"
 #include "netstack/stack/sockaddr.h"
 
 namespace abox::netstack {
@@ -31,7 +31,7 @@ constexpr unsigned kMaxReceivesWithoutData = 16;
 
 }  // namespace
 
-UdpFlow::UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
+UdpFlow::UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
                  const policy::Endpoint& dst, std::string name)
     : stack_(stack),
       key_(key),

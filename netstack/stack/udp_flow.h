@@ -36,7 +36,7 @@ class ReceiveBufferPool;
 
 namespace abox::netstack {
 
-class GuestStack;
+class FlowServices;
 class UdpFlow;
 
 // A flow's multishot receive on the ring. Owned by its flow, then by the
@@ -58,7 +58,7 @@ class HostReceive final : public io::EventLoop::Completion {
 class UdpFlow final : public io::EventLoop::Watcher {
  public:
   // name: the answered name that admitted the flow.
-  UdpFlow(GuestStack& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
+  UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
           const policy::Endpoint& dst, std::string name);
   ~UdpFlow() override;
   UdpFlow(const UdpFlow&) = delete;
@@ -77,7 +77,7 @@ class UdpFlow final : public io::EventLoop::Watcher {
   std::uint64_t key() const { return key_; }
 
  private:
-  GuestStack& stack_;
+  FlowServices& stack_;
   std::uint64_t key_;
   std::uint32_t guest_ip_;  // network order
   std::uint16_t guest_port_;
