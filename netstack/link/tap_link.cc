@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -258,7 +259,8 @@ base::UniqueFd owner_pidfd(const std::string& path, const struct stat& ns_stat) 
       !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return {};
   }
-  const int pid = std::stoi(std::string(digits));
+  int pid = 0;
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), pid).ec != std::errc{}) return {};
   base::UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   struct stat again {};
   if (!fd || ::stat(path.c_str(), &again) != 0 || again.st_dev != ns_stat.st_dev ||

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 
 #if defined(__SANITIZE_ADDRESS__)
 #define ABOX_STATS_ASAN 1
@@ -59,8 +60,7 @@ MemoryUsage MemoryProbe::read() const {
       while (i < len && buf[i] != ' ') ++i;  // size
       ++i;
       std::uint64_t pages = 0;
-      for (; i < len && buf[i] >= '0' && buf[i] <= '9'; ++i)
-        pages = pages * 10 + static_cast<std::uint64_t>(buf[i] - '0');
+      if (i < len) (void)std::from_chars(buf + i, buf + len, pages);  // 0 when unreadable
       out.rss_bytes = pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
     }
   }

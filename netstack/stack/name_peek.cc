@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <iterator>
 #include <optional>
 
@@ -429,10 +430,11 @@ PeekError read_http_host(std::string_view value, CanonicalName& out) {
     if (port.empty() || port.size() > kMaxPortDigits || !all_bytes(port, is_digit)) {
       return PeekError::http_host_value;
     }
+    const std::string_view digits = as_text(port);
     std::uint32_t number = 0;
-    ByteReader p(port);
-    while (const auto d = p.u8()) number = number * 10 + (*d - '0');
-    if (number == 0 || number > kMaxPort) return PeekError::http_host_value;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), number);
+    if (ec != std::errc{} || end != digits.data() + digits.size() || number == 0 || number > kMaxPort)
+      return PeekError::http_host_value;
   } else {
     host = r.rest();
   }
