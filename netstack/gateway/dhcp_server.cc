@@ -8,7 +8,6 @@ namespace {
 
 constexpr std::uint16_t kEtherIpv4 = 0x0800;
 constexpr std::uint8_t kProtoUdp = GuestFrame::kProtoUdp;
-constexpr std::uint16_t kServerPort = DhcpServer::kServerPort;
 constexpr std::uint16_t kClientPort = 68;
 constexpr std::uint32_t kBroadcast = 0xFFFF'FFFF;
 constexpr std::size_t kEthernetHeader = 14;
