@@ -5,12 +5,20 @@ first byte with no abox at all; and the resident memory abox adds per instance.
 
 Usage: bootbench.py PATH/TO/abox   (bench/bootbench.sh runs it with the build's abox)
 
+Images: IMAGES (default "minimal debian"): each gets a bare and an abox row.
+The debian image is built in the bench's own cache, from the recipe's cache
+(~/.cache/abox: the .debs and, for a week, the Debian tree), so that a run
+does not take Debian's mirror's time.
+
 Rows (interleaved, REPS each, default 10):
 - bare: qemu-system-x86_64 -M microvm, the minimal image's vmlinux and
   initramfs, `rdinit=/bin/busybox -- echo abox-first-byte` (busybox prints
   and exits, the kernel panics, -no-reboot ends QEMU): from QEMU's exec to the
   marker on its serial console. The same machine options as abox run's QEMU
-  (accelerator, memory, one CPU), no devices.
+  (accelerator, memory, one CPU), no devices. For debian: its kernel,
+  initramfs and root disk (read-only virtio-blk), the initramfs's /init
+  mounting the root under a tmpfs layer as it does for abox, then
+  `-- abox-bench /usr/bin/echo abox-first-byte` in place of box-guest.
 - abox: `abox run --policy P -- echo abox-first-byte` (the default self-test
   on): from exec to the marker on abox's stdout. Its --json summary gives the
   spans: abox's start to QEMU's exec (abox-net ready before), QEMU's exec to
@@ -127,17 +135,27 @@ def main(argv):
         f.write('[credentials]\nk = "sk-bench-0123456789"\n')
     os.chmod(creds, 0o600)
 
-    r = subprocess.run([abox, "image", "build", "minimal"], env=env, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        print(r.stderr, file=sys.stderr)
-        return 1
-    images = json.loads(subprocess.run([abox, "image", "ls", "--json"], env=env, capture_output=True, text=True,
+    env.setdefault("ABOX_IMAGE_CACHE", os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                    os.path.expanduser("~/.cache"), "abox"))
+    wanted = os.environ.get("IMAGES", "minimal debian").split()
+    for name in wanted:
+        print(f"bootbench: abox image build {name}", flush=True)
+        r = subprocess.run([abox, "image", "build", name], env=env, capture_output=True, text=True, timeout=3600)
+        if r.returncode != 0:
+            print(r.stderr, file=sys.stderr)
+            return 1
+    listed = json.loads(subprocess.run([abox, "image", "ls", "--json"], env=env, capture_output=True, text=True,
                                        timeout=60).stdout)["images"]
-    image = next(i for i in images if i["name"] == "minimal")
-    kernel, initramfs = f"{image['dir']}/vmlinux", None
-    for name in ("initramfs.cpio", "initramfs.cpio.gz"):
-        if os.path.exists(f"{image['dir']}/{name}"):
-            initramfs = f"{image['dir']}/{name}"
+    images = {}
+    for name in wanted:
+        image = next(i for i in listed if i["name"] == name)
+        files = {"kernel": f"{image['dir']}/vmlinux", "initramfs": None, "rootfs": None}
+        for f in ("initramfs.cpio", "initramfs.cpio.gz"):
+            if os.path.exists(f"{image['dir']}/{f}"):
+                files["initramfs"] = f"{image['dir']}/{f}"
+        if os.path.exists(f"{image['dir']}/rootfs.ext4"):
+            files["rootfs"] = f"{image['dir']}/rootfs.ext4"
+        images[name] = files
 
     # One abox run first: it probes KVM (cached afterwards) and says which accelerator it got.
     first = subprocess.run([abox, "run", "--policy", policy, "--json", "--", "true"], env=env, capture_output=True,
@@ -147,38 +165,56 @@ def main(argv):
     with open("/proc/cpuinfo") as f:
         khz = next(int(float(l.split(":")[1]) * 1000) for l in f if l.startswith("cpu MHz"))
     qemu = subprocess.run(["which", "qemu-system-x86_64"], capture_output=True, text=True).stdout.strip()
-    bare_cmd = [qemu, "-M", "microvm", "-accel", accel, "-m", "512", "-smp", "1", "-nodefaults", "-no-user-config",
-                "-display", "none", "-no-reboot", "-serial", "stdio", "-kernel", kernel, "-initrd", initramfs,
-                "-append", f"console=ttyS0 quiet panic=-1 reboot=t {'tsc_early_khz=%d ' % khz if accel == 'tcg' else ''}"
-                           f"rdinit=/bin/busybox -- echo {MARKER.decode()}"]
+    tsc = f"tsc_early_khz={khz} " if accel == "tcg" else ""
+
+    def bare_cmd(files):
+        cmd = [qemu, "-M", "microvm", "-accel", accel, "-m", "512", "-smp", "1", "-nodefaults", "-no-user-config",
+               "-display", "none", "-no-reboot", "-serial", "stdio", "-kernel", files["kernel"], "-initrd",
+               files["initramfs"]]
+        if files["rootfs"]:
+            cmd += ["-drive", f"file={files['rootfs']},if=none,format=raw,id=disk0,readonly=on", "-device",
+                    "virtio-blk-device,drive=disk0", "-device", "virtio-rng-device",
+                    "-append", f"console=ttyS0 quiet panic=-1 reboot=t {tsc}-- abox-bench /usr/bin/echo "
+                               f"{MARKER.decode()}"]
+        else:
+            cmd += ["-append", f"console=ttyS0 quiet panic=-1 reboot=t {tsc}rdinit=/bin/busybox -- echo "
+                               f"{MARKER.decode()}"]
+        return cmd
 
     rows = []
     for rep in range(REPS):
-        # bare
-        t0 = time.monotonic()
-        p = subprocess.Popen(bare_cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        t = read_until(p, MARKER, TIMEOUT)
-        p.kill()
-        drain(p)
-        rows.append({"row": "bare", "rep": rep, "first_byte_ms": round((t - t0) * 1000, 1) if t else ""})
-        # abox
-        t0 = time.monotonic()
-        p = subprocess.Popen([abox, "run", "--policy", policy, "--json", "--", "echo", MARKER.decode()], env=env,
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        t = read_until(p, MARKER, TIMEOUT)
-        _, err = p.communicate(timeout=TIMEOUT)
-        ms = {}
-        for line in err.decode(errors="replace").splitlines():
-            if line.startswith("{"):
-                ms = json.loads(line).get("ms", {})
-        rows.append({"row": "abox", "rep": rep, "first_byte_ms": round((t - t0) * 1000, 1) if t else "",
-                     **{f"span_{k}": v for k, v in ms.items()}})
-        print(f"rep {rep}: bare {rows[-2]['first_byte_ms']} ms, abox {rows[-1]['first_byte_ms']} ms", flush=True)
+        for name, files in images.items():
+            # bare
+            t0 = time.monotonic()
+            p = subprocess.Popen(bare_cmd(files), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL)
+            t = read_until(p, MARKER, TIMEOUT)
+            p.kill()
+            drain(p)
+            rows.append({"row": "bare", "image": name, "rep": rep,
+                         "first_byte_ms": round((t - t0) * 1000, 1) if t else ""})
+            # abox
+            t0 = time.monotonic()
+            p = subprocess.Popen([abox, "run", "--image", name, "--policy", policy, "--json", "--", "echo",
+                                  MARKER.decode()], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+            t = read_until(p, MARKER, TIMEOUT)
+            _, err = p.communicate(timeout=TIMEOUT)
+            ms = {}
+            for line in err.decode(errors="replace").splitlines():
+                if line.startswith("{"):
+                    ms = json.loads(line).get("ms", {})
+            rows.append({"row": "abox", "image": name, "rep": rep,
+                         "first_byte_ms": round((t - t0) * 1000, 1) if t else "",
+                         **{f"span_{k}": v for k, v in ms.items()}})
+            print(f"rep {rep} {name}: bare {rows[-2]['first_byte_ms']} ms, abox {rows[-1]['first_byte_ms']} ms",
+                  flush=True)
 
     # Memory per instance.
     mem = []
     for rep in range(3):
-        p = subprocess.Popen([abox, "run", "--policy", policy_broker, "--credentials", creds, "--", "sleep", "6"],
+        p = subprocess.Popen([abox, "run", "--image", wanted[0], "--policy", policy_broker, "--credentials", creds,
+                              "--", "sleep", "6"],
                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1)
         # Wait for the command to start (the events say so), at most TIMEOUT.
@@ -212,13 +248,15 @@ def main(argv):
         w.writeheader()
         w.writerows(rows)
 
-    def med(row, key):
-        vals = [r[key] for r in rows if r["row"] == row and r.get(key) not in ("", None, -1)]
+    def med(row, image, key):
+        vals = [r[key] for r in rows if r["row"] == row and r["image"] == image and r.get(key) not in ("", None, -1)]
         return statistics.median(vals) if vals else float("nan")
 
-    bare, boxed = med("bare", "first_byte_ms"), med("abox", "first_byte_ms")
-    spans = {k: med("abox", f"span_{k}") for k in ("network_ready", "vmm_started", "hello", "command_started",
-                                                   "first_output")}
+    span_names = ("network_ready", "vmm_started", "hello", "command_started", "first_output")
+    table = []
+    for name in images:
+        bare, boxed = med("bare", name, "first_byte_ms"), med("abox", name, "first_byte_ms")
+        table.append(f"| {name} | {bare:.0f} | {boxed:.0f} | {boxed - bare:.0f} | {boxed / bare:.2f}x |")
     per = {name: statistics.median(m[name][0] for m in mem if name in m) / 1024 for name in ("supervisor", "abox-net", "broker")
            if any(name in m for m in mem)}
     per_pss = {name: statistics.median(m[name][1] for m in mem if name in m) / 1024 for name in per}
@@ -227,19 +265,21 @@ def main(argv):
         "",
         f"Load average before: {' '.join(load)}. Accelerator: {accel}. {REPS} reps, rows interleaved; medians.",
         "",
-        "| row | to the first byte of output (ms) |",
-        "|---|---|",
-        f"| bare QEMU (same kernel and initramfs) | {bare:.0f} |",
-        f"| abox run (self-test on) | {boxed:.0f} |",
-        f"| abox adds | {boxed - bare:.0f} ({boxed / bare:.2f}x) |",
+        "To the first byte of output (ms): bare QEMU with the same kernel, initramfs (and root disk),",
+        "against abox run with the self-test on:",
+        "",
+        "| image | bare QEMU | abox run | abox adds | ratio |",
+        "|---|---|---|---|---|",
+        *table,
         "",
         "abox run's spans (ms from abox's start, medians):",
         "",
-        "| milestone | ms |",
-        "|---|---|",
-        *(f"| {k} | {v:.0f} |" for k, v in spans.items()),
+        "| milestone | " + " | ".join(images) + " |",
+        "|---|" + "---|" * len(images),
+        *(f"| {k} | " + " | ".join(f"{med('abox', name, f'span_{k}'):.0f}" for name in images) + " |"
+          for k in span_names),
         "",
-        "Resident memory abox adds per instance (MiB, medians of 3, QEMU not counted):",
+        f"Resident memory abox adds per instance ({wanted[0]} image; MiB, medians of 3, QEMU not counted):",
         "",
         "| process | RSS | PSS |",
         "|---|---|---|",

@@ -160,7 +160,26 @@ base::Result<std::unique_ptr<InstanceCa>, std::string> InstanceCa::load_or_creat
   if (auto d = ensure_private_dir(state_dir); !d.ok()) return base::Err{d.error()};
   std::string key_path = state_dir + "/ca.key";
   struct stat st {};
-  if (::lstat(key_path.c_str(), &st) == 0) return load(state_dir);
+  if (::lstat(key_path.c_str(), &st) == 0) {
+    auto loaded = load(state_dir);
+    if (!loaded.ok()) return loaded;
+    // A state folder is one instance's: its CA names the instance that made
+    // it. Another instance's guest must not trust this CA, nor get its
+    // nonces (they come from the same folder).
+    const std::string expected = "abox instance " + std::string(instance) + " CA";
+    char cn[256] = {};
+    const int n = X509_NAME_get_text_by_NID(X509_get_subject_name((*loaded)->certificate()), NID_commonName,
+                                            cn, sizeof cn);
+    const std::string got = n > 0 ? std::string(cn, static_cast<std::size_t>(n)) : std::string();
+    if (got != expected) {
+      std::string owner = got;
+      if (owner.starts_with("abox instance ") && owner.ends_with(" CA"))
+        owner = owner.substr(14, owner.size() - 17);
+      return base::Err{state_dir + " belongs to instance '" + owner + "', not '" + std::string(instance) +
+                       "' (its CA names it): use --instance " + owner + ", or another --state folder"};
+    }
+    return loaded;
+  }
 
   EvpPkeyPtr key = generate_p256_key();
   if (!key) return base::Err{std::string("cannot generate the CA key: ") + take_tls_error()};

@@ -108,8 +108,8 @@ base::Result<Listener, std::string> open_listener(const std::string& listen) {
     if (rc != 0) return base::Err{path + ": cannot bind: " + errno_text()};
     l.where = listen;
   } else {
-    auto ep = policy::Endpoint::parse(listen, 0);
-    if (!ep) return base::Err{listen + ": not unix:PATH or ADDR:PORT"};
+    auto ep = policy::Endpoint::parse_listen(listen);
+    if (!ep) return base::Err{listen + ": not unix:PATH or ADDR:PORT (port 0 picks one)"};
     sockaddr_storage ss{};
     socklen_t len = fill_sockaddr(ep->address, ep->port, ss);
     l.fd.reset(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -174,7 +174,10 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
                                                                                 base::EventLog& events) {
   auto impl = std::make_unique<Impl>(options, events);
   auto loaded = policy::load_policy(options.policy_file);
-  if (!loaded.ok()) return base::Err{loaded.error().to_string() + "the policy is invalid"};
+  if (!loaded.ok()) {
+    return base::Err{loaded.error().to_string() +
+                     (loaded.error().unreadable ? "the policy cannot be read" : "the policy is invalid")};
+  }
   impl->policy = std::make_unique<policy::Policy>(std::move(loaded).value());
   const policy::Policy& pol = *impl->policy;
   if (pol.brokers().empty()) return base::Err{options.policy_file + ": the policy has no [[broker]] binding"};

@@ -36,6 +36,7 @@ void round_trip(const std::optional<M>& m, std::span<const std::uint8_t> payload
 
 // What box-guest decodes from the host (a host is trusted, but its decoder
 // runs on whatever reaches the port, and must never read out of bounds).
+// copy_data and the empty messages carry no structure to decode.
 void decode_host_payload(std::uint8_t type, std::span<const std::uint8_t> p) {
   switch (static_cast<HostMessage>(type)) {
     case HostMessage::kSetup:
@@ -46,6 +47,16 @@ void decode_host_payload(std::uint8_t type, std::span<const std::uint8_t> p) {
       break;
     case HostMessage::kSignal:
       round_trip(decode_signal(p), p);
+      break;
+    case HostMessage::kResize:
+      round_trip(decode_window_size(p), p);
+      break;
+    case HostMessage::kCopyIn:
+    case HostMessage::kCopyOut:
+      round_trip(decode_copy_path(p), p);
+      break;
+    case HostMessage::kCopyCredit:
+      round_trip(decode_credit(p), p);
       break;
     default:
       (void)decode_empty(p);
@@ -75,6 +86,10 @@ void decode_payload(std::uint8_t type, std::span<const std::uint8_t> p) {
       break;
     case GuestMessage::kStdinCredit:
       round_trip(decode_credit(p), p);
+      break;
+    case GuestMessage::kCopyInDone:
+    case GuestMessage::kCopyOutDone:
+      round_trip(decode_copy_result(p), p);
       break;
     default:
       break;

@@ -13,7 +13,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string_view text(reinterpret_cast<const char*>(data), size);
   auto r = parse_policy(text, "fuzz.toml");
   if (!r.ok()) {
-    if (r.error().diagnostics.empty()) __builtin_trap();  // an error must say what is wrong
+    const PolicyError& e = r.error();
+    if (e.diagnostics.empty()) __builtin_trap();  // an error must say what is wrong
+    // The list is cut at kMaxPolicyDiagnostics, and the count says by how much.
+    if (e.diagnostics.size() > kMaxPolicyDiagnostics || e.total < e.diagnostics.size()) __builtin_trap();
     return 0;
   }
   const Policy& p = *r;

@@ -325,7 +325,11 @@ std::string Cidr::to_string() const {
   return out;
 }
 
-std::optional<Endpoint> Endpoint::parse(std::string_view text, std::uint16_t default_port) {
+namespace {
+
+// Endpoint::parse() and parse_listen(): the same address and port syntax;
+// a listener must name its port and may name 0, a destination may not.
+std::optional<Endpoint> parse_endpoint(std::string_view text, std::uint16_t default_port, bool listen) {
   std::string_view address_text = text;
   std::optional<std::string_view> port_text;
   bool bracketed = !text.empty() && text[0] == '[';
@@ -355,13 +359,25 @@ std::optional<Endpoint> Endpoint::parse(std::string_view text, std::uint16_t def
   if (bracketed && !address->is_v6()) return std::nullopt;
 
   Endpoint e{*address, default_port};
+  if (!port_text && listen) return std::nullopt;
   if (port_text) {
-    // Port 0 is not a destination anyone can connect to.
+    // Port 0 is not a destination anyone can connect to; a listener given
+    // port 0 lets the kernel pick one.
     auto port = parse_decimal(*port_text, 65535);
-    if (!port || *port == 0) return std::nullopt;
+    if (!port || (*port == 0 && !listen)) return std::nullopt;
     e.port = static_cast<std::uint16_t>(*port);
   }
   return e;
+}
+
+}  // namespace
+
+std::optional<Endpoint> Endpoint::parse(std::string_view text, std::uint16_t default_port) {
+  return parse_endpoint(text, default_port, false);
+}
+
+std::optional<Endpoint> Endpoint::parse_listen(std::string_view text) {
+  return parse_endpoint(text, 0, true);
 }
 
 std::string Endpoint::to_string() const {

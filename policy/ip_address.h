@@ -86,7 +86,12 @@ struct Endpoint {
   IpAddress address;
   std::uint16_t port = 0;
 
+  // A destination: ADDR, ADDR:PORT, [IPV6] or [IPV6]:PORT; a missing port
+  // is default_port; port 0 is refused (nobody can connect to it).
   static std::optional<Endpoint> parse(std::string_view text, std::uint16_t default_port);
+  // Where to listen: ADDR:PORT or [IPV6]:PORT, the port required; port 0
+  // lets the kernel pick one ("127.0.0.1:0", "[::1]:0", "0.0.0.0:0").
+  static std::optional<Endpoint> parse_listen(std::string_view text);
   std::string to_string() const;
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };

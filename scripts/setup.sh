@@ -40,6 +40,7 @@ peer_pkgs=(
   nginx-light curl wrk iperf3 socat tcpdump strace
   passt slirp4netns python3-scapy
   qemu-system-x86 busybox-static cpio lz4
+  debootstrap e2fsprogs  # the Debian agent image (guest/image/debian/build.sh)
 )
 
 need_cmds() {
@@ -71,15 +72,17 @@ done
 lwip_ok() { [[ -f "$cache/lwip/src/core/tcp.c" && -f "$cache/lwip/VERSION" ]]; }
 
 # The VM tests' guest kernel: the PVH vmlinux of Debian's cloud kernel and the
-# modules guest/modules.list names, flat in modules/.
+# modules guest/modules.list and the images' own lists name, flat in modules/.
 guest_kernel="$cache/guest-kernel"
-guest_modules() { grep -v -e '^#' -e '^$' "$root/guest/modules.list"; }
-guest_kernel_ok() {
-  [[ -s "$guest_kernel/vmlinux" && -f "$guest_kernel/VERSION" ]] || return 1
+guest_modules() { cat "$root/guest/modules.list" "$root"/guest/image/*/modules.list | grep -v -e '^#' -e '^$'; }
+guest_kernel_has_modules() {
   local m
   for m in $(guest_modules); do
     [[ -f "$guest_kernel/modules/${m##*/}" ]] || return 1
   done
+}
+guest_kernel_ok() {
+  [[ -s "$guest_kernel/vmlinux" && -f "$guest_kernel/VERSION" ]] && guest_kernel_has_modules
 }
 
 if ((${#missing[@]} == 0)) && lwip_ok && guest_kernel_ok; then
@@ -161,6 +164,35 @@ SRC
   mkdir -p "$cache"
   mv "$tmp/lwip" "$cache/lwip"
   echo "$ver" >"$cache/lwip/VERSION"
+fi
+
+# A kernel that is there but lacks a module a list gained: the modules come
+# from the same package version, added beside the others (each file moved in
+# whole), so the vmlinux other checkouts sharing this cache boot stays as it is.
+if ! guest_kernel_ok && [[ -s "$guest_kernel/vmlinux" && -f "$guest_kernel/VERSION" ]]; then
+  kpkg=$(sed -n 's/^Package: //p' "$guest_kernel/VERSION")
+  kversion=$(sed -n 's/^Version: //p' "$guest_kernel/VERSION")
+  mtmp=$(mktemp -d)
+  chmod 755 "$mtmp"
+  chown _apt "$mtmp" 2>/dev/null || true
+  echo "setup: adding modules to the guest kernel from $kpkg=$kversion" >&2
+  if (cd "$mtmp" && { apt-get download -qq "$kpkg=$kversion" >/dev/null 2>&1 ||
+    { apt_update && apt-get download -qq "$kpkg=$kversion" >/dev/null; }; } &&
+    dpkg-deb -x "$kpkg"_*.deb pkg); then
+    kver=${kpkg#linux-image-}
+    for m in $(guest_modules); do
+      f="$guest_kernel/modules/${m##*/}"
+      [[ -f $f ]] && continue
+      cp "$mtmp/pkg/lib/modules/$kver/kernel/$m" "$f.tmp" && mv "$f.tmp" "$f" || {
+        echo "setup: $kpkg has no $m" >&2
+        rm -rf "$mtmp"
+        exit 1
+      }
+    done
+  else
+    echo "setup: $kpkg=$kversion is gone from the archive: fetching the current kernel whole" >&2
+  fi
+  rm -rf "$mtmp"
 fi
 
 if ! guest_kernel_ok; then

@@ -9,6 +9,7 @@
 #include <ostream>
 #include <string>
 
+#include "base/command_line.h"
 #include "base/event_log.h"
 #include "base/json.h"
 #include "base/unique_fd.h"
@@ -32,23 +33,25 @@ constexpr std::string_view kRunUsage =
     "nonce for the real key and forwards the request over verified TLS.\n"
     "\n"
     "Options:\n"
-    "  --policy FILE        the instance's policy; its [[broker]] bindings (required)\n"
-    "  --credentials FILE   TOML: [credentials] NAME = \"KEY\", NAME as in a binding's\n"
-    "                       `credential`. Must be a regular file owned by you, mode 600\n"
-    "                       or stricter (required)\n"
-    "  --state DIR          the instance's state folder: CA key and certificate, nonce\n"
-    "                       secret; created mode 700 on first use (required)\n"
-    "  --listen WHERE       unix:PATH (abox-net hands flows over, each with its hand-off\n"
-    "                       line) or ADDR:PORT (TCP, clients connect directly; port 0\n"
-    "                       picks one) (required)\n"
-    "  --instance NAME      the instance name (hand-off lines must carry it; default: default)\n"
-    "  --upstream-ca FILE   also trust this CA for the providers (tests)\n"
-    "  --events FILE|-      JSON-lines events appended to FILE, or '-' for stdout (default: stderr)\n"
-    "  --stats-file FILE    where SIGUSR1 writes the accounting JSON (default: stderr)\n"
+    "  -p, --policy FILE        the instance's policy; its [[broker]] bindings (required)\n"
+    "  -c, --credentials FILE   TOML: [credentials] NAME = \"KEY\", NAME as in a binding's\n"
+    "                           `credential`. Must be a regular file owned by you, mode 600\n"
+    "                           or stricter (required)\n"
+    "  -s, --state DIR          the instance's state folder: CA key and certificate, nonce\n"
+    "                           secret; created mode 700 on first use, and bound to the\n"
+    "                           instance that made it (required)\n"
+    "  -l, --listen WHERE       unix:PATH (abox-net hands flows over, each with its hand-off\n"
+    "                           line) or ADDR:PORT (TCP, clients connect directly; port 0\n"
+    "                           picks one, and the ready line says which) (required)\n"
+    "      --instance NAME      the instance name (hand-off lines must carry it; default: default)\n"
+    "      --upstream-ca FILE   also trust this CA for the providers (tests)\n"
+    "      --events FILE|-      JSON-lines events appended to FILE, or '-' for stdout (default:\n"
+    "                           stderr); with '-' the 'listening on' line still comes first\n"
+    "      --stats-file FILE    where SIGUSR1 writes the accounting JSON (default: stderr)\n"
     "\n"
-    "Prints 'listening on WHERE' when ready. SIGUSR1 writes the accounting (per\n"
-    "binding: requests, statuses, bytes, 429/5xx, Retry-After) as one JSON line;\n"
-    "SIGINT or SIGTERM writes it and exits 0.\n"
+    "Prints 'listening on WHERE' when ready (WHERE with the port the kernel picked).\n"
+    "SIGUSR1 writes the accounting (per binding: requests, statuses, bytes, 429/5xx,\n"
+    "Retry-After) as one JSON line; SIGINT or SIGTERM writes it and exits 0.\n"
     "\n"
     "Exit status: 0 stopped by a signal, 2 usage error, 3 could not start (the\n"
     "message says why: policy, credentials file, state folder, listen address).\n";
@@ -58,6 +61,11 @@ constexpr std::string_view kCaUsage =
     "\n"
     "Prints the instance CA's certificate (PEM): the guest must trust it. Creates\n"
     "the CA in DIR (mode 700, key mode 600) when there is none yet.\n"
+    "\n"
+    "Options:\n"
+    "  -s, --state DIR     the instance's state folder (required)\n"
+    "      --instance NAME the instance the folder belongs to (default: default); a folder\n"
+    "                      made for another instance is refused, and the message names it\n"
     "\n"
     "Exit status: 0 printed, 2 usage error, 3 the state folder is unusable.\n";
 
@@ -71,57 +79,51 @@ constexpr std::string_view kNoncesUsage =
     "instance, for its own binding.\n"
     "\n"
     "Options:\n"
-    "  --json   {\"nonces\":[{\"name\",\"port\",\"credential\",\"env\",\"nonce\"}]}\n"
+    "  -p, --policy FILE   the instance's policy (required); one with no [[broker]]\n"
+    "                      bindings prints nothing and says so on stderr\n"
+    "  -s, --state DIR     the instance's state folder (required)\n"
+    "      --json          {\"nonces\":[{\"name\",\"port\",\"credential\",\"env\",\"nonce\"}]}\n"
     "\n"
     "Exit status: 0 printed, 2 usage error, 3 the policy or state folder is unusable.\n";
 
-// Reads "--opt VALUE" pairs; returns false (and says why) on a problem.
-struct Parsed {
-  std::optional<std::string> policy, credentials, state, listen, instance, upstream_ca, events, stats_file;
-  bool json = false;
-  bool help = false;
+constexpr base::OptionSpec kRunOptions[] = {
+    {"policy", 'p', true}, {"credentials", 'c', true}, {"state", 's', true}, {"listen", 'l', true},
+    {"instance", 0, true}, {"upstream-ca", 0, true},   {"events", 0, true},  {"stats-file", 0, true},
 };
+constexpr base::OptionSpec kCaOptions[] = {{"state", 's', true}, {"instance", 0, true}};
+constexpr base::OptionSpec kNoncesOptions[] = {
+    {"policy", 'p', true}, {"state", 's', true}, {"json", 0, false}};
 
-bool parse_options(std::span<const std::string_view> args, Parsed& p, std::string_view command,
-                   std::ostream& err) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view a = args[i];
-    if (is_help_flag(a)) {
-      p.help = true;
-      return true;
-    }
-    if (a == "--json") {
-      p.json = true;
-      continue;
-    }
-    std::optional<std::string>* slot = nullptr;
-    if (a == "--policy")
-      slot = &p.policy;
-    else if (a == "--credentials")
-      slot = &p.credentials;
-    else if (a == "--state")
-      slot = &p.state;
-    else if (a == "--listen")
-      slot = &p.listen;
-    else if (a == "--instance")
-      slot = &p.instance;
-    else if (a == "--upstream-ca")
-      slot = &p.upstream_ca;
-    else if (a == "--events")
-      slot = &p.events;
-    else if (a == "--stats-file")
-      slot = &p.stats_file;
-    if (slot == nullptr) {
-      err << "abox broker" << command << ": unknown option '" << a << "'\n";
-      return false;
-    }
-    if (i + 1 >= args.size()) {
-      err << "abox broker" << command << ": " << a << " needs a value\n";
-      return false;
-    }
-    *slot = std::string(args[++i]);
+int usage_error(std::ostream& err, std::string_view command, std::string_view message) {
+  err << base::usage_error_line(command, message);
+  return kExitUsage;
+}
+
+// Parses args for `command`; on a usage error prints its one line and
+// returns nullopt (the caller returns kExitUsage). Takes no positionals.
+std::optional<base::ParsedArgs> parse(std::span<const std::string_view> args,
+                                      std::span<const base::OptionSpec> specs, std::string_view command,
+                                      std::ostream& err) {
+  auto parsed = base::parse_options(args, specs, false);
+  if (!parsed.ok()) {
+    usage_error(err, command, parsed.error());
+    return std::nullopt;
   }
-  return true;
+  if (!parsed->help && !parsed->positionals.empty()) {
+    usage_error(err, command, "unexpected argument '" + parsed->positionals[0] + "'");
+    return std::nullopt;
+  }
+  return std::move(parsed).value();
+}
+
+std::string missing_options(const base::ParsedArgs& p, std::initializer_list<std::string_view> required) {
+  std::string missing;
+  for (auto name : required) {
+    if (p.has(name)) continue;
+    missing += missing.empty() ? "missing --" : ", --";
+    missing += name;
+  }
+  return missing;
 }
 
 bool valid_instance(std::string_view s) {
@@ -135,25 +137,19 @@ bool valid_instance(std::string_view s) {
 }
 
 int run_ca(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
-  Parsed p;
-  if (!parse_options(args, p, " ca", err)) {
-    err << kCaUsage;
-    return kExitUsage;
-  }
-  if (p.help) {
+  constexpr std::string_view kCommand = "abox broker ca";
+  auto p = parse(args, kCaOptions, kCommand, err);
+  if (!p) return kExitUsage;
+  if (p->help) {
     out << kCaUsage;
     return kExitOk;
   }
-  if (!p.state || p.policy || p.credentials || p.listen || p.json) {
-    err << "abox broker ca: needs --state DIR (and only --instance besides)\n" << kCaUsage;
-    return kExitUsage;
-  }
-  std::string instance = p.instance.value_or("default");
-  if (!valid_instance(instance)) {
-    err << "abox broker ca: --instance must be 1-64 of [A-Za-z0-9._-]\n";
-    return kExitUsage;
-  }
-  auto pem = broker::instance_ca_pem(*p.state, instance);
+  if (auto missing = missing_options(*p, {"state"}); !missing.empty())
+    return usage_error(err, kCommand, missing);
+  std::string instance = p->last("instance").value_or("default");
+  if (!valid_instance(instance))
+    return usage_error(err, kCommand, "--instance must be 1-64 of [A-Za-z0-9._-]");
+  auto pem = broker::instance_ca_pem(*p->last("state"), instance);
   if (!pem.ok()) {
     err << "abox broker ca: " << pem.error() << '\n';
     return kExitFailed;
@@ -163,30 +159,35 @@ int run_ca(std::span<const std::string_view> args, std::ostream& out, std::ostre
 }
 
 int run_nonces(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
-  Parsed p;
-  if (!parse_options(args, p, " nonces", err)) {
-    err << kNoncesUsage;
-    return kExitUsage;
-  }
-  if (p.help) {
+  constexpr std::string_view kCommand = "abox broker nonces";
+  auto p = parse(args, kNoncesOptions, kCommand, err);
+  if (!p) return kExitUsage;
+  if (p->help) {
     out << kNoncesUsage;
     return kExitOk;
   }
-  if (!p.policy || !p.state || p.credentials || p.listen) {
-    err << "abox broker nonces: needs --policy FILE and --state DIR\n" << kNoncesUsage;
-    return kExitUsage;
-  }
-  auto loaded = policy::load_policy(*p.policy);
+  if (auto missing = missing_options(*p, {"policy", "state"}); !missing.empty())
+    return usage_error(err, kCommand, missing);
+  const std::string policy_file = *p->last("policy");
+  auto loaded = policy::load_policy(policy_file);
   if (!loaded.ok()) {
-    err << loaded.error().to_string() << "abox broker nonces: the policy is invalid\n";
+    err << loaded.error().to_string() << kCommand << ": " << policy_file << ": "
+        << (loaded.error().unreadable ? "cannot be read" : "the policy is invalid") << '\n';
     return kExitFailed;
   }
-  auto nonces = broker::binding_nonces(*loaded, *p.state);
+  if (loaded->brokers().empty()) {
+    // Not an error (there is simply nothing to print), but an empty answer
+    // should not look like a state folder that lost its nonces.
+    err << kCommand << ": " << policy_file
+        << " has no [[broker]] bindings, so the guest gets no nonces (a binding names a provider whose key "
+           "the broker adds: docs/broker.md)\n";
+  }
+  auto nonces = broker::binding_nonces(*loaded, *p->last("state"));
   if (!nonces.ok()) {
     err << "abox broker nonces: " << nonces.error() << '\n';
     return kExitFailed;
   }
-  if (p.json) {
+  if (p->has("json")) {
     std::string js;
     base::JsonWriter w(js);
     w.begin_object().key("nonces").begin_array();
@@ -208,46 +209,35 @@ int run_nonces(std::span<const std::string_view> args, std::ostream& out, std::o
 }
 
 int run_service(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
-  Parsed p;
-  if (!parse_options(args, p, "", err)) {
-    err << kRunUsage;
-    return kExitUsage;
-  }
-  if (p.help) {
+  constexpr std::string_view kCommand = "abox broker";
+  auto p = parse(args, kRunOptions, kCommand, err);
+  if (!p) return kExitUsage;
+  if (p->help) {
     out << kRunUsage;
     return kExitOk;
   }
-  std::string missing;
-  if (!p.policy) missing += " --policy";
-  if (!p.credentials) missing += " --credentials";
-  if (!p.state) missing += " --state";
-  if (!p.listen) missing += " --listen";
-  if (!missing.empty() || p.json) {
-    if (!missing.empty()) err << "abox broker: missing" << missing << '\n';
-    err << kRunUsage;
-    return kExitUsage;
-  }
+  if (auto missing = missing_options(*p, {"policy", "credentials", "state", "listen"}); !missing.empty())
+    return usage_error(err, kCommand, missing);
   broker::BrokerOptions o;
-  o.instance = p.instance.value_or("default");
-  if (!valid_instance(o.instance)) {
-    err << "abox broker: --instance must be 1-64 of [A-Za-z0-9._-]\n";
-    return kExitUsage;
-  }
-  o.policy_file = *p.policy;
-  o.credentials_file = *p.credentials;
-  o.state_dir = *p.state;
-  o.listen = *p.listen;
-  o.upstream_ca = p.upstream_ca.value_or("");
-  o.stats_file = p.stats_file.value_or("");
+  o.instance = p->last("instance").value_or("default");
+  if (!valid_instance(o.instance))
+    return usage_error(err, kCommand, "--instance must be 1-64 of [A-Za-z0-9._-]");
+  o.policy_file = *p->last("policy");
+  o.credentials_file = *p->last("credentials");
+  o.state_dir = *p->last("state");
+  o.listen = *p->last("listen");
+  o.upstream_ca = p->last("upstream-ca").value_or("");
+  o.stats_file = p->last("stats-file").value_or("");
 
   base::UniqueFd events_file;
   int events_fd = STDERR_FILENO;
-  if (p.events && *p.events == "-") {
+  const auto events_path = p->last("events");
+  if (events_path && *events_path == "-") {
     events_fd = STDOUT_FILENO;
-  } else if (p.events) {
-    events_file.reset(::open(p.events->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  } else if (events_path) {
+    events_file.reset(::open(events_path->c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (!events_file) {
-      err << "abox broker: " << *p.events << ": " << std::strerror(errno) << '\n';
+      err << "abox broker: " << *events_path << ": " << std::strerror(errno) << '\n';
       return kExitFailed;
     }
     events_fd = events_file.get();

@@ -1,53 +1,17 @@
-// Command-line options the way users expect them from pasta, podman and
-// friends: `--opt value` and `--opt=value`, short flags (`-e NAME=VALUE`,
-// `-i`), `--` to end the options, and every mistake reported in one line that
-// ends with where to read more ("see 'abox run --help'").
-//
-// The parser knows each option's spellings and whether it takes a value; what
-// the values mean is the command's business. It never reorders: options and
-// values come back in the order given, so a repeated option (--env) keeps
-// its order.
+// The engine's commands parse their options with the parser every abox
+// program shares (base/command_line.h: --opt value and --opt=value, short
+// flags, "--", one-line usage errors). This header only brings its names
+// into abox::engine, so a command writes OptionSpec and parse_options as it
+// did when the parser lived here.
 #pragma once
 
-#include <optional>
-#include <span>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include "base/result.h"
+#include "base/command_line.h"
 
 namespace abox::engine {
 
-struct OptionSpec {
-  std::string_view name;  // "--name" spelling without the dashes ("name")
-  char short_name = 0;    // 'n' for -n, 0 for none
-  bool takes_value = false;
-};
-
-struct ParsedOption {
-  std::string_view name;  // OptionSpec::name
-  std::string value;      // "" for a flag
-};
-
-struct ParsedArgs {
-  std::vector<ParsedOption> options;
-  std::vector<std::string> positionals;  // everything after "--", or from the first non-option
-  bool help = false;
-
-  bool has(std::string_view name) const;
-  // The last value given for name, if any.
-  std::optional<std::string> last(std::string_view name) const;
-  std::vector<std::string> all(std::string_view name) const;
-};
-
-// Parses args against specs. -h and --help set help (and stop). With
-// stop_at_positional, the first argument that is not an option starts the
-// positionals (for `abox run [options] CMD ARGS...`); otherwise a
-// non-option argument is a positional and parsing goes on. The error is one
-// line: "unknown option '--foo'", "--name needs a value", ...
-base::Result<ParsedArgs, std::string> parse_options(std::span<const std::string_view> args,
-                                                    std::span<const OptionSpec> specs,
-                                                    bool stop_at_positional);
+using base::OptionSpec;
+using base::parse_options;
+using base::ParsedArgs;
+using base::ParsedOption;
 
 }  // namespace abox::engine

@@ -1,5 +1,6 @@
 #include "engine/cli/run_command.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,7 +15,10 @@
 
 #include "base/json.h"
 #include "base/random.h"
+#include "engine/cli/machine_setup.h"
 #include "engine/cli/options.h"
+#include "engine/cli/run_detached.h"
+#include "engine/cli/terminal_mode.h"
 #include "engine/image/image_store.h"
 #include "engine/instance/guest_environment.h"
 #include "engine/instance/supervisor.h"
@@ -38,17 +42,27 @@ constexpr std::string_view kUsage =
     "  -p, --policy FILE        the egress policy (required)\n"
     "      --name NAME          the instance's name (default: run-<random>); its state\n"
     "                           folder is $XDG_STATE_HOME/abox/instances/NAME\n"
-    "      --image NAME         the guest image (default: minimal; built on first use)\n"
+    "      --image NAME         the guest image (default: debian when it is built, else minimal,\n"
+    "                           which is built on first use)\n"
     "      --cpus N             virtual CPUs (default: 1)\n"
     "  -m, --memory SIZE        guest memory, MiB or with M/G (default: 512M)\n"
     "  -e, --env NAME=VALUE     set a variable in CMD's environment (repeatable)\n"
     "  -w, --workdir DIR        CMD's working directory in the guest (default: /home/agent)\n"
     "  -i, --interactive        forward stdin to CMD (with backpressure; EOF closes it)\n"
+    "  -t, --tty                give CMD a terminal in the guest (with -i: this terminal in\n"
+    "                           raw mode, its size followed; Ctrl-C and Ctrl-Z reach CMD)\n"
+    "      --copy-in HOST[:DIR] copy the host's file or folder HOST into the guest folder DIR\n"
+    "                           (default /home/agent) before CMD starts (repeatable)\n"
+    "      --disk SIZE          the instance's writable disk with a disk image (default 4G)\n"
     "      --timeout DURATION   stop the instance when CMD runs longer (30s, 5m, 1h)\n"
+    "      --idle-timeout DUR   ... or when CMD printed nothing and no frame crossed abox-net for DUR\n"
     "      --credentials FILE   the broker's keys: [credentials] NAME = \"KEY\" (mode 600)\n"
     "      --events FILE|-      every event (abox-net's, the broker's, the supervisor's,\n"
     "                           box-guest's) as JSON lines to FILE, or '-' for stderr\n"
     "                           (stdout is CMD's)\n"
+    "  -d, --detach             hand the instance to the daemon and print its name once it\n"
+    "                           runs (not with -t, --events, --json, --keep; with -i, abox attach\n"
+    "                           sends input); then abox ls, logs, events, attach, stop, start, rm\n"
     "      --json               print a summary of the run as one JSON line on stderr at the end\n"
     "      --keep               keep the state folder (events, console, instance.json)\n"
     "      --no-selftest        skip the self-test (a warning says so)\n"
@@ -63,12 +77,13 @@ constexpr std::string_view kUsage =
     "      --upstream-ca FILE            the broker also trusts this CA for providers (tests)\n"
     "\n"
     "SIGINT or SIGTERM stops the instance in order (the guest powers off, the VMM\n"
-    "is killed after a grace of 5 s); a second one kills it at once.\n"
+    "is killed after a grace of 3 s); a second one kills it at once.\n"
     "\n"
     "Exit status: CMD's (128+N when a signal ended it); 122 the VMM, abox-net or the\n"
     "broker crashed; 123 the self-test failed; 124 timed out; 125 abox could not start\n"
     "the instance (usage, policy, credentials, image, boot); 126 CMD is not executable;\n"
-    "127 CMD was not found; 128+N abox was stopped by signal N.\n";
+    "127 CMD was not found; 128+N abox was stopped by signal N.\n"
+    "With -d: 0 the instance runs, 125 it could not start (the reason on stderr).\n";
 
 constexpr OptionSpec kOptions[] = {
     {"policy", 'p', true},
@@ -79,6 +94,10 @@ constexpr OptionSpec kOptions[] = {
     {"env", 'e', true},
     {"workdir", 'w', true},
     {"interactive", 'i', false},
+    {"tty", 't', false},
+    {"copy-in", 0, true},
+    {"disk", 0, true},
+    {"idle-timeout", 0, true},
     {"timeout", 0, true},
     {"credentials", 0, true},
     {"events", 0, true},
@@ -91,6 +110,7 @@ constexpr OptionSpec kOptions[] = {
     {"selftest-address", 0, true},
     {"selftest-resolver", 0, true},
     {"upstream-ca", 0, true},
+    {"detach", 'd', false},
 };
 
 int usage_error(const std::string& message) {
@@ -210,25 +230,18 @@ std::optional<unsigned> parse_mebibytes(std::string_view text) {
   return static_cast<unsigned>(n);
 }
 
-int run_run_command(std::span<const std::string_view> args) {
-  auto parsed = parse_options(args, kOptions, /*stop_at_positional=*/true);
-  if (!parsed.ok()) return usage_error(parsed.error());
-  const ParsedArgs& a = *parsed;
-  if (a.help) {
-    std::cout << kUsage;
-    return 0;
-  }
-  if (a.positionals.empty()) return usage_error("no command: abox run [options] -- CMD [ARGS...]");
-  auto policy_file = a.last("policy");
-  if (!policy_file) return usage_error("--policy FILE is required");
+std::span<const OptionSpec> run_options() {
+  return kOptions;
+}
 
-  Layout layout = Layout::discover();
-  InstanceConfig c;
+std::string run_config_from_args(const ParsedArgs& a, InstanceConfig& c) {
+  auto policy_file = a.last("policy");
+  if (!policy_file) return "--policy FILE is required";
+
   c.name = a.last("name").value_or(random_name());
-  if (!valid_instance_name(c.name))
-    return usage_error("--name: use 1-64 of A-Z a-z 0-9 . _ - (not starting with . or -)");
+  if (!valid_instance_name(c.name)) return "--name: use 1-64 of A-Z a-z 0-9 . _ - (not starting with . or -)";
   auto root = default_instances_root();
-  if (!root.ok()) return usage_error(root.error());
+  if (!root.ok()) return root.error();
   c.instances_root = *root;
   c.policy_file = *policy_file;
   c.credentials_file = a.last("credentials").value_or("");
@@ -242,78 +255,92 @@ int run_run_command(std::span<const std::string_view> args) {
   c.lang = env_or_empty("LANG");
   for (const auto& e : a.all("env")) {
     auto entry = parse_env_assignment(e);
-    if (!entry.ok()) return usage_error(entry.error());
+    if (!entry.ok()) return entry.error();
     c.user_env.push_back(std::move(entry).value());
   }
   if (auto v = a.last("cpus")) {
     unsigned n = 0;
     auto [ptr, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-    if (ec != std::errc() || ptr != v->data() + v->size() || n < 1 || n > 64)
-      return usage_error("--cpus: 1 to 64");
+    if (ec != std::errc() || ptr != v->data() + v->size() || n < 1 || n > 64) return "--cpus: 1 to 64";
     c.cpus = n;
   }
   if (auto v = a.last("memory")) {
     auto m = parse_mebibytes(*v);
-    if (!m || *m < 64) return usage_error("--memory " + *v + ": a size of at least 64M, like 512M or 2G");
+    if (!m || *m < 64) return "--memory " + *v + ": a size of at least 64M, like 512M or 2G";
     c.memory_mib = *m;
   }
   if (auto v = a.last("timeout")) {
     auto d = parse_duration(*v);
-    if (!d) return usage_error("--timeout " + *v + ": a duration like 30s, 5m, 1h or 500ms");
+    if (!d) return "--timeout " + *v + ": a duration like 30s, 5m, 1h or 500ms";
     c.timeout = d;
+  }
+  if (auto v = a.last("idle-timeout")) {
+    auto d = parse_duration(*v);
+    if (!d) return "--idle-timeout " + *v + ": a duration like 10m";
+    c.idle_timeout = d;
+  }
+  if (auto v = a.last("disk")) {
+    auto m = parse_mebibytes(*v);
+    if (!m || *m < 64) return "--disk " + *v + ": a size of at least 64M, like 4G";
+    c.disk_bytes = std::uint64_t{*m} << 20;
+  }
+  c.tty = a.has("tty");
+  if (c.tty) {
+    if (auto size = terminal_size(c.attach_stdin ? STDIN_FILENO : STDOUT_FILENO))
+      c.window = {size->rows, size->cols};
+    else
+      c.window = {24, 80};
+  }
+  if (c.tty && c.attach_stdin && ::isatty(STDIN_FILENO) == 0)
+    return "-t -i: stdin is not a terminal (leave out -t to forward a pipe or a file)";
+  for (const auto& spec : a.all("copy-in")) {
+    CopyIn ci;
+    auto colon = spec.find(':');
+    ci.host_path = spec.substr(0, colon);
+    ci.guest_dir = colon == std::string::npos ? std::string(kGuestHome) : spec.substr(colon + 1);
+    if (ci.host_path.empty() || ci.guest_dir.empty()) return "--copy-in " + spec + ": HOST_PATH[:GUEST_DIR]";
+    if (ci.guest_dir[0] != '/') ci.guest_dir = std::string(kGuestHome) + "/" + ci.guest_dir;
+    if (ci.guest_dir.size() > guest::kMaxGuestPath)
+      return "--copy-in " + spec + ": the guest path is too long";
+    c.copy_in.push_back(std::move(ci));
   }
   if (auto v = a.last("boot-timeout")) {
     auto d = parse_duration(*v);
-    if (!d) return usage_error("--boot-timeout " + *v + ": a duration like 60s");
+    if (!d) return "--boot-timeout " + *v + ": a duration like 60s";
     c.boot_timeout = *d;
   }
   if (auto v = a.last("selftest-name")) c.selftest_targets.denied_name = *v;
   if (auto v = a.last("selftest-address")) {
-    if (!valid_probe_address(*v)) return usage_error("--selftest-address " + *v + ": expected IPV4:PORT");
+    if (!valid_probe_address(*v)) return "--selftest-address " + *v + ": expected IPV4:PORT";
     c.selftest_targets.direct_address = *v;
   }
   if (auto v = a.last("selftest-resolver")) {
-    if (!valid_probe_address(*v)) return usage_error("--selftest-resolver " + *v + ": expected IPV4:PORT");
+    if (!valid_probe_address(*v)) return "--selftest-resolver " + *v + ": expected IPV4:PORT";
     c.selftest_targets.foreign_resolver = *v;
   }
   std::string accel = a.last("accel").value_or("auto");
-  if (accel != "auto" && accel != "kvm" && accel != "tcg") return usage_error("--accel: auto, kvm or tcg");
+  if (accel != "auto" && accel != "kvm" && accel != "tcg") return "--accel: auto, kvm or tcg";
 
-  c.abox = layout.self;
-  c.abox_net = layout.abox_net;
-  c.qemu = layout.qemu;
-  if (c.qemu.empty()) {
-    std::cerr << "abox run: qemu-system-x86_64 is not installed (Debian: qemu-system-x86)\n";
-    return kRunCouldNotStart;
-  }
-  if (::access(c.abox_net.c_str(), X_OK) != 0) {
-    std::cerr << "abox run: abox-net not found at " << c.abox_net << " (set ABOX_NET)\n";
-    return kRunCouldNotStart;
-  }
+  return "";
+}
 
-  // The image: built on first use, with progress.
-  ImageStore images(ImageStore::default_root(), layout);
-  c.image_name = a.last("image").value_or("minimal");
-  auto image =
-      images.ensure(c.image_name, [](std::string_view line) { std::cerr << "abox image: " << line << '\n'; });
-  if (!image.ok()) {
-    std::cerr << "abox run: " << image.error() << '\n';
-    return kRunCouldNotStart;
+int run_run_command(std::span<const std::string_view> args) {
+  auto parsed = parse_options(args, kOptions, /*stop_at_positional=*/true);
+  if (!parsed.ok()) return usage_error(parsed.error());
+  const ParsedArgs& a = *parsed;
+  if (a.help) {
+    std::cout << kUsage;
+    return 0;
   }
-  c.kernel = image->kernel;
-  c.initramfs = image->initramfs;
-
-  auto choice = choose_accel(accel, c.qemu, c.kernel, default_cache_dir());
-  if (accel == "kvm" && choice.degraded) {
-    std::cerr << "abox run: --accel kvm: " << choice.why << '\n';
+  if (a.positionals.empty()) return usage_error("no command: abox run [options] -- CMD [ARGS...]");
+  InstanceConfig c;
+  if (auto problem = run_config_from_args(a, c); !problem.empty()) return usage_error(problem);
+  if (a.has("detach")) return run_detached(args, a);
+  std::string accel = a.last("accel").value_or("auto");
+  if (auto problem = prepare_machine(c, a.last("image").value_or(""), accel, "abox run", std::cerr);
+      !problem.empty()) {
+    std::cerr << "abox run: " << problem << '\n';
     return kRunCouldNotStart;
-  }
-  c.accel = choice.accel;
-  if (choice.degraded) {
-    std::cerr
-        << "abox run: DEGRADED: " << choice.why
-        << "; running the guest on TCG (software emulation): it boots in seconds instead of a fraction of "
-           "one, and runs several times slower\n";
   }
   if (!c.selftest)
     std::cerr << "abox run: WARNING: --no-selftest: the guest's refusals are not proven before CMD runs\n";
@@ -333,6 +360,7 @@ int run_run_command(std::span<const std::string_view> args) {
     }
   }
 
+  bool tty_interactive = c.tty && c.attach_stdin;
   ::signal(SIGPIPE, SIG_IGN);  // a reader of our stdout that goes away is an error on write, not our death
   boost::asio::io_context io;
   QemuMicrovm qemu(c.qemu);
@@ -359,8 +387,25 @@ int run_run_command(std::span<const std::string_view> args) {
     });
   };
   wait_signal();
+  // -t -i: this terminal in raw mode while the instance runs (restored by the
+  // destructor on every way out of here), its size followed.
+  std::optional<TerminalMode> raw;
+  boost::asio::signal_set winch(io);
+  std::function<void()> wait_winch = [&] {
+    winch.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      if (auto size = terminal_size(STDIN_FILENO)) supervisor.resize(size->rows, size->cols);
+      wait_winch();
+    });
+  };
+  if (tty_interactive) {
+    raw.emplace(STDIN_FILENO);
+    winch.add(SIGWINCH);
+    wait_winch();
+  }
   supervisor.start();
   io.run();
+  raw.reset();
   if (!outcome) {
     std::cerr << "abox run: the instance ended without an outcome\n";
     return kRunCrashed;

@@ -6,7 +6,11 @@
 #include <chrono>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+
+#include "engine/cli/options.h"
+#include "engine/instance/instance_config.h"
 
 namespace abox::engine {
 
@@ -21,6 +25,13 @@ enum RunExitCode : int {
   kRunNotExecutable = 126,   // the command was found in the guest but could not be executed
   kRunNotFound = 127,        // the command was not found in the guest
 };
+
+// abox run's option table; shared by `abox run -d`, the daemon (which checks a
+// detached run's arguments) and `abox shim` (which boots from them).
+std::span<const OptionSpec> run_options();
+// Fills c from abox run's parsed options: everything but the machine
+// (prepare_machine) and the stdio. Returns "" or the usage error.
+std::string run_config_from_args(const ParsedArgs& a, InstanceConfig& c);
 
 // args: everything after "abox run". Uses this process's stdin, stdout and stderr.
 int run_run_command(std::span<const std::string_view> args);

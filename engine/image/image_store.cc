@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -102,22 +103,70 @@ std::vector<std::string> ImageStore::recipes() const {
 }
 
 std::vector<std::string> ImageStore::recipe_env() const {
-  return {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-          "LC_ALL=C",
-          "BOX_GUEST=" + layout_.box_guest,
-          "BUSYBOX=" + find_program("busybox"),
-          "KERNEL_DIR=" + layout_.kernel_dir,
-          "MODULES_LIST=" + layout_.modules_list};
+  std::vector<std::string> env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                  "LC_ALL=C",
+                                  "BOX_GUEST=" + layout_.box_guest,
+                                  "BUSYBOX=" + find_program("busybox"),
+                                  "KERNEL_DIR=" + layout_.kernel_dir,
+                                  "MODULES_LIST=" + layout_.modules_list};
+  // What the operator's machine needs to reach Debian's mirror and the npm
+  // registry (a home for the caches, a proxy, a CA of its own, a mirror of
+  // its own, the recipe's cache settings) passes through; nothing else of
+  // abox's environment does.
+  static constexpr std::string_view kPassed[] = {"HOME",
+                                                 "NODE_EXTRA_CA_CERTS",
+                                                 "SSL_CERT_FILE",
+                                                 "SSL_CERT_DIR",
+                                                 "CURL_CA_BUNDLE",
+                                                 "REQUESTS_CA_BUNDLE",
+                                                 "http_proxy",
+                                                 "https_proxy",
+                                                 "no_proxy",
+                                                 "HTTP_PROXY",
+                                                 "HTTPS_PROXY",
+                                                 "NO_PROXY",
+                                                 "XDG_CACHE_HOME",
+                                                 "ABOX_IMAGE_CACHE",
+                                                 "ABOX_DEBIAN_MIRROR",
+                                                 "ABOX_DEBIAN_SECURITY",
+                                                 "ABOX_DEBIAN_TREE_MAX_AGE_DAYS"};
+  for (auto name : kPassed) {
+    if (const char* v = std::getenv(std::string(name).c_str())) env.push_back(std::string(name) + "=" + v);
+  }
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    if (kv.starts_with("npm_config_") || kv.starts_with("NPM_CONFIG_")) env.emplace_back(kv);
+  }
+  return env;
 }
 
-base::Result<std::vector<std::string>, std::string> ImageStore::inputs(const std::string& name) const {
-  if (!valid_image_name(name)) return base::Err{"image name '" + name + "': use 1-64 of A-Z a-z 0-9 . _ -"};
+std::string ImageRecipe::text() const {
+  std::string t = recipe;
+  for (const auto& o : options) t += " " + o;
+  return t;
+}
+
+ImageRecipe ImageStore::recipe_of(const std::string& name) const {
+  auto meta = read_meta(root_ + "/" + name + "/image.meta");
+  ImageRecipe r{name, {}};
+  if (!meta["recipe"].empty()) {
+    std::istringstream words(meta["recipe"]);
+    words >> r.recipe;
+    std::string w;
+    while (words >> w) r.options.push_back(w);
+  }
+  return r;
+}
+
+base::Result<std::vector<std::string>, std::string> ImageStore::inputs(const ImageRecipe& r) const {
+  const std::string& name = r.recipe;
+  if (!valid_image_name(name)) return base::Err{"recipe name '" + name + "': use 1-64 of A-Z a-z 0-9 . _ -"};
   std::string recipe = layout_.recipes_dir + "/" + name + "/build.sh";
   std::error_code ec;
   if (!fs::exists(recipe, ec)) {
     std::string known;
-    for (const auto& r : recipes()) known += (known.empty() ? "" : ", ") + r;
-    return base::Err{"no recipe for an image named '" + name + "' (in " + layout_.recipes_dir +
+    for (const auto& known_recipe : recipes()) known += (known.empty() ? "" : ", ") + known_recipe;
+    return base::Err{"no recipe named '" + name + "' (in " + layout_.recipes_dir +
                      "; known: " + (known.empty() ? "none" : known) + ")"};
   }
   // The recipe names what it is made from (one source of truth); the kernel
@@ -126,7 +175,9 @@ base::Result<std::vector<std::string>, std::string> ImageStore::inputs(const std
   auto null = open_dev_null();
   ChildSpec spec;
   spec.program = find_program("bash");
-  spec.argv = {spec.program, recipe, "--print-inputs"};
+  spec.argv = {spec.program, recipe};
+  spec.argv.insert(spec.argv.end(), r.options.begin(), r.options.end());
+  spec.argv.push_back("--print-inputs");
   spec.env = recipe_env();
   spec.fds = {{0, null.get()}, {1, out.write.get()}, {2, out.write.get()}};
   auto child = ChildProcess::spawn(spec);
@@ -174,16 +225,20 @@ std::string ImageStore::stat_keys(const std::vector<std::string>& in) const {
   return keys;
 }
 
-base::Result<std::string, std::string> ImageStore::content_hash(const std::vector<std::string>& in) const {
+base::Result<std::string, std::string> ImageStore::content_hash(const std::vector<std::string>& in,
+                                                                const ImageRecipe& recipe) const {
   base::Sha256 h;
+  // The recipe and its options first: the same files with other packages are another image.
+  std::string head = recipe.text() + '\0';
+  h.update(base::as_bytes(head));
   for (const auto& p : in) {
     // The file's name (not where it sits on this machine), its size and its
     // bytes: the same inputs give the same hash on any machine, and no two
     // different lists of files give the same stream.
     struct stat st {};
     ::stat(p.c_str(), &st);
-    std::string head = p.substr(p.rfind('/') + 1) + '\0' + std::to_string(st.st_size) + '\0';
-    h.update(base::as_bytes(head));
+    std::string file_head = p.substr(p.rfind('/') + 1) + '\0' + std::to_string(st.st_size) + '\0';
+    h.update(base::as_bytes(file_head));
     if (auto r = hash_file(h, p); !r.ok()) return base::Err{r.error()};
   }
   return hex(h.finish());
@@ -224,6 +279,7 @@ base::Result<ImageInfo, std::string> ImageStore::find(const std::string& name) c
   info.dir = dir;
   info.kernel = dir + "/vmlinux";
   info.initramfs = dir + "/" + meta["initramfs"];
+  if (!meta["root_disk"].empty()) info.root_disk = dir + "/" + meta["root_disk"];
   info.hash = meta["hash"];
   info.built = meta["built"];
   info.kernel_version = meta["kernel"];
@@ -231,16 +287,17 @@ base::Result<ImageInfo, std::string> ImageStore::find(const std::string& name) c
   return info;
 }
 
-base::Result<ImageInfo, std::string> ImageStore::build(const std::string& name,
+base::Result<ImageInfo, std::string> ImageStore::build(const std::string& name, const ImageRecipe& r,
                                                        const Progress& progress) const {
-  auto in = inputs(name);
+  if (!valid_image_name(name)) return base::Err{"image name '" + name + "': use 1-64 of A-Z a-z 0-9 . _ -"};
+  auto in = inputs(r);
   if (!in.ok()) return base::Err{in.error()};
   std::error_code ec;
   fs::create_directories(root_, ec);
   if (ec) return base::Err{root_ + ": " + ec.message()};
 
   progress("hashing the recipe's inputs");
-  auto hash = content_hash(*in);
+  auto hash = content_hash(*in, r);
   if (!hash.ok()) return base::Err{hash.error()};
 
   std::string tmpl = root_ + "/.build-" + name + "-XXXXXX";
@@ -250,12 +307,14 @@ base::Result<ImageInfo, std::string> ImageStore::build(const std::string& name,
   std::string tmp(tmp_buf.data());
   auto cleanup = [&] { fs::remove_all(tmp, ec); };
 
-  std::string recipe = layout_.recipes_dir + "/" + name;
+  std::string recipe = layout_.recipes_dir + "/" + r.recipe;
   auto out = make_pipe();
   auto null = open_dev_null();
   ChildSpec spec;
   spec.program = find_program("bash");
-  spec.argv = {spec.program, recipe + "/build.sh", tmp};
+  spec.argv = {spec.program, recipe + "/build.sh"};
+  spec.argv.insert(spec.argv.end(), r.options.begin(), r.options.end());
+  spec.argv.push_back(tmp);
   spec.env = recipe_env();
   spec.fds = {{0, null.get()}, {1, out.write.get()}, {2, out.write.get()}};
   auto child = ChildProcess::spawn(spec);
@@ -298,7 +357,9 @@ base::Result<ImageInfo, std::string> ImageStore::build(const std::string& name,
     return base::Err{"copying the kernel: " + ec.message()};
   }
   std::ostringstream meta;
-  meta << "name=" << name << "\nhash=" << *hash << "\ninitramfs=" << initramfs
+  std::string root_disk = fs::exists(tmp + "/rootfs.ext4", ec) ? "rootfs.ext4" : "";
+  meta << "name=" << name << "\nrecipe=" << r.text() << "\nhash=" << *hash << "\ninitramfs=" << initramfs
+       << "\nroot_disk=" << root_disk
        << "\nbuilt=" << base::format_utc_millis(std::chrono::system_clock::now())
        << "\nkernel=" << first_line(layout_.kernel_dir + "/VERSION") << "\nlayout=" << layout_key()
        << "\ninputs=" << stat_keys(*in) << "\n";
@@ -328,17 +389,37 @@ base::Result<ImageInfo, std::string> ImageStore::build(const std::string& name,
 
 base::Result<ImageInfo, std::string> ImageStore::ensure(const std::string& name,
                                                         const Progress& progress) const {
+  ImageRecipe recipe = recipe_of(name);
   switch (freshness(name)) {
     case ImageFreshness::kCurrent:
       return find(name);
     case ImageFreshness::kMissing:
       progress("image " + name + " is not built yet: building it now");
       break;
-    case ImageFreshness::kStale:
+    case ImageFreshness::kStale: {
+      // Cached by content: inputs touched but not changed (a rebuild that
+      // made the same box-guest) need no new image, only a new record.
+      auto in = inputs(recipe);
+      auto info = find(name);
+      if (in.ok() && info.ok()) {
+        auto hash = content_hash(*in, recipe);
+        if (hash.ok() && *hash == info->hash) {
+          auto meta = read_meta(info->dir + "/image.meta");
+          meta["inputs"] = stat_keys(*in);
+          meta["layout"] = layout_key();
+          std::string tmp = info->dir + "/image.meta.tmp";
+          {
+            std::ofstream f(tmp, std::ios::trunc);
+            for (const auto& [k, v] : meta) f << k << '=' << v << '\n';
+          }
+          if (::rename(tmp.c_str(), (info->dir + "/image.meta").c_str()) == 0) return info;
+        }
+      }
       progress("image " + name + " is older than its recipe's inputs: building it again");
       break;
+    }
   }
-  return build(name, progress);
+  return build(name, recipe, progress);
 }
 
 std::vector<ImageInfo> ImageStore::list() const {

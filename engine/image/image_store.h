@@ -34,6 +34,7 @@ struct ImageInfo {
   std::string dir;
   std::string kernel;
   std::string initramfs;
+  std::string root_disk;    // rootfs.ext4 when the image has one (read-only in every instance)
   std::string hash;         // hex SHA-256 of the recipe's inputs
   std::string built;        // RFC 3339
   std::uint64_t bytes = 0;  // on disk
@@ -41,6 +42,15 @@ struct ImageInfo {
 };
 
 enum class ImageFreshness { kMissing, kStale, kCurrent };
+
+// What an image is built from: a recipe (guest/image/RECIPE/build.sh) and the
+// options it is given (--add-package NAME, --add-npm NAME): a custom image is
+// a recipe with options, under a name of its own.
+struct ImageRecipe {
+  std::string recipe;
+  std::vector<std::string> options;
+  std::string text() const;  // "debian --add-npm openai", for the hash and image.meta
+};
 
 class ImageStore {
  public:
@@ -55,8 +65,11 @@ class ImageStore {
   ImageFreshness freshness(const std::string& name) const;
   // The image, when it is built (current or not).
   base::Result<ImageInfo, std::string> find(const std::string& name) const;
-  // Builds (or rebuilds) name from its recipe; progress gets one line per step.
-  base::Result<ImageInfo, std::string> build(const std::string& name, const Progress& progress) const;
+  // Builds (or rebuilds) name from a recipe; progress gets one line per step.
+  base::Result<ImageInfo, std::string> build(const std::string& name, const ImageRecipe& recipe,
+                                             const Progress& progress) const;
+  // What name was built from (its image.meta), or the recipe of that name.
+  ImageRecipe recipe_of(const std::string& name) const;
   // The image if current; else builds it first.
   base::Result<ImageInfo, std::string> ensure(const std::string& name, const Progress& progress) const;
   std::vector<ImageInfo> list() const;
@@ -64,9 +77,10 @@ class ImageStore {
 
  private:
   // Every file the image is made from: what the recipe's --print-inputs names, and the kernel.
-  base::Result<std::vector<std::string>, std::string> inputs(const std::string& name) const;
+  base::Result<std::vector<std::string>, std::string> inputs(const ImageRecipe& recipe) const;
   std::string stat_keys(const std::vector<std::string>& in) const;
-  base::Result<std::string, std::string> content_hash(const std::vector<std::string>& in) const;
+  base::Result<std::string, std::string> content_hash(const std::vector<std::string>& in,
+                                                      const ImageRecipe& recipe) const;
   std::vector<std::string> recipe_env() const;
   std::string layout_key() const;
 

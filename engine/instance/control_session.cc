@@ -154,6 +154,34 @@ bool ControlSession::dispatch(const guest::Frame& frame) {
       listener_.on_guest_log(m->text);
       return true;
     }
+    case GuestMessage::kCopyInDone: {
+      if (!copy_in_open_ || !copy_in_ended_) return out_of_order();
+      auto m = guest::decode_copy_result(p);
+      if (!m) return malformed();
+      copy_in_open_ = copy_in_ended_ = false;
+      listener_.on_copy_in_done(*m);
+      return true;
+    }
+    case GuestMessage::kCopyOutData: {
+      if (!copy_out_open_) return out_of_order();
+      if (p.size() > copy_credit_) {
+        fail("control channel: the guest sent " + std::to_string(p.size()) + " bytes of a copy with " +
+             std::to_string(copy_credit_) + " bytes of credit");
+        return false;
+      }
+      copy_credit_ -= p.size();
+      listener_.on_copy_out_data(p);
+      return true;
+    }
+    case GuestMessage::kCopyOutDone: {
+      if (!copy_out_open_) return out_of_order();
+      auto m = guest::decode_copy_result(p);
+      if (!m) return malformed();
+      copy_out_open_ = false;
+      copy_credit_ = 0;
+      listener_.on_copy_out_done(*m);
+      return true;
+    }
     case GuestMessage::kStdinCredit: {
       if (phase_ == Phase::kAwaitHello || phase_ == Phase::kHelloReceived) return out_of_order();
       auto m = guest::decode_credit(p);
@@ -181,6 +209,7 @@ void ControlSession::send(HostMessage type, std::span<const std::uint8_t> payloa
 void ControlSession::write_more() {
   if (outbox_.empty() || !open_) {
     writing_ = false;
+    if (outbox_.empty() && open_ && on_drain_) on_drain_();
     return;
   }
   writing_ = true;
@@ -237,6 +266,50 @@ void ControlSession::send_signal(int signo) {
 
 void ControlSession::send_poweroff() {
   send(HostMessage::kPoweroff, {});
+}
+
+void ControlSession::send_resize(std::uint16_t rows, std::uint16_t cols) {
+  std::vector<std::uint8_t> payload;
+  guest::encode(guest::WindowSize{rows, cols}, payload);
+  send(HostMessage::kResize, payload);
+}
+
+std::size_t ControlSession::queued_bytes() const {
+  std::size_t n = 0;
+  for (const auto& f : outbox_) n += f.size();
+  return n;
+}
+
+void ControlSession::begin_copy_in(const std::string& path) {
+  std::vector<std::uint8_t> payload;
+  guest::encode(guest::CopyPath{path}, payload);
+  send(HostMessage::kCopyIn, payload);
+  copy_in_open_ = true;
+  copy_in_ended_ = false;
+}
+
+void ControlSession::send_copy_data(std::span<const std::uint8_t> bytes) {
+  send(HostMessage::kCopyData, bytes);
+}
+
+void ControlSession::end_copy_in() {
+  send(HostMessage::kCopyEnd, {});
+  copy_in_ended_ = true;
+}
+
+void ControlSession::begin_copy_out(const std::string& path, std::uint32_t credit) {
+  std::vector<std::uint8_t> payload;
+  guest::encode(guest::CopyPath{path}, payload);
+  send(HostMessage::kCopyOut, payload);
+  copy_out_open_ = true;
+  grant_copy(credit);
+}
+
+void ControlSession::grant_copy(std::uint32_t bytes) {
+  copy_credit_ += bytes;
+  std::vector<std::uint8_t> payload;
+  guest::encode(guest::Credit{bytes}, payload);
+  send(HostMessage::kCopyCredit, payload);
 }
 
 }  // namespace abox::engine

@@ -10,7 +10,8 @@
 // or more than kMaxForgedFrames frames whose MAC does not verify (each of
 // those is reported first, then dropped).
 //
-// Output is bounded by credit: the guest may send at most the credit the
+// Copies have their own credit (copy_out) or the channel's own pacing
+// (copy_in: queued_bytes()). Output is bounded by credit: the guest may send at most the credit the
 // host gave (setup's output_credit, then grant_output()); more is a protocol
 // violation. So whatever the guest does, this holds one frame in its reader
 // plus at most the credit in the owner's hands. Outgoing frames queue here
@@ -22,6 +23,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,6 +53,10 @@ class ControlSession {
     virtual void on_guest_log(std::string_view text) = 0;
     virtual void on_stdin_credit(std::uint32_t bytes) = 0;
     virtual void on_forged_frame(std::string_view reason) = 0;
+    // Files: the end of a copy_in, and a copy_out's stream (within its credit) and end.
+    virtual void on_copy_in_done(const guest::CopyResult& result) = 0;
+    virtual void on_copy_out_data(std::span<const std::uint8_t> bytes) = 0;
+    virtual void on_copy_out_done(const guest::CopyResult& result) = 0;
     // The session is over: the guest closed the channel ("" reason) or broke the protocol.
     virtual void on_closed(std::string_view reason) = 0;
   };
@@ -69,6 +75,21 @@ class ControlSession {
   void grant_output(std::uint32_t bytes);
   void send_signal(int signo);
   void send_poweroff();
+  void send_resize(std::uint16_t rows, std::uint16_t cols);
+  // A copy_in: begin, the tar stream's bytes (each <= kMaxPayload), end; the
+  // guest answers on_copy_in_done. One at a time, before go.
+  void begin_copy_in(const std::string& guest_path);
+  void send_copy_data(std::span<const std::uint8_t> bytes);
+  void end_copy_in();
+  // A copy_out of guest_path with `credit` bytes to start; grant_copy() as
+  // the bytes are written out. One at a time.
+  void begin_copy_out(const std::string& guest_path, std::uint32_t credit);
+  void grant_copy(std::uint32_t bytes);
+  bool copy_out_open() const { return copy_out_open_; }
+  // Bytes queued for the guest and not yet written (the copy_in's pacing),
+  // and what runs when the queue has emptied.
+  std::size_t queued_bytes() const;
+  void on_drain(std::function<void()> f) { on_drain_ = std::move(f); }
   // Closes the socket; no listener call follows.
   void close();
 
@@ -92,6 +113,7 @@ class ControlSession {
   guest::FrameReader reader_{guest::Direction::kGuestToHost};
   guest::FrameWriter writer_{guest::Direction::kHostToGuest};
   std::deque<std::vector<std::uint8_t>> outbox_;
+  std::function<void()> on_drain_;
   bool writing_ = false;
   bool open_ = false;
   bool probes_expected_ = false;
@@ -100,6 +122,8 @@ class ControlSession {
   std::uint64_t output_credit_ = 0;
   std::uint64_t stdin_credit_ = 0;
   std::uint64_t forged_ = 0;
+  bool copy_in_open_ = false, copy_in_ended_ = false, copy_out_open_ = false;
+  std::uint64_t copy_credit_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -45,6 +45,8 @@ base::Result<std::vector<guest::EnvEntry>, std::string> build_guest_environment(
   set(env, "USER", "agent");
   set(env, "LOGNAME", "agent");
   set(env, "SHELL", "/bin/sh");
+  // npm packages an image adds (--add-npm) are global: Node finds them here.
+  set(env, "NODE_PATH", "/usr/local/lib/node_modules");
   set(env, "TERM", in.term.empty() ? "dumb" : in.term);
   set(env, "LANG", in.lang.empty() ? "C.UTF-8" : in.lang);
   for (const auto& n : in.nonces) set(env, n.env, n.nonce);

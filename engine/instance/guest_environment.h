@@ -3,6 +3,7 @@
 // the agent gets.
 //
 //   PATH, HOME=/home/agent, USER and LOGNAME=agent, SHELL=/bin/sh,
+//   NODE_PATH=/usr/local/lib/node_modules (where an image's --add-npm packages are),
 //   TERM and LANG from the operator's (dumb and C.UTF-8 when unset),
 //   each [[broker]] binding's nonce_env = its nonce,
 //   with bindings, the CA variables: SSL_CERT_FILE, REQUESTS_CA_BUNDLE and

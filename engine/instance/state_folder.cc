@@ -82,6 +82,15 @@ base::Result<StateFolder, std::string> StateFolder::create(const std::string& ro
   return StateFolder(path);
 }
 
+base::Result<StateFolder, std::string> StateFolder::open(const std::string& root, const std::string& name) {
+  if (!valid_instance_name(name)) return base::Err{"instance name '" + name + "': not a valid name"};
+  std::string path = root + "/" + name;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return base::Err{"no instance named '" + name + "'"};
+  if (!S_ISDIR(st.st_mode)) return base::Err{path + ": not a directory"};
+  return StateFolder(path);
+}
+
 base::Result<void, std::string> StateFolder::write_file(std::string_view name,
                                                         std::string_view contents) const {
   std::string final_path = file(name);

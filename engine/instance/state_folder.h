@@ -9,6 +9,9 @@
 //   broker/         the broker's state: instance CA, nonce secret
 //   events.jsonl    abox-net's, the broker's and the supervisor's events, one JSON line each
 //   console.log     the guest's serial console, at most kConsoleLogBytes
+//   config.json     a detached instance's `abox run` arguments (the daemon's, engine/daemon/)
+//   shim.json       the pid and start time of its `abox shim`
+//   output.log      what its command printed (agent-reported), output.log.1 the rotated part
 //   instance.json   what the instance is: state, pids with start times, image,
 //                   times, exit status or failure reason (rewritten atomically)
 //
@@ -36,6 +39,9 @@ class StateFolder {
  public:
   // Makes root (and its parents, 0700) and root/NAME (0700).
   static base::Result<StateFolder, std::string> create(const std::string& root, const std::string& name);
+  // An existing root/NAME (a real folder, not a symlink), for the daemon and
+  // for an instance booted again.
+  static base::Result<StateFolder, std::string> open(const std::string& root, const std::string& name);
 
   const std::string& path() const { return path_; }
   std::string file(std::string_view name) const { return path_ + "/" + std::string(name); }

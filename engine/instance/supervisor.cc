@@ -3,11 +3,15 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -114,6 +118,7 @@ InstanceSupervisor::InstanceSupervisor(boost::asio::io_context& io, InstanceConf
       step_timer_(io),
       run_timer_(io),
       cause_timer_(io),
+      idle_timer_(io),
       stop_timer_(io) {}
 
 InstanceSupervisor::~InstanceSupervisor() {
@@ -163,10 +168,12 @@ void InstanceSupervisor::start() {
     return;
   }
   start_network();
+  if (!config_.root_disk.empty() && config_.existing_disk.empty()) start_disk();
 }
 
 void InstanceSupervisor::prepare() {
-  auto folder = StateFolder::create(config_.instances_root, config_.name);
+  auto folder = config_.folder_exists ? StateFolder::open(config_.instances_root, config_.name)
+                                      : StateFolder::create(config_.instances_root, config_.name);
   if (!folder.ok()) throw std::runtime_error(folder.error());
   folder_ = std::move(folder).value();
   folder_path_ = folder_->path();
@@ -203,7 +210,10 @@ void InstanceSupervisor::prepare() {
   env_in.user = config_.user_env;
   std::vector<std::string_view> keys;
   std::optional<broker::Credentials> credentials;
-  if (has_bindings_) {
+  if (config_.copy_out_only) {
+    // Nothing of the operator's runs: no broker, no keys, no nonces, no self-test.
+    has_bindings_ = false;
+  } else if (has_bindings_) {
     if (config_.credentials_file.empty()) {
       throw std::runtime_error("the policy has [[broker]] bindings: give the keys with --credentials FILE");
     }
@@ -224,7 +234,9 @@ void InstanceSupervisor::prepare() {
   if (auto clean = check_no_key(*env, config_.argv, keys); !clean.ok())
     throw std::runtime_error(clean.error());
 
-  if (config_.selftest) {
+  if (config_.copy_out_only) {
+    // No command runs, so there is nothing to prove before it.
+  } else if (config_.selftest) {
     plan_ = plan_selftest(policy, config_.selftest_targets);
     outcome_.selftest_skipped = plan_.skipped;
   } else {
@@ -242,6 +254,8 @@ void InstanceSupervisor::prepare() {
   setup_.probes = plan_.probes;
   setup_.output_credit = kOutputCredit;
   setup_.stdin_open = config_.attach_stdin;
+  setup_.tty = config_.tty;
+  setup_.window = config_.window;
   std::vector<std::uint8_t> encoded;
   guest::encode(setup_, encoded);
   if (encoded.size() > guest::kMaxPayload) {
@@ -250,7 +264,24 @@ void InstanceSupervisor::prepare() {
                              std::to_string(guest::kMaxPayload));
   }
 
+  upper_disk_ = config_.existing_disk.empty() ? folder_->file("disk.ext4") : config_.existing_disk;
+  if (!config_.root_disk.empty() && config_.existing_disk.empty()) {
+    // The instance's writable layer: a sparse file of --disk bytes, which is
+    // all the guest can ever write (a full disk is the agent's error, not the
+    // host's). Formatted by mkfs.ext4 in start_disk(), beside abox-net's start.
+    base::UniqueFd disk(::open(folder_->file("disk.ext4").c_str(),
+                               O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!disk || ::ftruncate(disk.get(), static_cast<off_t>(config_.disk_bytes)) != 0)
+      throw std::runtime_error(folder_->file("disk.ext4") + ": " + std::strerror(errno));
+    disk_ready_ = false;
+  }
+  for (const auto& c : config_.copy_in) {
+    if (::access(c.host_path.c_str(), R_OK) != 0)
+      throw std::runtime_error("--copy-in " + c.host_path + ": " + std::strerror(errno));
+  }
+
   dev_null_ = open_dev_null();
+  if (config_.copy_out_only) copy_output_ = std::make_unique<HostOutput>(io_, config_.copy_out_only->fd);
   out_ = std::make_unique<HostOutput>(io_, stdout_fd_);
   err_ = std::make_unique<HostOutput>(io_, stderr_fd_);
   // Whoever reads our stdout went away: the command gets what a writer in a
@@ -297,6 +328,11 @@ void InstanceSupervisor::start_network() {
     spec.argv.push_back("--broker");
     spec.argv.push_back(folder_->broker_socket());
   }
+  if (config_.idle_timeout || config_.stats_socket) {
+    // The flows' counters tell whether the agent still uses the network.
+    spec.argv.push_back("--stats-socket");
+    spec.argv.push_back(folder_->file("net.stats"));
+  }
   spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   auto out = make_pipe();
   auto err = make_pipe();
@@ -311,7 +347,8 @@ void InstanceSupervisor::start_network() {
                     if (has_bindings_) {
                       start_broker();
                     } else {
-                      start_vmm();
+                      network_ready_ = true;
+                      maybe_start_vmm();
                     }
                   } else if (!line.empty() && line[0] == '{') {
                     emit_line(line);
@@ -354,7 +391,8 @@ void InstanceSupervisor::start_broker() {
                 [this](std::string_view line) {
                   if (line.rfind("listening on ", 0) == 0 && state_ == InstanceState::kStartingBroker) {
                     step_timer_.cancel();
-                    start_vmm();
+                    network_ready_ = true;
+                    maybe_start_vmm();
                   } else if (!line.empty() && line[0] == '{') {
                     emit_line(line);
                   }
@@ -389,6 +427,10 @@ void InstanceSupervisor::start_vmm() {
     vm.cpus = config_.cpus;
     vm.memory_mib = config_.memory_mib;
     vm.accel = config_.accel;
+    if (!config_.root_disk.empty()) {
+      vm.disks.push_back({config_.root_disk, /*read_only=*/true});
+      vm.disks.push_back({upper_disk_, /*read_only=*/false});
+    }
     vm.net_socket = folder_->net_socket();
     vm.control_socket = folder_->control_socket();
     auto console = make_pipe();
@@ -438,6 +480,7 @@ void InstanceSupervisor::accept_control() {
     ControlSession::Listener& listener = *this;
     session_ = std::make_unique<ControlSession>(std::move(socket), listener);
     session_->start();
+    listen_api();
   });
 }
 
@@ -464,7 +507,7 @@ void InstanceSupervisor::on_hello(const guest::Hello& hello) {
   // The key now lives in box-guest and in the session's reader and writer only.
   setup_.key.fill(0);
   if (plan_.probes.empty()) {
-    send_go();
+    next_copy_in();
   } else {
     transition(InstanceState::kSelftest);
   }
@@ -487,7 +530,7 @@ void InstanceSupervisor::on_selftest(const guest::SelftestReport& report) {
     fail(InstanceOutcome::Kind::kSelftestFailed, reason);
     return;
   }
-  send_go();
+  next_copy_in();
 }
 
 void InstanceSupervisor::send_go() {
@@ -508,6 +551,10 @@ void InstanceSupervisor::on_started(const guest::Started& started) {
       fail(InstanceOutcome::Kind::kTimedOut,
            "the command ran past --timeout (" + std::to_string(config_.timeout->count()) + " ms)");
     });
+  }
+  if (config_.idle_timeout) {
+    last_activity_ = std::chrono::steady_clock::now();
+    poll_idle();
   }
   if (config_.attach_stdin) {
     in_ = std::make_unique<HostInput>(
@@ -604,6 +651,24 @@ void InstanceSupervisor::on_child_exit(Child& c, const ExitStatus& status) {
       {{"source", "supervisor"}, {"process", c.label}, {"event", "exited"}, {"status", status.describe()}});
   c.watch.reset();
   write_record();
+  if (&c == &disk_tool_) {
+    if (stopping_) return check_done();
+    if (status.signalled || status.value != 0) {
+      fail(InstanceOutcome::Kind::kCouldNotStart,
+           "formatting the instance's disk failed: " + status.describe() + ": " +
+               last_lines(c.err_log ? c.err_log->tail() : ""));
+      return;
+    }
+    disk_ready_ = true;
+    maybe_start_vmm();
+    return;
+  }
+  if (&c == &copy_tool_) {
+    copy_tool_status_ = status;
+    if (stopping_) return check_done();
+    finish_copy_in_stream();
+    return;
+  }
   // While stopping, every child is on its way out: whatever its status, that is expected.
   if (!stopping_) {
     auto kind = command_started() ? InstanceOutcome::Kind::kCrashed : InstanceOutcome::Kind::kCouldNotStart;
@@ -653,7 +718,7 @@ void InstanceSupervisor::stop(int signo) {
 void InstanceSupervisor::kill_now() {
   stopping_ = true;
   if (events_) events_->emit("instance", {{"source", "supervisor"}, {"state", "killing"}});
-  for (Child* c : {&vmm_child_, &net_, &broker_}) {
+  for (Child* c : {&vmm_child_, &net_, &broker_, &disk_tool_, &copy_tool_}) {
     if (c->running()) c->process->signal(SIGKILL);
   }
   check_done();
@@ -668,6 +733,11 @@ void InstanceSupervisor::begin_stop() {
   transition(InstanceState::kStopping, outcome_kind_name(outcome_.kind));
   step_timer_.cancel();
   run_timer_.cancel();
+  idle_timer_.cancel();
+  if (api_acceptor_) {
+    boost::system::error_code ignored;
+    api_acceptor_->close(ignored);
+  }
   if (acceptor_) {
     boost::system::error_code ignored;
     acceptor_->close(ignored);
@@ -720,10 +790,10 @@ void InstanceSupervisor::stop_children_after_vmm() {
 
 void InstanceSupervisor::check_done() {
   if (!stopping_ || finished_) return;
-  for (Child* c : {&vmm_child_, &net_, &broker_}) {
+  for (Child* c : {&vmm_child_, &net_, &broker_, &disk_tool_, &copy_tool_}) {
     if (c->running()) return;
   }
-  if ((out_ && !out_->idle()) || (err_ && !err_->idle()))
+  if ((out_ && !out_->idle()) || (err_ && !err_->idle()) || (copy_output_ && !copy_output_->idle()))
     return;  // the command's last output is still on its way
   finish();
 }
@@ -783,6 +853,320 @@ void InstanceSupervisor::write_record() {
   w.end_object().end_object();
   js.push_back('\n');
   (void)folder_->write_file("instance.json", js);
+}
+
+// ---- the writable layer ----
+
+void InstanceSupervisor::start_disk() {
+  ChildSpec spec;
+  spec.program = config_.mkfs;
+  // lazy init: a few milliseconds for any size; the label is how the guest's
+  // /init finds it (the image's own root is "abox-root").
+  spec.argv = {config_.mkfs,
+               "-q",
+               "-F",
+               "-L",
+               "abox-upper",
+               "-m",
+               "0",
+               "-E",
+               "lazy_itable_init=1,lazy_journal_init=1",
+               folder_->file("disk.ext4")};
+  spec.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
+  auto err = make_pipe();
+  spec.fds = {{0, dev_null_.get()}, {1, dev_null_.get()}, {2, err.write.get()}};
+  try {
+    spawn_child(disk_tool_, spec, base::UniqueFd(), std::move(err.read), "", nullptr);
+  } catch (const std::exception& e) {
+    fail(InstanceOutcome::Kind::kCouldNotStart, e.what());
+  }
+}
+
+void InstanceSupervisor::maybe_start_vmm() {
+  if (stopping_ || !network_ready_ || !disk_ready_ || vmm_child_.process) return;
+  start_vmm();
+}
+
+// ---- --copy-in, before go ----
+
+void InstanceSupervisor::next_copy_in() {
+  if (stopping_) return;
+  if (copy_index_ >= config_.copy_in.size()) {
+    if (config_.copy_out_only) {
+      transition(InstanceState::kRunning, "copy_out");
+      events_->emit("copy_out",
+                    {{"source", "supervisor"}, {"guest_path", config_.copy_out_only->guest_path}});
+      session_->begin_copy_out(config_.copy_out_only->guest_path, 256 * 1024);
+      copy_out_bytes_ = 0;
+      return;
+    }
+    send_go();
+    return;
+  }
+  const CopyIn& c = config_.copy_in[copy_index_];
+  std::string host = c.host_path;
+  while (host.size() > 1 && host.back() == '/') host.pop_back();
+  auto slash = host.rfind('/');
+  std::string parent = slash == std::string::npos ? "." : (slash == 0 ? "/" : host.substr(0, slash));
+  std::string base = slash == std::string::npos ? host : host.substr(slash + 1);
+
+  ChildSpec spec;
+  spec.program = config_.tar;
+  // The host's own files, made into a stream by the host's tar: the guest
+  // unpacks it, the host never unpacks anything the guest made.
+  spec.argv = {config_.tar, "-c", "-f", "-", "-C", parent, "--", base};
+  spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  auto out = make_pipe();
+  auto err = make_pipe();
+  spec.fds = {{0, dev_null_.get()}, {1, out.write.get()}, {2, err.write.get()}};
+  copy_stream_eof_ = false;
+  copy_tool_status_.reset();
+  copy_tool_.out.reset();
+  try {
+    spawn_child(copy_tool_, spec, base::UniqueFd(), std::move(err.read), "", nullptr);
+  } catch (const std::exception& e) {
+    fail(InstanceOutcome::Kind::kCouldNotStart, std::string("--copy-in ") + c.host_path + ": " + e.what());
+    return;
+  }
+  events_->emit("copy_in",
+                {{"source", "supervisor"}, {"host_path", c.host_path}, {"guest_dir", c.guest_dir}});
+  session_->begin_copy_in(c.guest_dir);
+  // The channel paces the stream: past 1 MiB queued the pipe is not read,
+  // so tar waits, until the queue to the guest has drained.
+  session_->on_drain([this] {
+    if (copy_tool_.out) copy_tool_.out->resume();
+  });
+  copy_tool_.out = std::make_unique<PipeReader>(
+      io_, std::move(out.read),
+      [this](std::span<const std::uint8_t> b) {
+        if (!session_ || !session_->open()) return;
+        session_->send_copy_data(b);
+        if (session_->queued_bytes() > (1u << 20)) copy_tool_.out->pause();
+      },
+      [this] {
+        copy_stream_eof_ = true;
+        finish_copy_in_stream();
+      });
+}
+
+void InstanceSupervisor::finish_copy_in_stream() {
+  if (!copy_stream_eof_ || !copy_tool_status_ || stopping_) return;
+  const CopyIn& c = config_.copy_in[copy_index_];
+  if (copy_tool_status_->signalled || copy_tool_status_->value != 0) {
+    fail(InstanceOutcome::Kind::kCouldNotStart,
+         "--copy-in " + c.host_path + ": tar " + copy_tool_status_->describe() + ": " +
+             last_lines(copy_tool_.err_log ? copy_tool_.err_log->tail() : ""));
+    return;
+  }
+  session_->end_copy_in();
+}
+
+void InstanceSupervisor::on_copy_in_done(const guest::CopyResult& result) {
+  const CopyIn& c = config_.copy_in[copy_index_];
+  events_->emit("copy_in_done", {{"source", "box-guest"},
+                                 {"host_path", c.host_path},
+                                 {"guest_dir", c.guest_dir},
+                                 {"ok", result.ok},
+                                 {"detail", result.detail}});
+  if (!result.ok) {
+    fail(InstanceOutcome::Kind::kCouldNotStart, "--copy-in " + c.host_path +
+                                                    ": the guest could not unpack it under " + c.guest_dir +
+                                                    ": " + result.detail);
+    return;
+  }
+  ++copy_index_;
+  next_copy_in();
+}
+
+// ---- the instance's API socket: abox cp while the instance runs ----
+//
+// <state>/api.sock (0600, the operator's uid only, checked by SO_PEERCRED):
+//   client: "ABOX-CP/1 /guest/path\n"
+//   server: "OK\n" or "ERR <message>\n"; after OK, the tar stream as chunks
+//           (u32be length, bytes), a chunk of length 0, then
+//           "DONE 1 <detail>\n" or "DONE 0 <detail>\n".
+// One copy at a time; the stream is passed through unopened.
+
+class ApiClient : public std::enable_shared_from_this<ApiClient> {
+ public:
+  explicit ApiClient(boost::asio::local::stream_protocol::socket s) : socket(std::move(s)) {}
+  boost::asio::local::stream_protocol::socket socket;
+  std::string request;
+  bool gone = false;
+};
+
+void InstanceSupervisor::listen_api() {
+  using boost::asio::local::stream_protocol;
+  std::string path = folder_->file("api.sock");
+  ::unlink(path.c_str());
+  boost::system::error_code ec;
+  api_acceptor_ = std::make_unique<stream_protocol::acceptor>(io_);
+  api_acceptor_->open(stream_protocol(), ec);
+  if (!ec) api_acceptor_->bind(stream_protocol::endpoint(path), ec);
+  if (!ec) api_acceptor_->listen(4, ec);
+  if (ec) {
+    events_->emit("api", {{"source", "supervisor"}, {"error", ec.message()}});
+    api_acceptor_.reset();
+    return;
+  }
+  ::chmod(path.c_str(), 0600);
+  accept_api();
+}
+
+void InstanceSupervisor::accept_api() {
+  api_acceptor_->async_accept([this, alive = alive_](const boost::system::error_code& ec,
+                                                     boost::asio::local::stream_protocol::socket socket) {
+    if (!*alive || ec || stopping_) return;
+    ucred peer{};
+    socklen_t len = sizeof peer;
+    if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0 &&
+        peer.uid == ::geteuid()) {
+      serve_api(std::make_shared<ApiClient>(std::move(socket)));
+    }
+    accept_api();
+  });
+}
+
+void InstanceSupervisor::serve_api(std::shared_ptr<ApiClient> client) {
+  boost::asio::async_read_until(
+      client->socket, boost::asio::dynamic_buffer(client->request, 8192), '\n',
+      [this, client, alive = alive_](const boost::system::error_code& ec, std::size_t n) {
+        if (!*alive || ec) return;
+        std::string line = client->request.substr(0, n - 1);
+        auto reply = [client](std::string text) {
+          auto msg = std::make_shared<std::string>(std::move(text));
+          boost::asio::async_write(client->socket, boost::asio::buffer(*msg),
+                                   [client, msg](const boost::system::error_code&, std::size_t) {});
+        };
+        constexpr std::string_view kVerb = "ABOX-CP/1 ";
+        if (line.rfind(kVerb, 0) != 0) return reply("ERR expected ABOX-CP/1 PATH\n");
+        std::string path = line.substr(kVerb.size());
+        if (path.empty() || path[0] != '/' || path.size() > guest::kMaxGuestPath)
+          return reply("ERR the path must be absolute\n");
+        if (!session_ || !session_->open() || state_ != InstanceState::kRunning)
+          return reply("ERR the instance is not running\n");
+        if (copy_client_ || session_->copy_out_open()) return reply("ERR another copy is in progress\n");
+        copy_client_ = client;
+        events_->emit("copy_out", {{"source", "supervisor"}, {"guest_path", path}});
+        reply("OK\n");
+        session_->begin_copy_out(path, 256 * 1024);
+      });
+}
+
+void InstanceSupervisor::on_copy_out_data(std::span<const std::uint8_t> bytes) {
+  auto n = static_cast<std::uint32_t>(bytes.size());
+  if (config_.copy_out_only) {
+    copy_out_bytes_ += n;
+    if (copy_out_bytes_ > config_.copy_out_only->max_bytes) {
+      fail(InstanceOutcome::Kind::kExited, "the stream passed --max-bytes (" +
+                                               std::to_string(config_.copy_out_only->max_bytes) +
+                                               " bytes): stopped");
+      return;
+    }
+    copy_output_->write(bytes, [this, n, alive = alive_] {
+      if (!*alive) return;
+      if (session_ && session_->open()) session_->grant_copy(n);
+      check_done();
+    });
+    return;
+  }
+  if (!copy_client_ || copy_client_->gone) {
+    // The reader left: the guest's stream is drained and dropped.
+    if (session_ && session_->open()) session_->grant_copy(n);
+    return;
+  }
+  auto chunk = std::make_shared<std::vector<std::uint8_t>>();
+  chunk->reserve(4 + bytes.size());
+  for (int shift = 24; shift >= 0; shift -= 8) chunk->push_back(static_cast<std::uint8_t>(n >> shift));
+  chunk->insert(chunk->end(), bytes.begin(), bytes.end());
+  auto client = copy_client_;
+  boost::asio::async_write(
+      client->socket, boost::asio::buffer(*chunk),
+      [this, client, chunk, n, alive = alive_](const boost::system::error_code& ec, std::size_t) {
+        if (!*alive) return;
+        if (ec) client->gone = true;
+        if (session_ && session_->open()) session_->grant_copy(n);
+      });
+}
+
+void InstanceSupervisor::on_copy_out_done(const guest::CopyResult& result) {
+  events_->emit("copy_out_done", {{"source", "box-guest"}, {"ok", result.ok}, {"detail", result.detail}});
+  if (config_.copy_out_only) {
+    if (!outcome_set_) {
+      outcome_set_ = true;
+      outcome_.kind = InstanceOutcome::Kind::kExited;
+      outcome_.exit = guest::Exited{false, result.ok ? 0u : 1u};
+      if (!result.ok) outcome_.reason = result.detail;
+      outcome_.ms_ended = elapsed_ms();
+    }
+    begin_stop();
+    return;
+  }
+  auto client = std::move(copy_client_);
+  if (!client || client->gone) return;
+  std::string detail = result.detail;
+  for (char& ch : detail) {
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  }
+  auto tail = std::make_shared<std::string>(std::string(4, '\0') + "DONE " + (result.ok ? "1 " : "0 ") +
+                                            detail + "\n");
+  boost::asio::async_write(client->socket, boost::asio::buffer(*tail),
+                           [client, tail](const boost::system::error_code&, std::size_t) {
+                             boost::system::error_code ignored;
+                             client->socket.shutdown(boost::asio::socket_base::shutdown_both, ignored);
+                           });
+}
+
+// ---- --idle-timeout: nothing from the command and no frames through abox-net ----
+
+void InstanceSupervisor::poll_idle() {
+  idle_timer_.expires_after(std::chrono::seconds(1));
+  idle_timer_.async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec || stopping_) return;
+    using boost::asio::local::stream_protocol;
+    auto socket = std::make_shared<stream_protocol::socket>(io_);
+    auto text = std::make_shared<std::string>();
+    socket->async_connect(
+        stream_protocol::endpoint(folder_->file("net.stats")),
+        [this, socket, text, alive](const boost::system::error_code& cec) {
+          if (!*alive || stopping_) return;
+          if (cec) return poll_idle();
+          // abox-net's stats socket answers a request line ("stats" or
+          // "explain TARGET"); unasked, it waits, and so would this poll.
+          static constexpr std::string_view kRequest = "stats\n";
+          boost::system::error_code wec;
+          boost::asio::write(*socket, boost::asio::buffer(kRequest.data(), kRequest.size()), wec);
+          if (wec) return poll_idle();
+          boost::asio::async_read(
+              *socket, boost::asio::dynamic_buffer(*text, 1 << 16),
+              [this, socket, text, alive](const boost::system::error_code&, std::size_t) {
+                if (!*alive || stopping_) return;
+                auto counter = [&](std::string_view key) -> std::uint64_t {
+                  std::string k = "\"" + std::string(key) + "\":";
+                  auto at = text->find(k);
+                  return at == std::string::npos ? 0
+                                                 : std::strtoull(text->c_str() + at + k.size(), nullptr, 10);
+                };
+                std::uint64_t frames = counter("frames_in") + counter("frames_out");
+                std::uint64_t output = outcome_.stdout_bytes + outcome_.stderr_bytes;
+                auto now = std::chrono::steady_clock::now();
+                if (frames != last_frames_ || output != last_output_) last_activity_ = now;
+                last_frames_ = frames;
+                last_output_ = output;
+                if (now - last_activity_ >= *config_.idle_timeout) {
+                  fail(InstanceOutcome::Kind::kTimedOut,
+                       "nothing came from the command and nothing crossed the network for " +
+                           std::to_string(config_.idle_timeout->count() / 1000) + " s (--idle-timeout)");
+                  return;
+                }
+                poll_idle();
+              });
+        });
+  });
+}
+
+void InstanceSupervisor::resize(std::uint16_t rows, std::uint16_t cols) {
+  if (session_ && session_->open() && config_.tty && command_started()) session_->send_resize(rows, cols);
 }
 
 }  // namespace abox::engine

@@ -104,6 +104,8 @@ class InstanceSupervisor final : private ControlSession::Listener {
   void start();
   // Stops in order (poweroff, grace, kill); the outcome says interrupted by signo.
   void stop(int signo);
+  // The operator's terminal changed size (with a tty).
+  void resize(std::uint16_t rows, std::uint16_t cols);
   // Kills every child now.
   void kill_now();
 
@@ -122,6 +124,9 @@ class InstanceSupervisor final : private ControlSession::Listener {
   void on_stdin_credit(std::uint32_t bytes) override;
   void on_forged_frame(std::string_view reason) override;
   void on_closed(std::string_view reason) override;
+  void on_copy_in_done(const guest::CopyResult& result) override;
+  void on_copy_out_data(std::span<const std::uint8_t> bytes) override;
+  void on_copy_out_done(const guest::CopyResult& result) override;
 
   struct Child {
     explicit Child(std::string l) : label(std::move(l)) {}
@@ -137,7 +142,15 @@ class InstanceSupervisor final : private ControlSession::Listener {
   void prepare();  // throws std::runtime_error with the reason
   void start_network();
   void start_broker();
+  void start_disk();
+  void maybe_start_vmm();
   void start_vmm();
+  void next_copy_in();
+  void finish_copy_in_stream();
+  void listen_api();
+  void accept_api();
+  void serve_api(std::shared_ptr<class ApiClient> client);
+  void poll_idle();
   void accept_control();
   void send_go();
   void pump_stdin();
@@ -182,15 +195,30 @@ class InstanceSupervisor final : private ControlSession::Listener {
   Child net_{"abox-net"};
   Child broker_{"broker"};
   Child vmm_child_{"vmm"};
+  Child disk_tool_{"mkfs"};  // formats the writable layer, once
+  Child copy_tool_{"tar"};   // the host's tar making one --copy-in stream
+  bool network_ready_ = false, disk_ready_ = true;
+  std::size_t copy_index_ = 0;
+  bool copy_stream_eof_ = false;
+  std::optional<ExitStatus> copy_tool_status_;
+  std::unique_ptr<boost::asio::local::stream_protocol::acceptor> api_acceptor_;
+  std::shared_ptr<class ApiClient> copy_client_;  // the `abox cp` being served
+  std::uint64_t last_frames_ = 0;
+  std::uint64_t last_output_ = 0;
+  std::chrono::steady_clock::time_point last_activity_;
   base::UniqueFd dev_null_;
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
   std::unique_ptr<ControlSession> session_;
   std::unique_ptr<HostOutput> out_, err_;
   std::unique_ptr<HostInput> in_;
+  std::unique_ptr<HostOutput> copy_output_;  // copy_out_only: where the stream goes
+  std::uint64_t copy_out_bytes_ = 0;
+  std::string upper_disk_;  // the writable layer the VM gets
 
   boost::asio::steady_timer step_timer_;   // the current start-up step's deadline
   boost::asio::steady_timer run_timer_;    // --timeout
   boost::asio::steady_timer cause_timer_;  // an echo of a VMM death waits for the VMM's pidfd
+  boost::asio::steady_timer idle_timer_;   // --idle-timeout's once-a-second look
   boost::asio::steady_timer stop_timer_;   // grace before the kills
 
   InstanceOutcome outcome_;

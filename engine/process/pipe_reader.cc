@@ -22,10 +22,18 @@ PipeReader::~PipeReader() {
   pipe_.close(ignored);
 }
 
+void PipeReader::resume() {
+  paused_ = false;
+  if (!reading_ && !eof_) read_more();
+}
+
 void PipeReader::read_more() {
+  if (paused_ || eof_) return;
+  reading_ = true;
   pipe_.async_read_some(boost::asio::buffer(buffer_),
                         [this, alive = alive_](const boost::system::error_code& ec, std::size_t n) {
                           if (!*alive) return;
+                          reading_ = false;
                           if (n > 0) on_data_(std::span(buffer_.data(), n));
                           if (!*alive) return;
                           if (ec) {

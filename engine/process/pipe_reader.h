@@ -34,6 +34,10 @@ class PipeReader {
   ~PipeReader();
 
   bool at_eof() const { return eof_; }
+  // Stops reading after the read in flight (the pipe fills and its writer
+  // waits), and starts again: the owner's backpressure.
+  void pause() { paused_ = true; }
+  void resume();
 
  private:
   void read_more();
@@ -42,6 +46,8 @@ class PipeReader {
   EofHandler on_eof_;
   std::vector<std::uint8_t> buffer_;
   bool eof_ = false;
+  bool paused_ = false;
+  bool reading_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

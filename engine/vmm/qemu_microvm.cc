@@ -56,46 +56,39 @@ base::Result<ChildSpec, std::string> QemuMicrovm::command(const VmSpec& spec) co
 
   ChildSpec c;
   c.program = program_;
+  // clang-format off
   c.argv = {
       program_,
-      "-name",
-      "abox-" + spec.name + ",process=abox-" + spec.name,
-      "-M",
-      "microvm",
-      "-accel",
-      std::string(accel_name(spec.accel)),
-      "-smp",
-      std::to_string(spec.cpus),
-      "-m",
-      std::to_string(spec.memory_mib),
-      "-nodefaults",
-      "-no-user-config",
-      "-display",
-      "none",
-      "-no-reboot",
-      "-sandbox",
-      "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-      "-chardev",
-      "stdio,id=console,signal=off",
-      "-serial",
-      "chardev:console",
-      "-netdev",
-      "stream,id=net0,server=off,addr.type=unix,addr.path=" + qemu_escape(spec.net_socket),
-      "-device",
-      "virtio-net-device,netdev=net0",
-      "-device",
-      "virtio-serial-device",
-      "-chardev",
-      "socket,id=ctl,path=" + qemu_escape(spec.control_socket) + ",server=off",
-      "-device",
-      "virtserialport,chardev=ctl,name=ctl",
-      "-kernel",
-      spec.kernel,
-      "-initrd",
-      spec.initramfs,
-      "-append",
-      append,
+      "-name", "abox-" + spec.name + ",process=abox-" + spec.name,
+      "-M", "microvm",
+      "-accel", std::string(accel_name(spec.accel)),
+      "-smp", std::to_string(spec.cpus),
+      "-m", std::to_string(spec.memory_mib),
+      "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+      "-chardev", "stdio,id=console,signal=off",
+      "-serial", "chardev:console",
+      "-netdev", "stream,id=net0,server=off,addr.type=unix,addr.path=" + qemu_escape(spec.net_socket),
+      "-device", "virtio-net-device,netdev=net0",
+      "-device", "virtio-serial-device",
+      "-chardev", "socket,id=ctl,path=" + qemu_escape(spec.control_socket) + ",server=off",
+      "-device", "virtserialport,chardev=ctl,name=ctl",
+      "-device", "virtio-rng-device",
+      "-kernel", spec.kernel,
+      "-initrd", spec.initramfs,
+      "-append", append,
   };
+  // clang-format on
+
+  for (std::size_t i = 0; i < spec.disks.size(); ++i) {
+    const auto& d = spec.disks[i];
+    std::string id = "disk" + std::to_string(i);
+    c.argv.push_back("-drive");
+    c.argv.push_back("file=" + qemu_escape(d.path) + ",if=none,format=raw,id=" + id +
+                     (d.read_only ? ",readonly=on" : ",discard=unmap,detect-zeroes=unmap"));
+    c.argv.push_back("-device");
+    c.argv.push_back("virtio-blk-device,drive=" + id);
+  }
   if (spec.accel == Accel::kKvm) {
     // After -accel: the host's CPU as it is (TCG keeps QEMU's default model).
     c.argv.insert(c.argv.begin() + 7, {"-cpu", "host"});

@@ -4,8 +4,10 @@
 // (which must stay on), the kernel booted through its PVH entry point, about
 // 2 s to /init under TCG on the development machines. The guest gets one
 // virtio-net NIC on abox-net's stream socket (QEMU connects: server=off) and
-// one virtio-serial port named "ctl" on the supervisor's socket; nothing
-// else (-nodefaults, no monitor, no display, no user config). QEMU's own
+// one virtio-serial port named "ctl" on the supervisor's socket, a
+// virtio-rng (so the guest's getrandom() never waits at boot), and the
+// image's disks as virtio-blk (a read-only root, the instance's writable
+// layer); nothing else (-nodefaults, no monitor, no display, no user config). QEMU's own
 // seccomp filter is on (-sandbox: no spawning, no privilege changes), and
 // -no-reboot makes the guest's power-off end QEMU.
 #pragma once

@@ -26,10 +26,16 @@ namespace abox::engine {
 enum class Accel { kKvm, kTcg };
 std::string_view accel_name(Accel a);
 
+struct VmDisk {
+  std::string path;  // a raw disk image
+  bool read_only = true;
+};
+
 struct VmSpec {
   std::string name;    // the instance's name (the VMM's process name)
   std::string kernel;  // an uncompressed PVH vmlinux
   std::string initramfs;
+  std::vector<VmDisk> disks;  // virtio-blk, in order (the guest finds them by filesystem label)
   unsigned cpus = 1;
   unsigned memory_mib = 512;
   Accel accel = Accel::kTcg;

@@ -6,8 +6,11 @@
 #include <linux/capability.h>
 #include <linux/securebits.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +28,7 @@ struct PreparedExec {
   std::vector<char*> argv;
   std::vector<char*> envp;
   std::string workdir;
+  std::vector<std::string> workdir_prefixes;  // "/a", "/a/b", ... for make_workdir
 };
 
 PreparedExec prepare(const CommandSpec& spec) {
@@ -51,6 +55,13 @@ PreparedExec prepare(const CommandSpec& spec) {
   for (auto& s : p.env_strings) p.envp.push_back(s.data());
   p.envp.push_back(nullptr);
   p.workdir = spec.workdir.empty() ? kDefaultWorkdir : spec.workdir;
+  if (spec.make_workdir) {
+    for (std::size_t at = 1; at <= p.workdir.size(); ++at) {
+      if (at == p.workdir.size() || p.workdir[at] == '/') {
+        if (p.workdir[at - 1] != '/') p.workdir_prefixes.push_back(p.workdir.substr(0, at));
+      }
+    }
+  }
   return p;
 }
 
@@ -70,7 +81,7 @@ bool place_fd(int fd, int target) {
 }
 
 [[noreturn]] void run_child(const PreparedExec& p, const CommandSpec& spec, int stdin_fd, int stdout_fd,
-                            int stderr_fd, int status_fd) {
+                            int stderr_fd, int status_fd, int tty_fd) {
   auto fail_other = [&] { child_fail(status_fd, StartFailure::kOther, errno); };
 
   // 1. Signals as a fresh process has them.
@@ -83,7 +94,9 @@ bool place_fd(int fd, int target) {
   }
   // 2. Its own session and process group.
   if (::setsid() < 0) fail_other();
+  if (tty_fd >= 0 && ::ioctl(tty_fd, TIOCSCTTY, 0) != 0) fail_other();
   // 3. The standard fds; everything else closes on exec.
+  if (tty_fd >= 0) stdin_fd = stdout_fd = stderr_fd = tty_fd;
   if (!place_fd(stdin_fd, 0) || !place_fd(stdout_fd, 1) || !place_fd(stderr_fd, 2)) fail_other();
   ::syscall(SYS_close_range, 3u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);  // belt and braces; ENOSYS before 5.11
   // 4. Capabilities that could come back: the bounding set, the ambient set, securebits.
@@ -104,7 +117,10 @@ bool place_fd(int fd, int target) {
   if (::syscall(SYS_capset, &header, data) != 0) fail_other();
   // 7. No exec can grant privileges again.
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail_other();
-  // 8. The working directory, as the user.
+  // 8. The working directory, as the user (made first, for a copy_in).
+  for (const auto& dir : p.workdir_prefixes)
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+      child_fail(status_fd, StartFailure::kWorkdir, errno);
   if (::chdir(p.workdir.c_str()) != 0) child_fail(status_fd, StartFailure::kWorkdir, errno);
   // 9. Exec.
   bool denied = false;
@@ -146,6 +162,22 @@ bool set_nonblocking(int fd) {
   return flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0;
 }
 
+// The pty: the master, its window set; the slave opened through it, owned
+// by the command's user. Both close-on-exec (the child dup2()s the slave).
+bool open_pty(const CommandSpec& spec, base::UniqueFd& master, base::UniqueFd& slave) {
+  master.reset(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!master || ::unlockpt(master.get()) != 0) return false;
+  if (spec.window.rows != 0 || spec.window.cols != 0) {
+    winsize ws{};
+    ws.ws_row = spec.window.rows;
+    ws.ws_col = spec.window.cols;
+    if (::ioctl(master.get(), TIOCSWINSZ, &ws) != 0) return false;
+  }
+  slave.reset(::ioctl(master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!slave) return false;
+  return ::fchown(slave.get(), spec.uid, spec.gid) == 0 && ::fchmod(slave.get(), 0620) == 0;
+}
+
 base::Err<StartFailed> other(std::string what) {
   StartFailed f;
   f.reason = StartFailure::kOther;
@@ -163,29 +195,45 @@ base::Result<LaunchedCommand, StartFailed> launch_command(const CommandSpec& spe
   }
   const PreparedExec prepared = prepare(spec);
   Pipe out, err, in, status;
-  if (!make_pipe(out) || !make_pipe(err) || !make_pipe(status)) return other("pipe2");
-  base::UniqueFd dev_null;
-  if (spec.stdin_open) {
-    if (!make_pipe(in)) return other("pipe2");
+  base::UniqueFd dev_null, master, slave;
+  if (!make_pipe(status)) return other("pipe2");
+  if (spec.tty) {
+    if (!open_pty(spec, master, slave)) return other("a pty (/dev/ptmx on /dev/pts)");
   } else {
-    dev_null.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (!dev_null) return other("open /dev/null");
+    if (!make_pipe(out) || !make_pipe(err)) return other("pipe2");
+    if (spec.stdin_open) {
+      if (!make_pipe(in)) return other("pipe2");
+    } else {
+      dev_null.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      if (!dev_null) return other("open /dev/null");
+    }
+  }
+  LaunchedCommand c;
+  if (spec.tty) {
+    c.stdout_read.reset(::fcntl(master.get(), F_DUPFD_CLOEXEC, 0));
+    if (spec.stdin_open) c.stdin_write.reset(::fcntl(master.get(), F_DUPFD_CLOEXEC, 0));
+    if (!c.stdout_read || (spec.stdin_open && !c.stdin_write)) return other("dup the pty");
+    c.pty = std::move(master);
   }
   const int child_stdin = spec.stdin_open ? in.read.get() : dev_null.get();
 
   const pid_t pid = ::fork();
   if (pid < 0) return other("fork");
-  if (pid == 0) run_child(prepared, spec, child_stdin, out.write.get(), err.write.get(), status.write.get());
+  if (pid == 0)
+    run_child(prepared, spec, child_stdin, out.write.get(), err.write.get(), status.write.get(), slave.get());
 
-  LaunchedCommand c;
   c.pid = pid;
-  c.stdout_read = std::move(out.read);
-  c.stderr_read = std::move(err.read);
+  if (!spec.tty) {
+    c.stdout_read = std::move(out.read);
+    c.stderr_read = std::move(err.read);
+    if (spec.stdin_open) c.stdin_write = std::move(in.write);
+  }
   c.start_status = std::move(status.read);
-  if (spec.stdin_open) c.stdin_write = std::move(in.write);
   for (int fd : {c.stdout_read.get(), c.stderr_read.get(), c.start_status.get(), c.stdin_write.get()})
     if (fd >= 0) set_nonblocking(fd);
-  return c;  // the child's ends close here, so EOF comes when the command's last holder closes them
+  // The child's ends (and the pty's slave) close here, so EOF comes when the
+  // command's last holder closes them.
+  return c;
 }
 
 std::optional<StartFailed> decode_start_status(std::span<const std::uint8_t> b) {

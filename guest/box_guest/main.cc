@@ -84,8 +84,28 @@ constexpr const char* kAgentVersion = "box-guest/1";
 
 }  // namespace
 
-int main() {
+#ifndef ABOX_VERSION
+#define ABOX_VERSION "unknown"
+#endif
+
+int main(int argc, char** argv) {
   if (::getpid() != 1) {
+    // On the host (installed in PREFIX/lib/abox): only --version and --help.
+    // As PID 1 the arguments come from the kernel's command line and are
+    // never read.
+    const std::string arg = argc == 2 ? argv[1] : "";
+    if (arg == "--version" || arg == "-V") {
+      std::printf("box-guest %s (%s)\n", ABOX_VERSION, kAgentVersion);
+      return 0;
+    }
+    if (arg == "--help" || arg == "-h") {
+      std::printf(
+          "usage: box-guest (as PID 1 of an abox VM; abox run starts it)\n"
+          "       box-guest --version\n\n"
+          "The init of an abox micro-VM: DHCP, the control channel to the host, the\n"
+          "self-test, then the command (guest/README.md).\n");
+      return 0;
+    }
     std::fprintf(stderr, "box-guest: runs only as PID 1, the init of an abox VM (see guest/README.md)\n");
     return 2;
   }

@@ -9,8 +9,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "guest/box_guest/console.h"
+#include "guest/box_guest/process_sweep.h"
 
 namespace abox::guest {
 namespace {
@@ -38,13 +40,6 @@ Session::Session(base::UniqueFd control, base::UniqueFd signals, SessionConfig c
 
 void Session::send(std::uint8_t type, const std::vector<std::uint8_t>& payload) {
   writer_.append(out_, type, payload);
-}
-
-template <class M>
-void Session::send_message(GuestMessage type, const M& m) {
-  std::vector<std::uint8_t> payload;
-  encode(m, payload);
-  send(static_cast<std::uint8_t>(type), payload);
 }
 
 void Session::log(const std::string& text) {
@@ -85,7 +80,7 @@ void Session::end(std::string why) {
 }
 
 void Session::read_control() {
-  for (int i = 0; i < kMaxReadsPerWake && !ended_; ++i) {
+  for (int i = 0; i < kMaxReadsPerWake && !ended_ && !copy_in_blocked(); ++i) {
     auto space = reader_.space();
     if (space.empty()) return take_frames();  // cannot happen: frames are taken after every read
     ssize_t n = ::read(control_.get(), space.data(), space.size());
@@ -100,7 +95,7 @@ void Session::read_control() {
 }
 
 void Session::take_frames() {
-  for (int i = 0; i < kMaxFramesPerRead && !ended_; ++i) {
+  for (int i = 0; i < kMaxFramesPerRead && !ended_ && !copy_in_blocked(); ++i) {
     auto f = reader_.next();
     if (!f.ok()) {
       if (f.error() == FrameError::kLengthTooLarge || f.error() == FrameError::kLengthTooSmall)
@@ -132,8 +127,7 @@ void Session::handle_frame(const Frame& f) {
       return log("a second setup: ignored");
     case HostMessage::kGo:
       if (!decode_empty(f.payload)) return log("a go with a payload: ignored");
-      if (phase_ != Phase::kAwaitGo) return log("go while " + phase_name() + ": ignored");
-      return start_command();
+      return on_go();
     case HostMessage::kStdin: {
       if (!spec_.stdin_open || phase_ != Phase::kRunning || stdin_eof_)
         return log("stdin while " + phase_name() + (spec_.stdin_open ? "" : " with stdin closed") +
@@ -147,28 +141,75 @@ void Session::handle_frame(const Frame& f) {
     }
     case HostMessage::kStdinEof:
       if (!decode_empty(f.payload)) return log("a stdin_eof with a payload: ignored");
+      if (stdin_eof_) return log("a second stdin_eof: ignored");
       stdin_eof_ = true;
+      // With a pty, end of input is its EOF character, typed after what is buffered.
+      if (spec_.tty && command_.stdin_write) eof_char_pending_ = true;
       return close_stdin_if_done();
     case HostMessage::kOutputCredit: {
       auto credit = decode_credit(f.payload);
       if (!credit) return log("an output_credit that does not decode: ignored");
       return credit_.grant(credit->bytes);
     }
-    case HostMessage::kSignal: {
-      auto sig = decode_signal(f.payload);
-      if (!sig) return log("a signal that does not decode: ignored");
-      if (command_.pid <= 0 || wait_status_)
-        return log("signal " + std::to_string(sig->signo) + ": no command runs");
-      if (::kill(-command_.pid, sig->signo) != 0)
-        return log("signal " + std::to_string(sig->signo) + ": " + std::strerror(errno));
-      console_line("signal " + std::to_string(sig->signo) + " to process group " +
-                   std::to_string(command_.pid));
-      return;
-    }
+    case HostMessage::kSignal:
+      return on_signal(f.payload);
     case HostMessage::kPoweroff:
       return end("the host asked to power off");
+    case HostMessage::kResize:
+      return on_resize(f.payload);
+    case HostMessage::kCopyIn:
+      return on_copy_in(f.payload);
+    case HostMessage::kCopyData:
+      return on_copy_data(f.payload);
+    case HostMessage::kCopyEnd:
+      return on_copy_end(f.payload);
+    case HostMessage::kCopyOut:
+      return on_copy_out(f.payload);
+    case HostMessage::kCopyCredit:
+      return on_copy_credit(f.payload);
   }
   log("a frame of unknown type " + std::to_string(f.type) + ": ignored");
+}
+
+void Session::on_go() {
+  if (phase_ != Phase::kAwaitGo) return log("go while " + phase_name() + ": ignored");
+  if (copy_in_) {
+    // The host waits for copy_in_done before go; one that did not gets its
+    // command once the copy is over rather than a session that hangs.
+    log("go while a copy_in is open: the command starts when it is over");
+    go_pending_ = true;
+    return;
+  }
+  start_command();
+}
+
+void Session::on_signal(std::span<const std::uint8_t> payload) {
+  auto sig = decode_signal(payload);
+  if (!sig) return log("a signal that does not decode: ignored");
+  if (command_.pid <= 0 || wait_status_)
+    return log("signal " + std::to_string(sig->signo) + ": no command runs");
+  // With a pty, the job in the foreground (a shell's child, say) is the one
+  // the operator means; without one, the command's own process group.
+  pid_t group = command_.pid;
+  if (command_.pty) {
+    const pid_t foreground = ::tcgetpgrp(command_.pty.get());
+    if (foreground > 0) group = foreground;
+  }
+  if (::kill(-group, sig->signo) != 0)
+    return log("signal " + std::to_string(sig->signo) + ": " + std::strerror(errno));
+  console_line("signal " + std::to_string(sig->signo) + " to process group " + std::to_string(group));
+}
+
+void Session::on_resize(std::span<const std::uint8_t> payload) {
+  auto window = decode_window_size(payload);
+  if (!window) return log("a resize that does not decode: ignored");
+  if (!spec_.tty) return log("a resize without a tty: ignored");
+  spec_.window = *window;  // before go: the pty starts at this size
+  if (!command_.pty) return;
+  winsize ws{};
+  ws.ws_row = window->rows;
+  ws.ws_col = window->cols;
+  if (::ioctl(command_.pty.get(), TIOCSWINSZ, &ws) != 0) log(std::string("resize: ") + std::strerror(errno));
 }
 
 void Session::on_setup(std::span<const std::uint8_t> payload) {
@@ -178,12 +219,12 @@ void Session::on_setup(std::span<const std::uint8_t> payload) {
   writer_.set_key(setup->key);
   setup->key.fill(0);  // the reader and writer hold it now; this copy goes
   setup_ = std::move(*setup);
-  spec_ =
-      CommandSpec{setup_->argv, setup_->env, setup_->workdir, setup_->uid, setup_->gid, setup_->stdin_open};
+  spec_ = CommandSpec{setup_->argv, setup_->env,        setup_->workdir, setup_->uid,
+                      setup_->gid,  setup_->stdin_open, setup_->tty,     setup_->window};
   credit_ = OutputCredit(setup_->output_credit);
   console_line("setup: " + std::to_string(setup_->argv.size()) + " args, " +
                std::to_string(setup_->env.size()) + " env, " + std::to_string(setup_->probes.size()) +
-               " probes, uid " + std::to_string(setup_->uid));
+               " probes, uid " + std::to_string(setup_->uid) + (setup_->tty ? ", tty" : ""));
 
   if (!setup_->ca_pem.empty()) {
     if (auto r = install_ca(setup_->ca_pem, config_.ca); !r.ok()) {
@@ -262,6 +303,10 @@ void Session::read_start_status() {
 short Session::output_events(const base::UniqueFd& pipe) const {
   if (!pipe || out_.size() - out_head_ >= kOutputHighWater) return -1;  // not polled now
   if (credit_.available() > 0) return POLLIN;
+  // A pty's master says POLLHUP while the kernel may still hold output on its
+  // way to the master's buffer, which FIONREAD does not count: its end is
+  // only ever learned by reading (EIO), so it waits for credit.
+  if (spec_.tty) return -1;
   // No credit: watch only for the hang-up of an empty pipe (EOF needs no credit).
   return readable_bytes(pipe.get()) == 0 ? 0 : -1;
 }
@@ -296,7 +341,8 @@ bool Session::output_hung_up(base::UniqueFd& pipe) {
 
 void Session::write_stdin() {
   auto pending = stdin_.pending();
-  if (pending.empty() || !command_.stdin_write) return;
+  if (!command_.stdin_write) return;
+  if (pending.empty()) return close_stdin_if_done();  // the pty's EOF character may wait
   ssize_t n = ::write(command_.stdin_write.get(), pending.data(), pending.size());
   if (n < 0) {
     if (errno == EAGAIN || errno == EINTR) return;
@@ -311,8 +357,23 @@ void Session::write_stdin() {
   close_stdin_if_done();
 }
 
+void Session::write_eof_char() {
+  const std::uint8_t eof = 0x04;
+  ssize_t n = ::write(command_.stdin_write.get(), &eof, 1);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n < 0) console_line(std::string("the pty: ") + std::strerror(errno));
+  eof_char_pending_ = false;
+}
+
 void Session::close_stdin_if_done() {
-  if (stdin_eof_ && stdin_.buffered() == 0 && command_.stdin_write) command_.stdin_write.reset();
+  if (!stdin_eof_ || stdin_.buffered() != 0 || !command_.stdin_write) return;
+  // A pty stays open (closing the master would hang up the terminal): its end
+  // of input is the EOF character.
+  if (spec_.tty) {
+    if (eof_char_pending_) write_eof_char();
+    return;
+  }
+  command_.stdin_write.reset();
 }
 
 void Session::reap() {
@@ -320,6 +381,7 @@ void Session::reap() {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
+    if (reap_copy(pid, status)) continue;
     if (pid != command_.pid || wait_status_) continue;  // an orphan the kernel gave init
     wait_status_ = status;
     kill_leftovers();
@@ -330,13 +392,16 @@ void Session::reap() {
 void Session::kill_leftovers() {
   // What the command left running would hold its pipes open. As the VM's
   // init, box-guest ends every other process (a daemon may have left the
-  // command's session); anywhere else (the unit tests) only the command's
-  // process group.
-  if (::getpid() == 1) {
-    ::kill(-1, SIGKILL);
-  } else {
+  // command's session) but a copy's tar; anywhere else (the unit tests) only
+  // the command's process group.
+  if (::getpid() != 1) {
     ::kill(-command_.pid, SIGKILL);
+    return;
   }
+  std::vector<pid_t> spare;
+  if (copy_in_) spare.push_back(copy_in_->tar.pid());
+  if (copy_out_) spare.push_back(copy_out_->tar.pid());
+  kill_all_processes_but(spare);
 }
 
 void Session::maybe_finish() {
@@ -352,6 +417,7 @@ void Session::maybe_finish() {
                std::to_string(e.value));
   send_message(GuestMessage::kExited, e);
   command_.stdin_write.reset();
+  command_.pty.reset();
   phase_ = Phase::kEnded;
 }
 
@@ -398,22 +464,47 @@ std::string Session::run() {
   send_message(GuestMessage::kHello, hello);
   console_line("hello sent; waiting for setup");
 
+  // Each polled fd with what to do when it is ready. A handler may close an
+  // fd polled later in the same round: the owner is checked before its turn.
+  struct Watch {
+    const base::UniqueFd* owner;
+    std::function<void()> on_ready;
+  };
   std::vector<pollfd> fds;
+  std::vector<Watch> watches;
   while (!ended_) {
     fds.clear();
+    watches.clear();
     const std::size_t kControl = 0, kSignals = 1;
-    fds.push_back({control_.get(), static_cast<short>(POLLIN | (out_head_ < out_.size() ? POLLOUT : 0)), 0});
+    // While tar has not taken the last copy_data the port is not read, so the host's writes wait.
+    const short control_events =
+        static_cast<short>((copy_in_blocked() ? 0 : POLLIN) | (out_head_ < out_.size() ? POLLOUT : 0));
+    fds.push_back({control_events != 0 ? control_.get() : -1, control_events, 0});
     fds.push_back({signals_.get(), POLLIN, 0});
-    auto watch = [&](const base::UniqueFd& fd, short events) -> std::ptrdiff_t {
-      if (!fd || events < 0) return -1;
+    auto watch = [&](const base::UniqueFd& fd, short events, std::function<void()> on_ready) {
+      if (!fd || events < 0) return;
       fds.push_back({fd.get(), events, 0});
-      return static_cast<std::ptrdiff_t>(fds.size() - 1);
+      watches.push_back({&fd, std::move(on_ready)});
     };
-    const auto status_at = watch(command_.start_status, POLLIN);
-    const auto stdout_at = watch(command_.stdout_read, output_events(command_.stdout_read));
-    const auto stderr_at = watch(command_.stderr_read, output_events(command_.stderr_read));
-    const auto stdin_at = watch(command_.stdin_write, stdin_.buffered() > 0 ? POLLOUT : -1);
-    const std::size_t probes_at = fds.size();
+    watch(command_.start_status, POLLIN, [this] { read_start_status(); });
+    watch(command_.stdout_read, output_events(command_.stdout_read),
+          [this] { read_output(command_.stdout_read, GuestMessage::kStdout); });
+    watch(command_.stderr_read, output_events(command_.stderr_read),
+          [this] { read_output(command_.stderr_read, GuestMessage::kStderr); });
+    watch(command_.stdin_write, stdin_.buffered() > 0 || eof_char_pending_ ? POLLOUT : -1,
+          [this] { write_stdin(); });
+    for (TarJob* tar : {copy_in_ ? &copy_in_->tar : nullptr, copy_out_ ? &copy_out_->tar : nullptr}) {
+      if (tar == nullptr) continue;
+      watch(tar->start_status(), POLLIN, [tar] { tar->read_start_status(); });
+      watch(tar->diagnostics_a(), POLLIN, [tar] { tar->read_diagnostics(tar->diagnostics_a()); });
+      watch(tar->diagnostics_b(), POLLIN, [tar] { tar->read_diagnostics(tar->diagnostics_b()); });
+    }
+    if (copy_in_) watch(copy_in_->tar.input(), copy_in_blocked() ? POLLOUT : -1, [this] { write_copy_in(); });
+    if (copy_out_) {
+      const bool room = out_.size() - out_head_ < kOutputHighWater && copy_out_->credit.available() > 0;
+      watch(copy_out_->tar.stream(), room ? POLLIN : -1, [this] { read_copy_out(); });
+    }
+    const std::size_t watched_to = fds.size();
     if (selftest_) selftest_->add_poll_fds(fds);
 
     int timeout = -1;
@@ -431,18 +522,17 @@ std::string Session::run() {
     const short control = fds[kControl].revents;
     if (control & (POLLIN | POLLERR)) read_control();
     // POLLHUP without data: the host end went away (the driver's way of saying it).
-    if ((control & POLLHUP) && !(control & POLLIN)) end("the host closed the control channel");
+    if ((control_events & POLLIN) && (control & POLLHUP) && !(control & POLLIN))
+      end("the host closed the control channel");
     if (ended_) break;
 
-    if (status_at >= 0 && fds[static_cast<std::size_t>(status_at)].revents != 0) read_start_status();
-    if (stdout_at >= 0 && fds[static_cast<std::size_t>(stdout_at)].revents != 0 && command_.stdout_read)
-      read_output(command_.stdout_read, GuestMessage::kStdout);
-    if (stderr_at >= 0 && fds[static_cast<std::size_t>(stderr_at)].revents != 0 && command_.stderr_read)
-      read_output(command_.stderr_read, GuestMessage::kStderr);
-    if (stdin_at >= 0 && fds[static_cast<std::size_t>(stdin_at)].revents != 0) write_stdin();
+    for (std::size_t i = 2; i < watched_to; ++i) {
+      const Watch& w = watches[i - 2];
+      if (fds[i].revents != 0 && w.owner->get() == fds[i].fd) w.on_ready();
+    }
 
     if (selftest_ && phase_ == Phase::kSelftest) {
-      selftest_->on_poll(std::span(fds).subspan(probes_at), monotonic_ms());
+      selftest_->on_poll(std::span(fds).subspan(watched_to), monotonic_ms());
       if (selftest_->done()) {
         auto report = selftest_->report();
         std::string summary = "self-test:";
@@ -455,6 +545,9 @@ std::string Session::run() {
         phase_ = Phase::kAwaitGo;
       }
     }
+    settle_copies();
+    // Frames that waited in the reader while tar took a copy_data.
+    if (!copy_in_blocked()) take_frames();
     flush_control();
   }
   // Say goodbye if the port still takes it; never wait for it.

@@ -1,9 +1,10 @@
 // Session: one boot's conversation with the host over the control port
 // (docs/control-protocol.md), and the command's life inside it. One thread,
 // one poll() loop over: the control port, a signalfd (SIGCHLD and the stop
-// signals), the self-test's sockets, and the command's start-status pipe,
-// stdout, stderr and stdin pipes. Timers are the self-test's deadlines. No
-// call blocks: every fd is non-blocking and every loop is bounded per wake.
+// signals), the self-test's sockets, the command's start-status pipe,
+// stdout, stderr and stdin pipes (or its pty), and the copies' tar
+// processes (tar_job.h). Timers are the self-test's deadlines. No call
+// blocks: every fd is non-blocking and every loop is bounded per wake.
 //
 // The order, each step only after the one before:
 //   hello (unkeyed) -> setup (unkeyed; carries the key: both directions are
@@ -11,6 +12,10 @@
 //   probes) -> selftest_report -> go -> the command starts -> started or
 //   start_failed -> stdout/stderr under the output credit, stdin under the
 //   stdin credit -> exited, after the command's last output.
+// Between the report and go, copy_ins, one at a time (copy_in, copy_data...,
+// copy_end -> copy_in_done); from setup on, copy_outs, one at a time
+// (copy_out, copy_credit... -> copy_out_data... -> copy_out_done), beside
+// the command's output (session_copy.cc).
 // Then the session waits for poweroff. run() returns why it ended:
 // poweroff from the host, the host closing the port, a stop signal, too
 // many bad frames, or a stream that cannot be followed. The caller powers
@@ -24,12 +29,23 @@
 // When the command's main process exits, whatever it left running (a
 // background job, a daemon that left its session) is killed, so its pipes
 // reach EOF and `exited` can follow the last output: one command per
-// instance, as with `docker run`.
+// instance, as with `docker run`. A copy's tar is spared; when it ends and
+// the command's output is still held open, the sweep runs again.
+//
+// With setup's `tty` the command's stdin, stdout and stderr are a pty
+// (command_launcher.h): its output comes as stdout frames, stdin_eof is the
+// pty's EOF character (0x04) written after what stdin still holds, resize
+// sets the pty's window (the kernel sends SIGWINCH), signal goes to the
+// pty's foreground process group, and `exited` follows the main process's
+// exit once the pty has no more output (the master reads EIO when the last
+// holder of the slave is gone).
 //
 // Bounded memory: the frame reader's one buffer; an output queue that the
-// pipes and log lines stop filling at kOutputHighWater (so at most that plus
-// one frame; a log line that finds it full goes to the console only); the
-// stdin window (flow_control.h).
+// pipes, a copy_out's stream and log lines stop filling at kOutputHighWater
+// (so at most that plus one frame; a log line that finds it full goes to
+// the console only); the stdin window (flow_control.h); one copy_data frame
+// (the port is not read while tar has not taken it, so the host's writes
+// wait); what each tar prints, up to kDiagnosticBytes.
 #pragma once
 
 #include <poll.h>
@@ -47,6 +63,7 @@
 #include "guest/box_guest/flow_control.h"
 #include "guest/box_guest/network_setup.h"
 #include "guest/box_guest/selftest.h"
+#include "guest/box_guest/tar_job.h"
 #include "guest/protocol/frame.h"
 #include "guest/protocol/messages.h"
 
@@ -73,7 +90,11 @@ class Session {
   // Output.
   void send(std::uint8_t type, const std::vector<std::uint8_t>& payload);
   template <class M>
-  void send_message(GuestMessage type, const M& m);
+  void send_message(GuestMessage type, const M& m) {
+    std::vector<std::uint8_t> payload;
+    encode(m, payload);
+    send(static_cast<std::uint8_t>(type), payload);
+  }
   void log(const std::string& text);
   void flush_control();
 
@@ -82,8 +103,38 @@ class Session {
   void take_frames();
   void handle_frame(const Frame& f);
   void on_setup(std::span<const std::uint8_t> payload);
+  void on_go();
+  void on_signal(std::span<const std::uint8_t> payload);
+  void on_resize(std::span<const std::uint8_t> payload);
   void bad_frame(std::string_view why);
   void end(std::string why);
+
+  // Files in and out (session_copy.cc).
+  struct CopyIn {
+    TarJob tar;
+    std::vector<std::uint8_t> pending;  // one copy_data frame tar has not taken yet
+    std::size_t head = 0;
+    bool end_received = false;
+    std::uint64_t received = 0;
+    std::uint64_t discarded = 0;  // bytes that came after tar stopped reading
+  };
+  struct CopyOut {
+    TarJob tar;
+    OutputCredit credit{0};
+    std::uint64_t sent = 0;
+  };
+  void on_copy_in(std::span<const std::uint8_t> payload);
+  void on_copy_data(std::span<const std::uint8_t> payload);
+  void on_copy_end(std::span<const std::uint8_t> payload);
+  void on_copy_out(std::span<const std::uint8_t> payload);
+  void on_copy_credit(std::span<const std::uint8_t> payload);
+  void write_copy_in();
+  void read_copy_out();
+  bool copy_in_blocked() const;  // tar has not taken the last copy_data: the port is not read
+  bool reap_copy(pid_t pid, int status);
+  void settle_copies();  // sends copy_in_done / copy_out_done for a copy that is over
+  void copy_in_done(const CopyResult& r);
+  void copy_out_done(const CopyResult& r);
 
   // The command.
   void start_command();
@@ -91,6 +142,7 @@ class Session {
   void read_output(base::UniqueFd& pipe, GuestMessage type);
   bool output_hung_up(base::UniqueFd& pipe);
   void write_stdin();
+  void write_eof_char();
   void close_stdin_if_done();
   void reap();
   void kill_leftovers();
@@ -119,7 +171,12 @@ class Session {
   OutputCredit credit_{0};
   StdinFlow stdin_;
   bool stdin_eof_ = false;
+  bool eof_char_pending_ = false;  // tty: 0x04 goes to the pty once stdin is drained
   std::size_t stdin_dropped_ = 0;
+  bool go_pending_ = false;  // go came while a copy_in was open: start when it is over
+
+  std::optional<CopyIn> copy_in_;
+  std::optional<CopyOut> copy_out_;
 
   int bad_frames_ = 0;
   std::size_t logs_dropped_ = 0;  // log lines kept off the channel by a full output queue

@@ -33,7 +33,9 @@
 
 namespace abox::guest {
 
-inline constexpr std::uint16_t kProtocolVersion = 1;
+// 2: a pty for the command (setup's tty and window size, resize), files in
+// (copy_in) and out (copy_out) as tar streams.
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kMaxPayload = 64 * 1024;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kHeaderBytes = 4 + 1 + 8;

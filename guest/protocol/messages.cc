@@ -101,6 +101,12 @@ std::string_view guest_message_name(std::uint8_t type) {
       return "stdin_credit";
     case GuestMessage::kStartFailed:
       return "start_failed";
+    case GuestMessage::kCopyInDone:
+      return "copy_in_done";
+    case GuestMessage::kCopyOutData:
+      return "copy_out_data";
+    case GuestMessage::kCopyOutDone:
+      return "copy_out_done";
   }
   return "unknown";
 }
@@ -121,6 +127,18 @@ std::string_view host_message_name(std::uint8_t type) {
       return "signal";
     case HostMessage::kPoweroff:
       return "poweroff";
+    case HostMessage::kResize:
+      return "resize";
+    case HostMessage::kCopyIn:
+      return "copy_in";
+    case HostMessage::kCopyData:
+      return "copy_data";
+    case HostMessage::kCopyEnd:
+      return "copy_end";
+    case HostMessage::kCopyOut:
+      return "copy_out";
+    case HostMessage::kCopyCredit:
+      return "copy_credit";
   }
   return "unknown";
 }
@@ -287,6 +305,9 @@ void encode(const Setup& m, std::vector<std::uint8_t>& out) {
   }
   put_u32(out, m.output_credit);
   put_u8(out, m.stdin_open ? 1 : 0);
+  put_u8(out, m.tty ? 1 : 0);
+  put_u16(out, m.window.rows);
+  put_u16(out, m.window.cols);
 }
 
 std::optional<Setup> decode_setup(std::span<const std::uint8_t> p) {
@@ -321,9 +342,12 @@ std::optional<Setup> decode_setup(std::span<const std::uint8_t> p) {
     pr.kind = static_cast<ProbeKind>(kind);
     m.probes.push_back(std::move(pr));
   }
-  std::uint8_t stdin_open = 0;
-  if (!f.u32(m.output_credit) || !f.u8(stdin_open) || stdin_open > 1 || !f.done()) return std::nullopt;
+  std::uint8_t stdin_open = 0, tty = 0;
+  if (!f.u32(m.output_credit) || !f.u8(stdin_open) || stdin_open > 1 || !f.u8(tty) || tty > 1 ||
+      !f.u16(m.window.rows) || !f.u16(m.window.cols) || !f.done())
+    return std::nullopt;
   m.stdin_open = stdin_open == 1;
+  m.tty = tty == 1;
   return m;
 }
 
@@ -335,6 +359,45 @@ std::optional<Signal> decode_signal(std::span<const std::uint8_t> p) {
   Fields f(p);
   Signal m;
   if (!f.u8(m.signo) || !f.done() || m.signo < 1 || m.signo > 64) return std::nullopt;
+  return m;
+}
+
+void encode(const CopyResult& m, std::vector<std::uint8_t>& out) {
+  put_u8(out, m.ok ? 1 : 0);
+  put_str(out, m.detail);
+}
+
+std::optional<CopyResult> decode_copy_result(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  CopyResult m;
+  std::uint8_t ok = 0;
+  if (!f.u8(ok) || ok > 1 || !f.str(m.detail, kMaxShortText) || !f.done()) return std::nullopt;
+  m.ok = ok == 1;
+  return m;
+}
+
+void encode(const WindowSize& m, std::vector<std::uint8_t>& out) {
+  put_u16(out, m.rows);
+  put_u16(out, m.cols);
+}
+
+std::optional<WindowSize> decode_window_size(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  WindowSize m;
+  if (!f.u16(m.rows) || !f.u16(m.cols) || !f.done()) return std::nullopt;
+  return m;
+}
+
+void encode(const CopyPath& m, std::vector<std::uint8_t>& out) {
+  put_str(out, m.path);
+}
+
+std::optional<CopyPath> decode_copy_path(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  CopyPath m;
+  if (!f.str(m.path, kMaxGuestPath) || !f.done() || m.path.empty() || m.path[0] != '/' ||
+      m.path.find('\0') != std::string::npos)
+    return std::nullopt;
   return m;
 }
 

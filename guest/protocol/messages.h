@@ -3,9 +3,11 @@
 // (docs/control-protocol.md has the table and the order of a session).
 //
 // Guest to host:  Hello (unkeyed), then SelftestReport, Started | StartFailed,
-//                 Output (stdout and stderr kept apart), Exited, Log, StdinCredit.
+//                 Output (stdout and stderr kept apart), Exited, Log, StdinCredit,
+//                 CopyInDone, CopyOutData, CopyOutDone.
 // Host to guest:  Setup (unkeyed: it carries the key), then Go, Stdin, StdinEof,
-//                 OutputCredit, Signal, Poweroff.
+//                 OutputCredit, Signal, Poweroff, Resize, CopyIn, CopyData,
+//                 CopyEnd, CopyOut, CopyCredit.
 //
 // Every field is big-endian; a string or byte field is u32be length + bytes,
 // each with its own cap; a list is u16be count + items, capped. decode()
@@ -35,6 +37,9 @@ enum class GuestMessage : std::uint8_t {
   kLog = 7,
   kStdinCredit = 8,
   kStartFailed = 9,
+  kCopyInDone = 10,   // CopyResult: the tar stream of a copy_in was unpacked (or not)
+  kCopyOutData = 11,  // bytes of a copy_out's tar stream, within the copy credit
+  kCopyOutDone = 12,  // CopyResult: the copy_out's stream is complete (or failed)
 };
 
 enum class HostMessage : std::uint8_t {
@@ -45,6 +50,12 @@ enum class HostMessage : std::uint8_t {
   kOutputCredit = 5,
   kSignal = 6,
   kPoweroff = 7,
+  kResize = 8,       // WindowSize: the operator's terminal changed size (tty only)
+  kCopyIn = 9,       // CopyPath: a tar stream follows, to unpack under path
+  kCopyData = 10,    // bytes of the open copy_in's tar stream
+  kCopyEnd = 11,     // empty: the copy_in's tar stream is complete
+  kCopyOut = 12,     // CopyPath: send path as a tar stream
+  kCopyCredit = 13,  // Credit: that many more copy_out bytes may come
 };
 
 std::string_view guest_message_name(std::uint8_t type);
@@ -57,6 +68,7 @@ inline constexpr std::size_t kMaxEnvEntries = 256;
 inline constexpr std::size_t kMaxArgs = 1024;
 inline constexpr std::size_t kMaxProbes = 16;
 inline constexpr std::size_t kMaxCaPem = 16 * 1024;
+inline constexpr std::size_t kMaxGuestPath = 4096;
 
 // ---- guest to host ----
 
@@ -114,6 +126,12 @@ struct Credit {
   std::uint32_t bytes = 0;
 };
 
+// The end of a copy (copy_in_done, copy_out_done).
+struct CopyResult {
+  bool ok = false;
+  std::string detail;  // what tar said, or why it did not run (<= 256)
+};
+
 // ---- host to guest ----
 
 struct EnvEntry {
@@ -124,6 +142,16 @@ struct EnvEntry {
 struct Probe {
   ProbeKind kind = ProbeKind::kDeniedName;
   std::string target;
+};
+
+struct WindowSize {
+  std::uint16_t rows = 0;
+  std::uint16_t cols = 0;
+};
+
+// A path in the guest (absolute, no NUL, <= kMaxGuestPath).
+struct CopyPath {
+  std::string path;
 };
 
 struct Setup {
@@ -137,6 +165,10 @@ struct Setup {
   std::vector<Probe> probes;        // the self-test; empty = none
   std::uint32_t output_credit = 0;  // stdout+stderr bytes the guest may send before more credit
   bool stdin_open = false;          // false: the command's stdin is /dev/null
+  // A pty for the command: its stdin, stdout and stderr are the pty (one
+  // output stream, `stdout`), the window starts at `window`.
+  bool tty = false;
+  WindowSize window;
 };
 
 struct Signal {
@@ -153,6 +185,9 @@ void encode(const LogLine& m, std::vector<std::uint8_t>& out);
 void encode(const Credit& m, std::vector<std::uint8_t>& out);
 void encode(const Setup& m, std::vector<std::uint8_t>& out);
 void encode(const Signal& m, std::vector<std::uint8_t>& out);
+void encode(const CopyResult& m, std::vector<std::uint8_t>& out);
+void encode(const WindowSize& m, std::vector<std::uint8_t>& out);
+void encode(const CopyPath& m, std::vector<std::uint8_t>& out);
 
 // Decoders: nullopt when the payload is not exactly one valid message.
 std::optional<Hello> decode_hello(std::span<const std::uint8_t> p);
@@ -164,6 +199,9 @@ std::optional<LogLine> decode_log(std::span<const std::uint8_t> p);
 std::optional<Credit> decode_credit(std::span<const std::uint8_t> p);
 std::optional<Setup> decode_setup(std::span<const std::uint8_t> p);
 std::optional<Signal> decode_signal(std::span<const std::uint8_t> p);
+std::optional<CopyResult> decode_copy_result(std::span<const std::uint8_t> p);
+std::optional<WindowSize> decode_window_size(std::span<const std::uint8_t> p);
+std::optional<CopyPath> decode_copy_path(std::span<const std::uint8_t> p);
 // Empty messages (Go, StdinEof, Poweroff): true when the payload is empty.
 inline bool decode_empty(std::span<const std::uint8_t> p) {
   return p.empty();

@@ -33,8 +33,7 @@ void tcp_err_cb(void* arg, err_t) {
 
 err_t accept_cb(void*, tcp_pcb* pcb, err_t err) {
   if (err != ERR_OK || pcb == nullptr) return ERR_VAL;
-  g_dns->on_accept(pcb);
-  return ERR_OK;
+  return g_dns->on_accept(pcb) ? ERR_OK : ERR_ABRT;  // ERR_ABRT: the pcb is freed (see guest_stack.cc)
 }
 
 }  // namespace
@@ -118,11 +117,11 @@ void GuestDns::send_to_guest(const dns::GuestRef& to, std::span<const std::uint8
   tcp_output(c.pcb);
 }
 
-void GuestDns::on_accept(tcp_pcb* pcb) {
+bool GuestDns::on_accept(tcp_pcb* pcb) {
   if (tcp_open_ >= kMaxTcpClients) {
     ++counters_.tcp_refused;
     tcp_abort(pcb);
-    return;
+    return false;
   }
   std::uint32_t index = 0;
   while (tcp_[index].pcb != nullptr) ++index;
@@ -135,6 +134,7 @@ void GuestDns::on_accept(tcp_pcb* pcb) {
   tcp_arg(pcb, reinterpret_cast<void*>(static_cast<std::uintptr_t>(index)));
   tcp_recv(pcb, tcp_recv_cb);
   tcp_err(pcb, tcp_err_cb);
+  return true;
 }
 
 bool GuestDns::on_tcp_data(std::uint32_t index, pbuf* p) {

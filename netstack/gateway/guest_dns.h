@@ -55,7 +55,8 @@ class GuestDns final : public dns::GateSink {
 
   // lwIP callbacks (trampolines in guest_dns.cc).
   void on_udp(pbuf* p, std::uint32_t src_ip, std::uint16_t src_port);
-  void on_accept(tcp_pcb* pcb);
+  // False when it aborted pcb (lwIP must then hear ERR_ABRT).
+  bool on_accept(tcp_pcb* pcb);
   bool on_tcp_data(std::uint32_t index, pbuf* p);  // false: the connection was aborted
   void on_tcp_error(std::uint32_t index);
 

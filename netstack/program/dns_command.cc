@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "base/command_line.h"
 #include "base/json.h"
 #include "netstack/program/dns_host_server.h"
 #include "netstack/program/host_address_watch.h"
@@ -28,14 +29,15 @@ constexpr std::string_view kUsage =
     "everything else is refused. For benchmarks, and to try a policy.\n"
     "\n"
     "Options:\n"
-    "  --policy FILE       the instance's policy (required)\n"
-    "  --listen ADDR:PORT  where to listen (default 127.0.0.1:5353; port 0 picks one)\n"
-    "  --events FILE|-     JSON-lines events to FILE, or '-' for stdout (default: stderr)\n"
-    "  --instance NAME     the instance name in events (default: dns)\n"
-    "  --stats-socket PATH serve the live counters as JSON on a unix socket (0600);\n"
-    "                      read them with 'abox-net stats PATH'\n"
-    "  --no-sandbox        FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
-    "                      filter and the io_uring restrictions (docs/security.md)\n"
+    "  -p, --policy FILE       the instance's policy (required)\n"
+    "  -l, --listen ADDR:PORT  where to listen (default 127.0.0.1:5353; port 0 picks one)\n"
+    "      --events FILE|-     JSON-lines events to FILE, or '-' for stdout (default: stderr);\n"
+    "                          with '-' the 'listening on' line still comes first\n"
+    "      --instance NAME     the instance name in events (default: dns)\n"
+    "      --stats-socket PATH serve the live counters as JSON on a unix socket (0600);\n"
+    "                          read them with 'abox-net stats PATH'\n"
+    "      --no-sandbox        FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
+    "                          filter and the io_uring restrictions (docs/security.md)\n"
     "\n"
     "Prints 'listening on ADDR:PORT' when ready. SIGUSR1 prints counters as JSON\n"
     "to stderr; SIGINT or SIGTERM prints them and exits 0.\n"
@@ -47,60 +49,41 @@ constexpr std::string_view kUsage =
 }  // namespace
 
 int run_dns_command(std::span<const std::string_view> args) {
-  std::optional<std::string> policy_path;
-  std::string listen_text = "127.0.0.1:5353";
-  std::string events_path;
-  std::string instance = "dns";
-  std::optional<std::string> stats_socket;
-  bool sandbox = true;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto a = args[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= args.size()) return false;
-      out = std::string(args[++i]);
-      return true;
-    };
-    std::string v;
-    if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (a == "--policy" && value(v)) {
-      policy_path = v;
-    } else if (a == "--listen" && value(v)) {
-      listen_text = v;
-    } else if (a == "--events" && value(v)) {
-      events_path = v;
-    } else if (a == "--instance" && value(v)) {
-      instance = v;
-    } else if (a == "--stats-socket" && value(v)) {
-      stats_socket = v;
-    } else if (a == "--no-sandbox") {
-      sandbox = false;
-    } else {
-      std::cerr << "abox-net dns: unknown or incomplete option '" << a << "'\n" << kUsage;
-      return 2;
-    }
-  }
-  if (!policy_path) {
-    std::cerr << "abox-net dns: --policy is required\n" << kUsage;
+  constexpr std::string_view kCommand = "abox-net dns";
+  static constexpr base::OptionSpec kOptions[] = {
+      {"policy", 'p', true}, {"listen", 'l', true},     {"events", 0, true},
+      {"instance", 0, true}, {"stats-socket", 0, true}, {"no-sandbox", 0, false},
+  };
+  auto parsed = base::parse_options(args, kOptions, false);
+  auto usage_error = [&](std::string_view message) {
+    std::cerr << base::usage_error_line(kCommand, message);
     return 2;
+  };
+  if (!parsed.ok()) return usage_error(parsed.error());
+  if (parsed->help) {
+    std::cout << kUsage;
+    return 0;
   }
+  if (!parsed->positionals.empty())
+    return usage_error("unexpected argument '" + parsed->positionals[0] + "'");
+  const std::optional<std::string> policy_path = parsed->last("policy");
+  const std::string listen_text = parsed->last("listen").value_or("127.0.0.1:5353");
+  const std::string events_path = parsed->last("events").value_or("");
+  const std::string instance = parsed->last("instance").value_or("dns");
+  const std::optional<std::string> stats_socket = parsed->last("stats-socket");
+  const bool sandbox = !parsed->has("no-sandbox");
+  if (!policy_path) return usage_error("--policy FILE is required");
   // Port 0 (the kernel picks one) is fine for a listener, unlike a destination.
-  std::string_view lt = listen_text;
-  auto listen = lt.ends_with(":0") ? policy::Endpoint::parse(lt.substr(0, lt.size() - 2), 0)
-                                   : policy::Endpoint::parse(lt, 53);
-  if (!listen) {
-    std::cerr << "abox-net dns: cannot read --listen '" << listen_text << "': expected ADDR:PORT\n";
-    return 2;
-  }
+  auto listen = policy::Endpoint::parse_listen(listen_text);
+  if (!listen) listen = policy::Endpoint::parse(listen_text, 53);  // an address alone: port 53
+  if (!listen) return usage_error("--listen '" + listen_text + "': expected ADDR:PORT (port 0 picks one)");
   auto loaded = load_policy_for("abox-net dns", *policy_path);
   if (!loaded) return 3;
   const policy::Policy& policy = *loaded->policy;
   const auto& upstreams = loaded->upstreams;
   auto sink = open_events("abox-net dns", events_path);
   if (!sink) return 3;
-  base::EventLog events = base::EventLog::to_fd(instance, sink->fd);
+  base::EventLog events = sink->log(instance);
   base::SystemRandom random;
   MemoryProbe memory;
 
@@ -134,11 +117,20 @@ int run_dns_command(std::span<const std::string_view> args) {
         return 3;
       }
     }
-    events.emit("start", {{"mode", "dns"},
-                          {"listen", server.address().to_string()},
-                          {"policy", policy.source()},
-                          {"upstreams", static_cast<std::uint64_t>(upstreams.size())}});
+    // With --events - both go to stdout: the ready line first, then what
+    // setup emitted (this host's addresses, held by the sink) and the start
+    // event, since whoever waits for the ready line reads it first. Anywhere
+    // else the start event comes first, so it is written once "listening" is.
+    auto start_event = [&] {
+      sink->release();
+      events.emit("start", {{"mode", "dns"},
+                            {"listen", server.address().to_string()},
+                            {"policy", policy.source()},
+                            {"upstreams", static_cast<std::uint64_t>(upstreams.size())}});
+    };
+    if (!sink->on_stdout()) start_event();
     std::cout << "listening on " << server.address().to_string() << std::endl;
+    if (sink->on_stdout()) start_event();
     loop.run();
     write_stats_line(STDERR_FILENO, stats());
   } catch (const std::exception& e) {

@@ -1,9 +1,11 @@
 #include "netstack/program/process_setup.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +20,8 @@ namespace abox::netstack {
 std::optional<LoadedPolicy> load_policy_for(const std::string& mode, const std::string& path) {
   auto loaded = policy::load_policy(path);
   if (!loaded.ok()) {
-    std::cerr << loaded.error().to_string() << mode << ": the policy is invalid\n";
+    std::cerr << loaded.error().to_string() << mode << ": "
+              << (loaded.error().unreadable ? "the policy cannot be read" : "the policy is invalid") << '\n';
     return std::nullopt;
   }
   LoadedPolicy out;
@@ -51,6 +54,38 @@ std::optional<EventsSink> open_events(const std::string& mode, const std::string
     sink.fd = sink.file.get();
   }
   return sink;
+}
+
+bool EventsSink::write(std::string_view line) {
+  if (!released_ && on_stdout() && held_.size() + line.size() <= kMaxHeldBytes) {
+    held_.append(line);
+    return true;
+  }
+  for (;;) {
+    const ssize_t n = ::write(fd, line.data(), line.size());
+    if (n == static_cast<ssize_t>(line.size())) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;  // partial, EAGAIN or a dead reader: the line is dropped, as EventLog::to_fd does
+  }
+}
+
+base::EventLog EventsSink::log(std::string instance) {
+  return base::EventLog(std::move(instance), [this](std::string_view line) { return write(line); });
+}
+
+void EventsSink::release() {
+  if (released_) return;
+  released_ = true;
+  std::string held = std::move(held_);
+  held_.clear();
+  if (!held.empty() && fd >= 0) write(held);
+}
+
+bool has_effective_capability(int cap) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  return (data[cap / 32].effective & (1u << (cap % 32))) != 0;
 }
 
 SignalWatch::SignalWatch(io::EventLoop& loop, std::function<void()> on_usr1)

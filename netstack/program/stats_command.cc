@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/byte_reader.h"
+#include "base/command_line.h"
 #include "base/unique_fd.h"
 #include "netstack/program/stats_reader.h"
 
@@ -29,7 +30,7 @@ constexpr std::string_view kUsage =
     "reason, DNS, flows, memory in use.\n"
     "\n"
     "Options:\n"
-    "  --json   print the JSON object as abox-net sent it (one line)\n"
+    "  -j, --json   print the JSON object as abox-net sent it (one line)\n"
     "\n"
     "Exit status: 0 printed, 2 usage error, 3 no answer (nothing listens at\n"
     "PATH, permission denied, timeout after 5 s) or an answer that is not\n"
@@ -38,8 +39,10 @@ constexpr std::string_view kUsage =
 constexpr std::size_t kMaxReply = 1 << 20;
 constexpr int kTimeoutSeconds = 5;
 
-// The whole reply (the server closes after it), or an error message.
-std::optional<std::string> fetch(const std::string& path, std::string& error) {
+}  // namespace
+
+std::optional<std::string> ask_abox_net(const std::string& path, std::string_view request,
+                                        std::string& error) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path) {
@@ -56,9 +59,24 @@ std::optional<std::string> fetch(const std::string& path, std::string& error) {
   ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-    error = "cannot connect to " + path + ": " + std::strerror(errno);
+    if (errno == ECONNREFUSED) {
+      // The socket file is there but nobody listens: abox-net leaves it
+      // behind when it exits (its sandbox forbids unlink).
+      error = "nothing is running at " + path + " (a socket left by an abox-net that has exited)";
+    } else if (errno == ENOENT) {
+      error = "no socket at " + path + " (is abox-net running with --stats-socket " + path + "?)";
+    } else {
+      error = "cannot connect to " + path + ": " + std::strerror(errno);
+    }
     return std::nullopt;
   }
+  std::string line(request);
+  line += '\n';
+  // A peer that answers without reading may have closed already (EPIPE):
+  // its answer is still there to read, and is judged as any other.
+  std::string send_error;
+  if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
+    send_error = "writing to " + path + ": " + std::strerror(errno);
   std::string reply;
   std::vector<char> buf(64 * 1024);
   for (;;) {
@@ -66,6 +84,7 @@ std::optional<std::string> fetch(const std::string& path, std::string& error) {
     if (n == 0) break;
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == ECONNRESET && !reply.empty()) break;  // it answered, then closed on our unread request
       error = (errno == EAGAIN || errno == EWOULDBLOCK)
                   ? "no answer from " + path + " within " + std::to_string(kTimeoutSeconds) + " s"
                   : "reading " + path + ": " + std::strerror(errno);
@@ -77,34 +96,35 @@ std::optional<std::string> fetch(const std::string& path, std::string& error) {
     }
     reply.append(buf.data(), static_cast<std::size_t>(n));
   }
+  if (reply.empty() && !send_error.empty()) {
+    error = send_error;
+    return std::nullopt;
+  }
   return reply;
 }
 
-}  // namespace
-
 int run_stats_command(std::span<const std::string_view> args) {
-  std::optional<std::string> path;
-  bool json = false;
-  for (auto a : args) {
-    if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (a == "--json") {
-      json = true;
-    } else if (!a.starts_with("-") && !path) {
-      path = std::string(a);
-    } else {
-      std::cerr << "abox-net stats: unexpected argument '" << a << "'\n" << kUsage;
-      return 2;
-    }
-  }
-  if (!path) {
-    std::cerr << "abox-net stats: the stats socket PATH is required\n" << kUsage;
+  constexpr std::string_view kCommand = "abox-net stats";
+  static constexpr base::OptionSpec kOptions[] = {{"json", 'j', false}};
+  auto parsed = base::parse_options(args, kOptions, false);
+  if (!parsed.ok()) {
+    std::cerr << base::usage_error_line(kCommand, parsed.error());
     return 2;
   }
+  if (parsed->help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  const bool json = parsed->has("json");
+  if (parsed->positionals.size() != 1) {
+    std::cerr << base::usage_error_line(
+        kCommand, parsed->positionals.empty() ? "the stats socket PATH is required"
+                                              : "unexpected argument '" + parsed->positionals[1] + "'");
+    return 2;
+  }
+  const std::optional<std::string> path = parsed->positionals[0];
   std::string error;
-  auto reply = fetch(*path, error);
+  auto reply = ask_abox_net(*path, "stats", error);
   if (!reply) {
     std::cerr << "abox-net stats: " << error << '\n';
     return 3;

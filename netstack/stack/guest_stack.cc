@@ -742,7 +742,19 @@ void GuestStack::drop(DropReason reason, std::string_view proto, const policy::E
   }
   if (!events_.reserve_line()) return;
   const std::string to = dst != nullptr ? dst->to_string() : std::string();
-  if (name.empty()) {
+  // A flow to port 53 or 853 of anything but the gateway is a guest asking
+  // another resolver, which is never allowed: the event says where DNS is
+  // served.
+  if (dst != nullptr && (dst->port == 53 || dst->port == 853)) {
+    const std::string where = "served only by the gateway, " + config_.gateway.to_string() + ":53";
+    if (name.empty()) {
+      events_.write_reserved("deny",
+                             {{"reason", row.sentence}, {"dst", to}, {"proto", proto}, {"dns", where}});
+    } else {
+      events_.write_reserved(
+          "deny", {{"reason", row.sentence}, {"name", name}, {"dst", to}, {"proto", proto}, {"dns", where}});
+    }
+  } else if (name.empty()) {
     events_.write_reserved("deny", {{"reason", row.sentence}, {"dst", to}, {"proto", proto}});
   } else {
     events_.write_reserved("deny", {{"reason", row.sentence}, {"name", name}, {"dst", to}, {"proto", proto}});

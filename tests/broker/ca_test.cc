@@ -66,6 +66,20 @@ TEST_F(CaTest, SecondLoadReturnsTheSameCa) {
   EXPECT_EQ((*first)->certificate_pem(), (*second)->certificate_pem());
 }
 
+// A state folder belongs to the instance that made it: another instance
+// is told whose it is, and gets neither its CA nor (through the same
+// folder) its nonces.
+TEST_F(CaTest, RefusesAFolderMadeForAnotherInstanceAndNamesIt) {
+  ASSERT_TRUE(InstanceCa::load_or_create(dir_, "dev", kNow).ok());
+  auto other = InstanceCa::load_or_create(dir_, "other", kNow);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error(),
+            dir_ +
+                " belongs to instance 'dev', not 'other' (its CA names it): use --instance dev, "
+                "or another --state folder");
+  EXPECT_TRUE(InstanceCa::load_or_create(dir_, "dev", kNow).ok());
+}
+
 TEST_F(CaTest, RefusesAFolderOthersCanReach) {
   ASSERT_EQ(::mkdir(dir_.c_str(), 0755), 0);
   auto ca = InstanceCa::load_or_create(dir_, "dev", kNow);

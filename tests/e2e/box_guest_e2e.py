@@ -29,6 +29,19 @@ QEMU with status 0:
   in /home/agent (owned by 1000), with setup's env exactly, and cannot read
   box-guest's /proc/1/environ or /proc/1/mem;
 - signal: `signal` 15 reaches the command, which exits signalled 15;
+- tty: an interactive busybox sh on a pty of 24x80: `tty` says /dev/pts/0,
+  `stty size` says 24 80, and 40 100 after a resize; 0x03 typed ends a
+  `sleep 30` (status 130) and the shell goes on; busybox `vi` draws its
+  screen and quits on `:q!`; `exit 7` ends the command with 7;
+- copy_in: a tree made by Python's tarfile (files of modes 0755 and 0600, a
+  folder, a symlink; a member `../escape` and an absolute one) lands under
+  /home/agent/in owned by 1000:1000 with its modes and symlink, and nothing
+  lands outside it; a folder uid 1000 cannot make (/etc/abox-in) is
+  copy_in_done ok 0 with the reason; the command then sees the files;
+- copy_out: a folder the command made comes back as a tar stream (read by
+  tarfile in memory, never extracted) with its files, contents and symlink,
+  under 4 KiB of copy credit, while the command's own output flows beside it;
+  a path that is not there is copy_out_done ok 0;
 - passt: the same guest behind passt (which filters nothing) reports every
   probe FAILED, and a nonce_in_env whose variable holds a key, not a nonce,
   fails too: the self-test can fail. The command is never started.
@@ -38,12 +51,14 @@ Every wait is bounded; a boot that hangs before /init is retried once (the
 line says so). Everything the test makes is removed at the end.
 """
 import hashlib
+import io
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 
 sys.dont_write_bytecode = True  # the source tree may be read-only
@@ -355,8 +370,262 @@ def scenario_passt(c, rig, boot):
     return c.steps(boot, [("every_probe_fails_behind_passt", every_probe_fails_behind_passt)])
 
 
+class Tty:
+    """The host's end of a command on a pty: what it typed and what came
+    back, with credit granted back as output arrives."""
+
+    def __init__(self, ch):
+        self.ch, self.out, self.exited, self.stdin_credit = ch, bytearray(), None, 0
+
+    def type(self, data):
+        data = data.encode() if isinstance(data, str) else data
+        assert len(data) <= self.stdin_credit, f"{len(data)} bytes to type with {self.stdin_credit} of credit"
+        self.ch.send(gp.STDIN, data)
+        self.stdin_credit -= len(data)
+
+    def wait_for(self, pattern, timeout=STEP_TIMEOUT, start=0):
+        """Reads until the output after `start` matches the regex `pattern`
+        (bytes); returns the match. Raises on exited or timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = re.search(pattern, bytes(self.out[start:]))
+            if m:
+                return m
+            if self.exited is not None:
+                raise AssertionError(f"exited {self.exited} before {pattern!r}; output: {bytes(self.out[-400:])!r}")
+            self.pump(deadline - time.monotonic(), pattern)
+
+    def pump(self, left, what="exited"):
+        if left <= 0:
+            raise TimeoutError(f"no {what!r} within the time; output: {bytes(self.out[-400:])!r}")
+        t, p = self.ch.recv(left)
+        if t == gp.STDOUT:
+            self.out.extend(p)
+            self.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+        elif t == gp.STDIN_CREDIT:
+            self.stdin_credit += gp.decode_credit(p)
+        elif t == gp.EXITED:
+            self.exited = gp.decode_exited(p)
+        else:
+            raise gp.ProtocolError(f"unexpected {gp.GUEST_NAMES.get(t, t)} on a tty: {p[:100]!r}")
+
+    def wait_exited(self, timeout=STEP_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while self.exited is None:
+            self.pump(deadline - time.monotonic())
+        return self.exited
+
+
+def scenario_tty(c, rig, boot):
+    env = BASE_ENV + [("TERM", "vt100"), ("PS1", "abox$ ")]
+    tty = Tty(boot.ch)
+    marks = {}
+
+    def shell_starts_on_a_pty():
+        boot.ch.setup(argv=["sh", "-i"], env=env, output_credit=CREDIT, stdin_open=True, tty=True, rows=24, cols=80)
+        boot.ch.send(gp.GO)
+        started = gp.decode_started(boot.ch.expect(gp.STARTED, STEP_TIMEOUT))
+        tty.wait_for(rb"abox\$ ")
+        return f"pid {started}"
+
+    def command(line, answer, timeout=STEP_TIMEOUT):
+        start = len(tty.out)
+        tty.type(line + "\r")
+        m = tty.wait_for(answer, timeout, start)
+        tty.wait_for(rb"abox\$ ", timeout, start + m.end())
+        return m
+
+    def tty_is_dev_pts_0():
+        m = command("tty", rb"\r\n(/dev/pts/\d+)\r\n")
+        assert m.group(1) == b"/dev/pts/0", m.group(1)
+        return m.group(1).decode()
+
+    def stty_size_shows_the_window_and_a_resize():
+        command("stty size", rb"\r\n24 80\r\n")
+        boot.ch.send(gp.RESIZE, gp.encode_window_size(40, 100))
+        command("stty size", rb"\r\n40 100\r\n")
+        return "24 80, then 40 100"
+
+    def ctrl_c_typed_interrupts_sleep():
+        start = len(tty.out)
+        tty.type("sleep 30; echo after-sleep-$?\r")
+        time.sleep(1)  # sleep is running (the shell has echoed the line by now)
+        tty.wait_for(rb"sleep 30", STEP_TIMEOUT, start)
+        tty.type(b"\x03")
+        m = tty.wait_for(rb"after-sleep-(\d+)|abox\$ ", 10, start)
+        # ^C ends the whole line in an interactive sh; either way sleep is gone well before 30 s.
+        tty.wait_for(rb"abox\$ ", 10, start + m.start())
+        command("echo alive", rb"\r\nalive\r\n")
+        return f"{bytes(tty.out[start:]).decode(errors='replace')!r}"[:120]
+
+    def vi_starts_and_quits_on_q():
+        start = len(tty.out)
+        tty.type("vi /tmp/notes\r")
+        tty.wait_for(rb"\x1b\[", STEP_TIMEOUT, start)  # vi draws with escape sequences
+        tty.wait_for(rb"~", STEP_TIMEOUT, start)  # the empty buffer's lines
+        time.sleep(0.5)
+        tty.type(":q!\r")
+        tty.wait_for(rb"abox\$ ", STEP_TIMEOUT, start + 1)
+        command("echo vi-done", rb"\r\nvi-done\r\n")
+        return f"{len(tty.out) - start} bytes of screen"
+
+    def exit_7_ends_the_command():
+        tty.type("exit 7\r")
+        e = tty.wait_exited()
+        assert e == {"signalled": False, "value": 7}, e
+
+    return c.steps(boot, [("shell_starts_on_a_pty", shell_starts_on_a_pty), ("tty_is_dev_pts_0", tty_is_dev_pts_0),
+                          ("stty_size_shows_the_window_and_a_resize", stty_size_shows_the_window_and_a_resize),
+                          ("ctrl_c_typed_interrupts_sleep", ctrl_c_typed_interrupts_sleep),
+                          ("vi_starts_and_quits_on_q", vi_starts_and_quits_on_q),
+                          ("exit_7_ends_the_command", exit_7_ends_the_command)])
+
+
+def make_tree_tar():
+    """A tree as the host would send it, and two members that try to leave."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        def add(name, kind=tarfile.REGTYPE, mode=0o644, data=b"", link=""):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.size, info.linkname, info.mtime = kind, mode, len(data), link, 1700000000
+            t.addfile(info, io.BytesIO(data) if data else None)
+        add("bin", tarfile.DIRTYPE, 0o755)
+        add("bin/run.sh", mode=0o755, data=b"#!/bin/sh\necho ran from the copy\n")
+        add("secret.txt", mode=0o600, data=b"only the agent\n")
+        add("docs", tarfile.DIRTYPE, 0o750)
+        add("docs/readme", data=b"hello from the host\n")
+        add("docs/link", tarfile.SYMTYPE, 0o777, link="readme")
+        add("../escape", data=b"escaped by ..\n")
+        add("/tmp/abs-escape", data=b"escaped by an absolute name\n")
+    return buf.getvalue()
+
+
+COPY_IN_CHECK = r"""
+cd /home/agent/in || exit 9
+for f in . bin bin/run.sh secret.txt docs docs/readme docs/link; do echo "stat=$(stat -c '%u:%g %a' "$f") $f"; done
+echo "link=$(readlink docs/link)"
+echo "via-link=$(cat docs/link)"
+echo "run=$(./bin/run.sh)"
+for f in /home/agent/escape /tmp/abs-escape /home/escape; do test -e "$f" && echo "escaped=$f"; done
+echo "home=$(ls -A /home/agent | tr '\n' ' ')"
+"""
+
+
+def scenario_copy_in(c, rig, boot):
+    got = {}
+
+    def setup_then_copy_in_lands_the_tree():
+        boot.ch.setup(argv=["sh", "-c", COPY_IN_CHECK], env=BASE_ENV, output_credit=CREDIT)
+        r = boot.ch.copy_in("/home/agent/in", make_tree_tar(), STEP_TIMEOUT)
+        assert r["ok"], r
+        return f"copy_in_done ok: {r['detail']!r}"
+
+    def a_folder_the_agent_cannot_make_is_refused():
+        r = boot.ch.copy_in("/etc/abox-in", make_tree_tar(), STEP_TIMEOUT)
+        assert not r["ok"] and "Permission denied" in r["detail"], r
+        return r["detail"]
+
+    def the_command_sees_the_tree_owned_by_1000_and_nothing_escaped():
+        r = boot.ch.run_command(STEP_TIMEOUT, CREDIT)
+        out = r["stdout"].decode(errors="replace")
+        got["out"] = out
+        assert r.get("exited") == {"signalled": False, "value": 0}, f"{r.get('exited')} {out} {bytes(r['stderr'])!r}"
+        want = ["stat=1000:1000 755 .", "stat=1000:1000 755 bin", "stat=1000:1000 755 bin/run.sh",
+                "stat=1000:1000 600 secret.txt", "stat=1000:1000 750 docs", "stat=1000:1000 644 docs/readme",
+                "stat=1000:1000 777 docs/link", "link=readme", "via-link=hello from the host",
+                "run=ran from the copy"]
+        missing = [w for w in want if w not in out.splitlines()]
+        assert not missing, f"missing {missing} in:\n{out}"
+        assert "escaped=" not in out, out
+        # The stripped members landed inside the folder, if anywhere: home holds only what it had and `in`.
+        assert out.splitlines()[-1].strip() == "home=in", out
+        return "modes 755/600/750/644, symlink kept, run.sh runs, nothing outside /home/agent/in"
+
+    return c.steps(boot, [("setup_then_copy_in_lands_the_tree", setup_then_copy_in_lands_the_tree),
+                          ("a_folder_the_agent_cannot_make_is_refused", a_folder_the_agent_cannot_make_is_refused),
+                          ("the_command_sees_the_tree_owned_by_1000_and_nothing_escaped",
+                           the_command_sees_the_tree_owned_by_1000_and_nothing_escaped)])
+
+
+COPY_OUT_MAKE = r"""
+mkdir -p out/sub && cd out || exit 9
+head -c 300000 /dev/urandom >sub/blob && sha256sum sub/blob | cut -d' ' -f1 >digest
+printf 'notes\n' >notes.txt && chmod 600 notes.txt
+ln -s ../../etc/passwd sub/passwd-link
+echo ready
+i=0; while [ $i -lt 40 ]; do echo "tick $i"; i=$((i + 1)); sleep 0.1; done
+"""
+
+
+def scenario_copy_out(c, rig, boot):
+    got = {}
+
+    def command_makes_a_folder():
+        boot.ch.setup(argv=["sh", "-c", COPY_OUT_MAKE], env=BASE_ENV, output_credit=CREDIT)
+        boot.ch.send(gp.GO)
+        boot.ch.expect(gp.STARTED, STEP_TIMEOUT)
+        out = bytearray()
+        while b"ready" not in out:
+            t, p = boot.ch.recv(STEP_TIMEOUT)
+            assert t == gp.STDOUT, (t, p)
+            out.extend(p)
+            boot.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+        got["out"] = out
+
+    def copy_out_under_4_kib_of_credit_beside_the_output():
+        stream, r, most = boot.ch.copy_out("/home/agent/out", STEP_TIMEOUT * 2, credit_step=4096)
+        assert r["ok"], r
+        assert most <= 4096, most
+        ticks = sum(p.count(b"tick") for t, p in boot.ch.beside if t == gp.STDOUT)
+        for t, p in boot.ch.beside:
+            if t == gp.STDOUT:
+                boot.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+        got["stream"], got["ticks"] = stream, ticks
+        return f"{len(stream)} bytes, at most {most} outstanding, {ticks} lines of the command's output beside it"
+
+    def the_stream_reads_back_in_memory():
+        with tarfile.open(fileobj=io.BytesIO(got["stream"]), mode="r:") as t:
+            members = {m.name: m for m in t.getmembers()}
+            want = {"out", "out/sub", "out/sub/blob", "out/sub/passwd-link", "out/digest", "out/notes.txt"}
+            assert set(members) == want, sorted(members)
+            blob = t.extractfile(members["out/sub/blob"]).read()
+            digest = t.extractfile(members["out/digest"]).read().decode().strip()
+            assert hashlib.sha256(blob).hexdigest() == digest, "the blob's digest differs"
+            link = members["out/sub/passwd-link"]
+            assert link.issym() and link.linkname == "../../etc/passwd", (link.type, link.linkname)
+            assert members["out/notes.txt"].mode & 0o777 == 0o600
+            assert members["out/sub/blob"].uid == 1000
+        return f"{len(members)} members, blob of {len(blob)} bytes with the guest's digest, symlink as a symlink"
+
+    def missing_path_is_not_ok_and_the_command_ends():
+        stream, r, _ = boot.ch.copy_out("/home/agent/nothing-here", STEP_TIMEOUT)
+        assert not r["ok"], r
+        # The command ran on meanwhile: its output and end may have come beside the copy.
+        exited = None
+        deadline = time.monotonic() + STEP_TIMEOUT
+        for t, p in boot.ch.beside:
+            if t == gp.STDOUT:
+                boot.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+            elif t == gp.EXITED:
+                exited = gp.decode_exited(p)
+        while exited is None:
+            t, p = boot.ch.recv(deadline - time.monotonic())
+            if t == gp.STDOUT:
+                boot.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+            elif t == gp.EXITED:
+                exited = gp.decode_exited(p)
+        assert exited == {"signalled": False, "value": 0}, exited
+        return r["detail"]
+
+    return c.steps(boot, [("command_makes_a_folder", command_makes_a_folder),
+                          ("copy_out_under_4_kib_of_credit_beside_the_output",
+                           copy_out_under_4_kib_of_credit_beside_the_output),
+                          ("the_stream_reads_back_in_memory", the_stream_reads_back_in_memory),
+                          ("missing_path_is_not_ok_and_the_command_ends", missing_path_is_not_ok_and_the_command_ends)])
+
+
 ABOX_SCENARIOS = [scenario_selftest_and_exit_7, scenario_output_under_credit, scenario_stdin, scenario_identity,
-                  scenario_signal]
+                  scenario_signal, scenario_tty, scenario_copy_in, scenario_copy_out]
 ALL_SCENARIOS = ABOX_SCENARIOS + [scenario_passt]
 
 

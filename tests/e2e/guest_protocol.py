@@ -12,7 +12,8 @@ side of the channel.
   nothing left over (ProtocolError otherwise).
 - HostChannel: the host's end over a connected stream socket, with bounded
   waits; run_command() drives go -> started -> output/stdin -> exited with
-  the credits of the document.
+  the credits of the document; copy_in() sends a tar stream and waits for
+  copy_in_done; copy_out() takes a tar stream under the copy credit.
 """
 import hashlib
 import hmac
@@ -21,7 +22,7 @@ import select
 import struct
 import time
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_PAYLOAD = 64 * 1024
 MAC_BYTES = 32
 KEY_BYTES = 32
@@ -31,13 +32,17 @@ GUEST_TO_HOST, HOST_TO_GUEST = b"G", b"H"
 
 # Guest to host.
 HELLO, SELFTEST_REPORT, STARTED, STDOUT, STDERR, EXITED, LOG, STDIN_CREDIT, START_FAILED = 1, 2, 3, 4, 5, 6, 7, 8, 9
+COPY_IN_DONE, COPY_OUT_DATA, COPY_OUT_DONE = 10, 11, 12
 GUEST_NAMES = {HELLO: "hello", SELFTEST_REPORT: "selftest_report", STARTED: "started", STDOUT: "stdout",
                STDERR: "stderr", EXITED: "exited", LOG: "log", STDIN_CREDIT: "stdin_credit",
-               START_FAILED: "start_failed"}
+               START_FAILED: "start_failed", COPY_IN_DONE: "copy_in_done", COPY_OUT_DATA: "copy_out_data",
+               COPY_OUT_DONE: "copy_out_done"}
 # Host to guest.
 SETUP, GO, STDIN, STDIN_EOF, OUTPUT_CREDIT, SIGNAL, POWEROFF = 1, 2, 3, 4, 5, 6, 7
+RESIZE, COPY_IN, COPY_DATA, COPY_END, COPY_OUT, COPY_CREDIT = 8, 9, 10, 11, 12, 13
 HOST_NAMES = {SETUP: "setup", GO: "go", STDIN: "stdin", STDIN_EOF: "stdin_eof", OUTPUT_CREDIT: "output_credit",
-              SIGNAL: "signal", POWEROFF: "poweroff"}
+              SIGNAL: "signal", POWEROFF: "poweroff", RESIZE: "resize", COPY_IN: "copy_in", COPY_DATA: "copy_data",
+              COPY_END: "copy_end", COPY_OUT: "copy_out", COPY_CREDIT: "copy_credit"}
 
 # Probes and outcomes.
 DENIED_NAME, DIRECT_ADDRESS, FOREIGN_RESOLVER, NONCE_IN_ENV = 1, 2, 3, 4
@@ -46,7 +51,7 @@ PROBE_NAMES = {DENIED_NAME: "denied_name", DIRECT_ADDRESS: "direct_address", FOR
 PASSED, FAILED, SKIPPED = 0, 1, 2
 OUTCOME_NAMES = {PASSED: "passed", FAILED: "failed", SKIPPED: "skipped"}
 
-MAX_SHORT_TEXT, MAX_LOG_TEXT, MAX_CA_PEM = 256, 4096, 16 * 1024
+MAX_SHORT_TEXT, MAX_LOG_TEXT, MAX_CA_PEM, MAX_GUEST_PATH = 256, 4096, 16 * 1024, 4096
 MAX_ENV, MAX_ARGS, MAX_PROBES = 256, 1024, 16
 
 
@@ -270,7 +275,7 @@ def decode_credit(p):
 # -- host to guest ----------------------------------------------------------------------
 
 def encode_setup(key, argv, env=(), ca_pem="", workdir="", uid=1000, gid=1000, probes=(), output_credit=256 << 10,
-                 stdin_open=False):
+                 stdin_open=False, tty=False, rows=0, cols=0):
     assert len(key) == KEY_BYTES and argv
     out = bytes(key) + _str(ca_pem) + struct.pack(">H", len(env))
     for name, value in env:
@@ -281,7 +286,7 @@ def encode_setup(key, argv, env=(), ca_pem="", workdir="", uid=1000, gid=1000, p
     out += struct.pack(">H", len(probes))
     for kind, target in probes:
         out += struct.pack(">B", kind) + _str(target)
-    return out + struct.pack(">IB", output_credit, 1 if stdin_open else 0)
+    return out + struct.pack(">IBBHH", output_credit, 1 if stdin_open else 0, 1 if tty else 0, rows, cols)
 
 
 def decode_setup(p):
@@ -306,11 +311,12 @@ def decode_setup(p):
         if kind not in PROBE_NAMES:
             raise ProtocolError(f"probe kind {kind}")
         m["probes"].append((kind, f.text(MAX_SHORT_TEXT)))
-    m["output_credit"], stdin_open = f.u32(), f.u8()
+    m["output_credit"], stdin_open, tty = f.u32(), f.u8(), f.u8()
+    m["rows"], m["cols"] = f.u16(), f.u16()
     f.done()
-    if stdin_open > 1:
-        raise ProtocolError("stdin_open is not 0 or 1")
-    m["stdin_open"] = stdin_open == 1
+    if stdin_open > 1 or tty > 1:
+        raise ProtocolError("stdin_open or tty is not 0 or 1")
+    m["stdin_open"], m["tty"] = stdin_open == 1, tty == 1
     return m
 
 
@@ -325,6 +331,45 @@ def decode_signal(p):
     if not 1 <= s <= 64:
         raise ProtocolError(f"signal {s}")
     return s
+
+
+def encode_window_size(rows, cols):
+    return struct.pack(">HH", rows, cols)
+
+
+def decode_window_size(p):
+    f = Fields(p)
+    m = {"rows": f.u16(), "cols": f.u16()}
+    f.done()
+    return m
+
+
+def encode_copy_path(path):
+    return _str(path)
+
+
+def decode_copy_path(p):
+    f = Fields(p)
+    path = f.text(MAX_GUEST_PATH)
+    f.done()
+    if not path.startswith("/") or "\0" in path:
+        raise ProtocolError(f"copy path {path!r} is not absolute or holds a NUL")
+    return path
+
+
+def encode_copy_result(ok, detail):
+    return struct.pack(">B", 1 if ok else 0) + _str(detail)
+
+
+def decode_copy_result(p):
+    """copy_in_done and copy_out_done."""
+    f = Fields(p)
+    ok = f.u8()
+    detail = f.text(MAX_SHORT_TEXT)
+    f.done()
+    if ok > 1:
+        raise ProtocolError("copy result ok is not 0 or 1")
+    return {"ok": ok == 1, "detail": detail}
 
 
 # -- the host's end ------------------------------------------------------------------------
@@ -441,6 +486,49 @@ class HostChannel:
                 if len(stdin_left) == 0:
                     self.send(STDIN_EOF)
                     stdin_left = None
+
+    def copy_in(self, path, stream, timeout, chunk=MAX_PAYLOAD):
+        """copy_in, the tar stream as copy_data frames, copy_end; returns
+        copy_in_done's {ok, detail}. The socket's own flow control is the
+        backpressure: sendall() waits while the guest does not read."""
+        self.send(COPY_IN, encode_copy_path(path))
+        view = memoryview(stream)
+        for at in range(0, len(view), chunk):
+            self.send(COPY_DATA, bytes(view[at:at + chunk]))
+        self.send(COPY_END)
+        return decode_copy_result(self.expect(COPY_IN_DONE, timeout))
+
+    def copy_out(self, path, timeout, credit_step=256 << 10, max_bytes=64 << 20):
+        """copy_out, then copy_credit credit_step at a time as the stream
+        arrives; raises if the guest sends past its credit or more than
+        max_bytes. Returns (stream bytes, {ok, detail}, most bytes ever
+        outstanding). Other frames (the command's output) are kept in
+        self.beside as (type, payload)."""
+        self.send(COPY_OUT, encode_copy_path(path))
+        self.send(COPY_CREDIT, encode_credit(credit_step))
+        credit, most, stream = credit_step, 0, bytearray()
+        self.beside = []
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"copy_out of {path} did not end within {timeout} s ({len(stream)} bytes)")
+            t, p = self.recv(left)
+            if t == COPY_OUT_DATA:
+                if len(p) > credit:
+                    raise ProtocolError(f"copy_out_data of {len(p)} bytes with {credit} of copy credit")
+                credit -= len(p)
+                stream.extend(p)
+                most = max(most, credit_step - credit)
+                if len(stream) > max_bytes:
+                    raise ProtocolError(f"copy_out over its bound of {max_bytes} bytes")
+                if credit == 0:
+                    self.send(COPY_CREDIT, encode_credit(credit_step))
+                    credit = credit_step
+            elif t == COPY_OUT_DONE:
+                return bytes(stream), decode_copy_result(p), most
+            else:
+                self.beside.append((t, p))
 
     def poweroff(self):
         self.send(POWEROFF)

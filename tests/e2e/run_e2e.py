@@ -15,12 +15,19 @@ Cases (one boot each):
 - out_err_exit: `sh -c 'echo out; echo err >&2; exit 7'` gives out on stdout, err on
   stderr, exit 7; the self-test ran first and passed (events), and `--json` sums it up;
 - one_mib: 1 MiB made in the guest arrives on stdout intact (sha256);
+- cpus_and_memory: --cpus 2 --memory 256M are what the guest has (nproc, MemTotal);
 - names_and_addresses: in the guest an allowed name resolves, a denied name does not,
   a direct address is refused; abox-net's events show the admission and each refusal;
 - broker_secrets: with a [[broker]] binding the guest's environment holds the nonce and
   no key, everything the agent can read (every file, /proc/cmdline, its env) holds no
   key, and QEMU's /proc/PID/cmdline holds neither key nor nonce;
 - stdin: `-i` forwards stdin with EOF (`sha256sum` of 300 KiB);
+- tty: -t -i in a pty the test owns: /dev/pts/0 of the host's size, a resize,
+  Ctrl-C interrupting a guest sleep, Ctrl-Z stopping one, busybox vi, exit 5, the terminal restored;
+- copy_in: a tree (files, a symlink, a mode) lands owned by uid 1000;
+- cp_running: `abox cp NAME:PATH -` of a running instance is a tar stream
+  (read in memory, never unpacked); a missing path exits 1;
+- idle_timeout: `--idle-timeout 3s` on `sleep 60` exits 124;
 - stdout_closed: `yes` with abox's stdout closed after 100 bytes gets SIGPIPE: exit 141;
 - not_found: a command that is not in the guest exits 127;
 - timeout: `--timeout 2s` on `sleep 60` exits 124 within the grace;
@@ -220,6 +227,20 @@ def case_one_mib(h):
     h.nothing_left("one_mib", name)
 
 
+def case_cpus_and_memory(h):
+    """--cpus and --memory are the guest's: QEMU gives it that many CPUs and
+    that much memory, whatever the host has."""
+    name = h.name()
+    code, out, err = h.run(["--policy", h.policy, "--name", name, "--cpus", "2", "--memory", "256M", *SELFTEST,
+                            "--", "sh", "-c", "nproc; grep MemTotal /proc/meminfo"])
+    lines = out.decode(errors="replace").split()
+    kib = int(lines[2]) if len(lines) > 2 and lines[2].isdigit() else 0
+    # MemTotal is the memory less what the kernel keeps for itself.
+    h.check("cpus_and_memory_are_the_guests", code == 0 and lines[:1] == ["2"] and 200 * 1024 < kib <= 256 * 1024,
+            f"exit {code}: {out[-200:]!r} {err[-400:]}")
+    h.nothing_left("cpus_and_memory", name)
+
+
 def case_names_and_addresses(h):
     name = h.name()
     events = h.rig.path(f"{name}.events")
@@ -329,6 +350,157 @@ def case_stdout_closed(h):
     h.nothing_left("stdout_closed", name)
 
 
+def case_tty(h):
+    """-t -i in a real terminal (a pty the test owns): the guest's tty, its size
+    and a resize, Ctrl-C interrupting a sleep in the guest, busybox vi, the
+    command's exit status, and this terminal's settings as they were after."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    name = h.name()
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 31, 97, 0, 0))
+    before = termios.tcgetattr(slave)
+    p = subprocess.Popen(h.cmd("run", "--policy", h.policy, "--name", name, "-t", "-i", *SELFTEST, "--", "sh"),
+                         stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=dict(h.env, TERM="xterm"))
+    seen = bytearray()
+
+    def expect(pattern, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pattern in seen:
+                return True
+            import select
+            r, _, _ = select.select([master], [], [], 0.2)
+            if r:
+                try:
+                    seen.extend(os.read(master, 65536))
+                except OSError:
+                    return pattern in seen
+        return pattern in seen
+
+    def typed(text):
+        os.write(master, text)
+
+    ok = expect(b"$ ", timeout=RUN_TIMEOUT)
+    typed(b"tty; stty size\r")
+    ok_tty = expect(b"/dev/pts/0") and expect(b"31 97")
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    p.send_signal(signal.SIGWINCH)  # what the kernel sends abox when its terminal changes size
+    time.sleep(1)
+    typed(b"stty size\r")
+    ok_resize = expect(b"40 120")
+    # The markers are computed by the shell, so the terminal's echo of what
+    # was typed never matches them.
+    typed(b"sleep 30; echo slept-$((6*7))\r")
+    time.sleep(2)
+    typed(b"\x03")
+    typed(b"echo after-ctrl-$((6*7))\r")
+    ok_ctrl_c = expect(b"after-ctrl-42", timeout=15) and b"slept-42" not in seen
+    # Ctrl-Z stops the foreground job (the shell's job control says so), and
+    # the shell can kill it.
+    typed(b"sleep 31\r")
+    time.sleep(2)
+    typed(b"\x1a")
+    ok_ctrl_z = expect(b"Stopped", timeout=15)
+    typed(b"kill -9 %1; echo killed-$((6*7))\r")
+    ok_ctrl_z = ok_ctrl_z and expect(b"killed-42", timeout=15)
+    typed(b"vi /tmp/x\r")
+    time.sleep(3)
+    # Apart, so that vi does not read ESC and ':' as one escape sequence.
+    typed(b"ihello from vi")
+    time.sleep(1)
+    typed(b"\x1b")
+    time.sleep(1)
+    typed(b":wq\r")
+    time.sleep(2)
+    typed(b"cat /tmp/x; exit 5\r")
+    ok_vi = expect(b"hello from vi")
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    after = termios.tcgetattr(slave)
+    os.close(master)
+    os.close(slave)
+    err = p.stderr.read().decode(errors="replace")
+    h.check("tty_shell_prompt", ok, seen[-300:])
+    h.check("tty_is_a_pty_of_the_host_size", ok_tty, seen[-300:])
+    h.check("tty_resize_reaches_the_guest", ok_resize, seen[-300:])
+    h.check("tty_ctrl_c_interrupts_the_guest_command", ok_ctrl_c, seen[-300:])
+    h.check("tty_ctrl_z_stops_the_guest_command", ok_ctrl_z, seen[-300:])
+    h.check("tty_vi_edits_a_file", ok_vi, seen[-400:])
+    h.check("tty_exit_status", p.returncode == 5, f"exit {p.returncode}: {err[-400:]}")
+    h.check("tty_terminal_restored", before == after, f"{before} != {after}")
+    h.nothing_left("tty", name)
+
+
+def case_copy_in(h):
+    """--copy-in of a tree: files, a symlink, a mode; owned by the agent in the guest."""
+    name = h.name()
+    tree = h.rig.path("tree")
+    os.makedirs(f"{tree}/sub", exist_ok=True)
+    with open(f"{tree}/a.txt", "w") as f:
+        f.write("alpha\n")
+    with open(f"{tree}/sub/run.sh", "w") as f:
+        f.write("#!/bin/sh\necho ran\n")
+    os.chmod(f"{tree}/sub/run.sh", 0o750)
+    if not os.path.islink(f"{tree}/link"):
+        os.symlink("a.txt", f"{tree}/link")
+    code, out, err = h.run(["--policy", h.policy, "--name", name, "--copy-in", f"{tree}:/home/agent/in",
+                            "--copy-in", f"{tree}/a.txt", *SELFTEST, "--", "sh", "-c",
+                            "cat in/tree/a.txt; in/tree/sub/run.sh; readlink in/tree/link; cat a.txt; "
+                            "stat -c '%u:%g %a' in/tree/sub/run.sh in/tree a.txt"])
+    text = out.decode(errors="replace")
+    h.check("copy_in_lands_as_the_agent",
+            code == 0 and "alpha\nran\na.txt\nalpha\n" in text and "1000:1000 750" in text and
+            text.count("1000:1000") == 3, f"exit {code}: {text} {err[-500:]}")
+    h.nothing_left("copy_in", name)
+
+
+def case_cp_running(h):
+    """abox cp NAME:PATH - of a running instance: a tar stream, read here in
+    memory (never unpacked); a path that does not exist exits 1."""
+    import io
+    import tarfile
+    name = h.name()
+    p = h.start(["--policy", h.policy, "--name", name, *SELFTEST, "--", "sh", "-c",
+                 "mkdir -p out && echo copied-out > out/f && sleep 60"])
+    started = h.wait_for_event(name, "command_started")
+    time.sleep(1)
+    r = subprocess.run(h.cmd("cp", f"{name}:/home/agent/out", "-"), capture_output=True, timeout=RUN_TIMEOUT,
+                       env=h.env)
+    names, content = [], b""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(r.stdout)) as t:
+            names = t.getnames()
+            member = t.extractfile("out/f")
+            content = member.read() if member else b""
+    except (tarfile.TarError, KeyError) as e:
+        names = [f"not a tar: {e}"]
+    h.check("cp_running_gives_a_tar_stream", started is not None and r.returncode == 0 and
+            content == b"copied-out\n", f"exit {r.returncode}, {names}: {r.stderr.decode(errors='replace')[-400:]}")
+    r = subprocess.run(h.cmd("cp", f"{name}:/nonexistent", "-"), capture_output=True, timeout=RUN_TIMEOUT, env=h.env)
+    h.check("cp_missing_path_exits_1", r.returncode == 1, f"exit {r.returncode}: {r.stderr[-300:]}")
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    h.nothing_left("cp_running", name)
+
+
+def case_idle_timeout(h):
+    name = h.name()
+    code, out, err = h.run(["--policy", h.policy, "--name", name, "--idle-timeout", "3s", *SELFTEST, "--",
+                            "sleep", "60"])
+    h.check("idle_timeout_exits_124", code == 124 and "idle-timeout" in err, f"exit {code}: {err[-400:]}")
+    h.nothing_left("idle_timeout", name)
+
+
 def case_not_found(h):
     name = h.name()
     code, out, err = h.run(["--policy", h.policy, "--name", name, *SELFTEST, "--", "no-such-command-here"])
@@ -395,8 +567,8 @@ def case_bad_policy(h):
     h.nothing_left("bad_policy", name)
 
 
-CASES = [case_image, case_out_err_exit, case_one_mib, case_names_and_addresses, case_broker_secrets, case_stdin,
-         case_stdout_closed, case_not_found, case_timeout, case_sigint, case_vmm_killed, case_bad_policy]
+CASES = [case_image, case_out_err_exit, case_one_mib, case_cpus_and_memory, case_names_and_addresses, case_broker_secrets, case_stdin,
+         case_stdout_closed, case_tty, case_copy_in, case_cp_running, case_idle_timeout, case_not_found, case_timeout, case_sigint, case_vmm_killed, case_bad_policy]
 
 
 def main(argv):

@@ -47,6 +47,12 @@ struct Recorder : ControlSession::Listener {
   void on_guest_log(std::string_view t) override { calls.push_back("log " + std::string(t)); }
   void on_stdin_credit(std::uint32_t b) override { calls.push_back("stdin_credit " + std::to_string(b)); }
   void on_forged_frame(std::string_view reason) override { calls.push_back("forged " + std::string(reason)); }
+  void on_copy_in_done(const guest::CopyResult& r) override { calls.push_back("copy_in_done " + r.detail); }
+  void on_copy_out_data(std::span<const std::uint8_t> b) override {
+    calls.push_back("copy_out_data");
+    output.append(b.begin(), b.end());
+  }
+  void on_copy_out_done(const guest::CopyResult& r) override { calls.push_back("copy_out_done " + r.detail); }
   void on_closed(std::string_view reason) override {
     closed = true;
     closed_reason = reason;
@@ -128,6 +134,15 @@ class ControlSessionTest : public ::testing::Test {
     s.output_credit = credit;
     if (probes) s.probes = {{guest::ProbeKind::kDeniedName, "x.test"}};
     return s;
+  }
+  // hello, setup (no probes), without go: copies in may happen now.
+  void to_running_without_go(std::uint32_t credit = 1024) {
+    send_message(GuestMessage::kHello,
+                 guest::Hello{guest::kProtocolVersion, "box-guest test", 1, true, "up"});
+    auto s = setup(credit);
+    session_->send_setup(s);
+    writer_.set_key(s.key);
+    host_frames();
   }
   // hello, setup, (no probes), go: the session is running.
   void to_running(std::uint32_t credit = 1024) {
@@ -300,6 +315,82 @@ TEST_F(ControlSessionTest, AFloodOfValidOutputNeverExceedsTheCredit) {
     host_frames();
   }
   EXPECT_LE(session_->output_credit_left(), guest::kMaxPayload);
+}
+
+TEST_F(ControlSessionTest, ACopyInIsAnsweredOnceItsStreamEnded) {
+  to_running_without_go();
+  session_->begin_copy_in("/home/agent");
+  session_->send_copy_data(base_bytes("tar bytes"));
+  // The answer before the end of the stream is out of order.
+  send_message(GuestMessage::kCopyInDone, guest::CopyResult{true, "early"});
+  EXPECT_TRUE(recorder_.closed);
+  EXPECT_NE(recorder_.closed_reason.find("copy_in_done out of order"), std::string::npos)
+      << recorder_.closed_reason;
+}
+
+TEST_F(ControlSessionTest, ACopyInRoundTrip) {
+  to_running_without_go();
+  session_->begin_copy_in("/home/agent");
+  session_->send_copy_data(base_bytes("tar bytes"));
+  session_->end_copy_in();
+  auto frames = host_frames();
+  ASSERT_GE(frames.size(), 3u);
+  EXPECT_EQ(frames[frames.size() - 3].first, static_cast<std::uint8_t>(HostMessage::kCopyIn));
+  auto path = guest::decode_copy_path(frames[frames.size() - 3].second);
+  ASSERT_TRUE(path);
+  EXPECT_EQ(path->path, "/home/agent");
+  EXPECT_EQ(frames[frames.size() - 2].first, static_cast<std::uint8_t>(HostMessage::kCopyData));
+  EXPECT_EQ(frames.back().first, static_cast<std::uint8_t>(HostMessage::kCopyEnd));
+  send_message(GuestMessage::kCopyInDone, guest::CopyResult{true, "tar exited 0"});
+  EXPECT_FALSE(recorder_.closed) << recorder_.closed_reason;
+  EXPECT_EQ(recorder_.calls.back(), "copy_in_done tar exited 0");
+}
+
+TEST_F(ControlSessionTest, CopyOutDataIsBoundByItsOwnCredit) {
+  to_running(1024);
+  // Unasked copy data is out of order.
+  send(GuestMessage::kCopyOutData, base_bytes("x"));
+  EXPECT_TRUE(recorder_.closed);
+}
+
+TEST_F(ControlSessionTest, CopyOutWithinItsCreditThenPastIt) {
+  to_running(1024);
+  session_->begin_copy_out("/home/agent/out", 100);
+  std::vector<std::uint8_t> chunk(100, 't');
+  send(GuestMessage::kCopyOutData, chunk);
+  EXPECT_FALSE(recorder_.closed) << recorder_.closed_reason;
+  session_->grant_copy(50);
+  host_frames();
+  send(GuestMessage::kCopyOutData, std::span(chunk).first(50));
+  EXPECT_FALSE(recorder_.closed) << recorder_.closed_reason;
+  send(GuestMessage::kCopyOutData, std::span(chunk).first(1));
+  EXPECT_TRUE(recorder_.closed);
+  EXPECT_NE(recorder_.closed_reason.find("bytes of a copy with 0 bytes of credit"), std::string::npos)
+      << recorder_.closed_reason;
+}
+
+TEST_F(ControlSessionTest, ACopyOutEndsWithItsResult) {
+  to_running(1024);
+  session_->begin_copy_out("/home/agent/out", 100);
+  send(GuestMessage::kCopyOutData, base_bytes("stream"));
+  send_message(GuestMessage::kCopyOutDone, guest::CopyResult{false, "tar: /home/agent/out: No such file"});
+  EXPECT_FALSE(session_->copy_out_open());
+  EXPECT_EQ(recorder_.calls.back(), "copy_out_done tar: /home/agent/out: No such file");
+  // After the end, more data is out of order.
+  send(GuestMessage::kCopyOutData, base_bytes("late"));
+  EXPECT_TRUE(recorder_.closed);
+}
+
+TEST_F(ControlSessionTest, ResizeIsSentAsTheWindowSize) {
+  to_running();
+  session_->send_resize(50, 132);
+  auto frames = host_frames();
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.back().first, static_cast<std::uint8_t>(HostMessage::kResize));
+  auto w = guest::decode_window_size(frames.back().second);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->rows, 50);
+  EXPECT_EQ(w->cols, 132);
 }
 
 }  // namespace

@@ -32,6 +32,8 @@ Setup sample_setup() {
   s.probes = {{ProbeKind::kDeniedName, "denied.example"}, {ProbeKind::kDirectAddress, "192.0.2.1:443"}};
   s.output_credit = 256 * 1024;
   s.stdin_open = true;
+  s.tty = true;
+  s.window = {50, 132};
   return s;
 }
 
@@ -52,7 +54,15 @@ TEST(ControlMessages, SetupRoundTrips) {
   EXPECT_EQ(d->probes[1].kind, ProbeKind::kDirectAddress);
   EXPECT_EQ(d->output_credit, 256u * 1024);
   EXPECT_TRUE(d->stdin_open);
+  EXPECT_TRUE(d->tty);
+  EXPECT_EQ(d->window.rows, 50u);
+  EXPECT_EQ(d->window.cols, 132u);
   expect_every_truncation_and_extension_refused(s, decode_setup);
+  // tty is 0 or 1.
+  p.back() = 0;
+  ASSERT_TRUE(decode_setup(p));
+  p[p.size() - 5] = 2;
+  EXPECT_FALSE(decode_setup(p));
 }
 
 TEST(ControlMessages, SetupRefusesEnvAndArgvThatExecCannotTake) {
@@ -157,10 +167,43 @@ TEST(ControlMessages, CapsAreEnforced) {
 }
 
 TEST(ControlMessages, EveryTypeHasAName) {
-  for (std::uint8_t t = 1; t <= 9; ++t) EXPECT_NE(guest_message_name(t), "unknown") << int(t);
-  for (std::uint8_t t = 1; t <= 7; ++t) EXPECT_NE(host_message_name(t), "unknown") << int(t);
+  for (std::uint8_t t = 1; t <= 12; ++t) EXPECT_NE(guest_message_name(t), "unknown") << int(t);
+  for (std::uint8_t t = 1; t <= 13; ++t) EXPECT_NE(host_message_name(t), "unknown") << int(t);
   EXPECT_EQ(guest_message_name(0), "unknown");
-  EXPECT_EQ(guest_message_name(10), "unknown");
+  EXPECT_EQ(guest_message_name(13), "unknown");
+  EXPECT_EQ(host_message_name(14), "unknown");
+}
+
+TEST(ControlMessages, VersionTwoMessagesRoundTripAndRefuseEveryTruncation) {
+  expect_every_truncation_and_extension_refused(CopyResult{true, "tar: Removing leading `/'"},
+                                                decode_copy_result);
+  expect_every_truncation_and_extension_refused(WindowSize{24, 80}, decode_window_size);
+  expect_every_truncation_and_extension_refused(CopyPath{"/home/agent/in"}, decode_copy_path);
+  std::vector<std::uint8_t> p;
+  encode(CopyResult{false, "no such file"}, p);
+  auto r = decode_copy_result(p);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->ok);
+  EXPECT_EQ(r->detail, "no such file");
+  p[0] = 2;  // ok is 0 or 1
+  EXPECT_FALSE(decode_copy_result(p));
+  p.clear();
+  encode(CopyResult{true, std::string(kMaxShortText + 1, 'd')}, p);
+  EXPECT_FALSE(decode_copy_result(p));
+}
+
+TEST(ControlMessages, ACopyPathIsAbsoluteWithoutNulAndCapped) {
+  auto decodes = [](const std::string& path) {
+    std::vector<std::uint8_t> p;
+    encode(CopyPath{path}, p);
+    return decode_copy_path(p).has_value();
+  };
+  EXPECT_TRUE(decodes("/"));
+  EXPECT_TRUE(decodes("/" + std::string(kMaxGuestPath - 1, 'a')));
+  EXPECT_FALSE(decodes("/" + std::string(kMaxGuestPath, 'a')));
+  EXPECT_FALSE(decodes(""));
+  EXPECT_FALSE(decodes("home/agent"));
+  EXPECT_FALSE(decodes(std::string("/home/a\0b", 10)));
 }
 
 }  // namespace

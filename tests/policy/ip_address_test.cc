@@ -357,6 +357,22 @@ TEST(EndpointTest, ParsesAllForms) {
   EXPECT_EQ(Endpoint::parse("1.2.3.4:65535", 0), (Endpoint{addr("1.2.3.4"), 65535}));
 }
 
+// Where a listener binds: the port is required and 0 lets the kernel pick
+// one (abox broker --listen, abox-net dns --listen).
+TEST(EndpointTest, AListenerMayAskForPortZero) {
+  EXPECT_EQ(Endpoint::parse_listen("127.0.0.1:0"), (Endpoint{addr("127.0.0.1"), 0}));
+  EXPECT_EQ(Endpoint::parse_listen("[::1]:0"), (Endpoint{addr("::1"), 0}));
+  EXPECT_EQ(Endpoint::parse_listen("0.0.0.0:0"), (Endpoint{addr("0.0.0.0"), 0}));
+  EXPECT_EQ(Endpoint::parse_listen("127.0.0.1:443"), (Endpoint{addr("127.0.0.1"), 443}));
+  EXPECT_EQ(Endpoint::parse_listen("[2001:db8::1]:8443"), (Endpoint{addr("2001:db8::1"), 8443}));
+  for (std::string_view bad : {"127.0.0.1", "[::1]", "::1", "1.2.3.4:", "1.2.3.4:65536", "1.2.3.4:5:0",
+                               "[::1]:", "host:0", ":0", "1.2.3.4:00"}) {
+    EXPECT_FALSE(Endpoint::parse_listen(bad)) << bad;
+  }
+  // A destination still may not.
+  EXPECT_FALSE(Endpoint::parse("127.0.0.1:0", 53));
+}
+
 TEST(EndpointTest, RefusesBadText) {
   for (std::string_view bad : {
            "",

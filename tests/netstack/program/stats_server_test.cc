@@ -11,12 +11,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/byte_reader.h"
 #include "base/event_log.h"
@@ -33,13 +35,26 @@ namespace {
 
 class StatsServerTest : public ::testing::Test {
  protected:
-  static base::UniqueFd connect_to(const std::string& path) {
+  // Connects and sends `request` (a whole line, or a piece of one; nothing
+  // when empty).
+  static base::UniqueFd connect_to(const std::string& path, std::string_view request = "stats\n") {
     base::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path, path.data(), path.size());
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) return {};
+    if (!request.empty() && ::send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) !=
+                                static_cast<ssize_t>(request.size()))
+      return {};
     return fd;
+  }
+  // Turns the loop a few times; true when fd has nothing to read yet and is
+  // still open.
+  static bool nothing_yet(io::EventLoop& loop, int fd) {
+    for (int turn = 0; turn < 5; ++turn) loop.run_once(base::Millis(10));
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
   // Turns the loop until the server has answered (bounded), then reads to EOF.
   static std::optional<std::string> read_reply(io::EventLoop& loop, int fd) {
@@ -98,6 +113,86 @@ TEST_F(StatsServerTest, ManyWaitingClientsAreAllServed) {
     ASSERT_TRUE(reply);
   }
   EXPECT_EQ((*server)->counters().served, static_cast<std::uint64_t>(kClients));
+}
+
+// The request line decides the reply; the client sends it after connecting,
+// in as many pieces as it likes.
+TEST_F(StatsServerTest, NothingIsSentUntilTheRequestLineIsComplete) {
+  io::EventLoop loop;
+  auto server = StatsServer::create(loop, path_, [] { return std::string("{\"x\":1}"); });
+  ASSERT_TRUE(server.ok());
+  auto c = connect_to(path_, "");
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(nothing_yet(loop, c.get()));
+  ASSERT_EQ(::send(c.get(), "sta", 3, 0), 3);
+  EXPECT_TRUE(nothing_yet(loop, c.get()));
+  ASSERT_EQ(::send(c.get(), "ts\r\n", 4, 0), 4);
+  EXPECT_EQ(read_reply(loop, c.get()), std::optional<std::string>("{\"x\":1}\n"));
+}
+
+TEST_F(StatsServerTest, AClientThatOnlyHalfClosesGetsTheCounters) {
+  io::EventLoop loop;
+  auto server = StatsServer::create(loop, path_, [] { return std::string("{\"x\":1}"); });
+  ASSERT_TRUE(server.ok());
+  auto c = connect_to(path_, "");
+  ASSERT_TRUE(c);
+  ASSERT_EQ(::shutdown(c.get(), SHUT_WR), 0);
+  EXPECT_EQ(read_reply(loop, c.get()), std::optional<std::string>("{\"x\":1}\n"));
+}
+
+TEST_F(StatsServerTest, ExplainGoesToItsHandlerAndEverythingElseIsAnError) {
+  io::EventLoop loop;
+  std::string asked;
+  auto server = StatsServer::create(
+      loop, path_, [] { return std::string("{}"); },
+      [&](std::string_view args) {
+        asked = std::string(args);
+        return std::string("0\nfine");
+      });
+  ASSERT_TRUE(server.ok());
+  auto c = connect_to(path_, "explain --json 192.0.2.1:443\n");
+  EXPECT_EQ(read_reply(loop, c.get()), std::optional<std::string>("0\nfine\n"));
+  EXPECT_EQ(asked, "--json 192.0.2.1:443");
+  auto bad = connect_to(path_, "reboot\n");
+  auto reply = read_reply(loop, bad.get());
+  ASSERT_TRUE(reply);
+  EXPECT_TRUE(reply->starts_with("{\"error\":\"unknown request")) << *reply;
+  auto big = connect_to(path_, std::string(StatsServer::kMaxRequest + 10, 'x'));
+  reply = read_reply(loop, big.get());
+  ASSERT_TRUE(reply);
+  EXPECT_TRUE(reply->starts_with("{\"error\":\"the request is longer")) << *reply;
+  EXPECT_EQ((*server)->counters().bad_requests, 2u);
+}
+
+TEST_F(StatsServerTest, WithoutAnExplainHandlerExplainIsAnError) {
+  io::EventLoop loop;
+  auto server = StatsServer::create(loop, path_, [] { return std::string("{}"); });
+  ASSERT_TRUE(server.ok());
+  auto c = connect_to(path_, "explain 192.0.2.1\n");
+  auto reply = read_reply(loop, c.get());
+  ASSERT_TRUE(reply);
+  EXPECT_TRUE(reply->starts_with("{\"error\":\"this abox-net admits no flows")) << *reply;
+}
+
+// Silent clients hold at most kMaxWaiting connections; one more is closed
+// at once, and the others still get their answer when they ask.
+TEST_F(StatsServerTest, SilentClientsAreBounded) {
+  io::EventLoop loop;
+  auto server = StatsServer::create(loop, path_, [] { return std::string("{\"x\":1}"); });
+  ASSERT_TRUE(server.ok());
+  std::vector<base::UniqueFd> silent;
+  for (std::size_t i = 0; i < StatsServer::kMaxWaiting; ++i) {
+    silent.push_back(connect_to(path_, ""));
+    ASSERT_TRUE(silent.back());
+    loop.run_once(base::Millis(10));
+  }
+  for (int turn = 0; turn < 5; ++turn) loop.run_once(base::Millis(10));
+  auto extra = connect_to(path_, "");
+  ASSERT_TRUE(extra);
+  EXPECT_EQ(read_reply(loop, extra.get()), std::optional<std::string>(""));  // closed unanswered
+  EXPECT_EQ((*server)->counters().refused_busy, 1u);
+  ASSERT_EQ(::send(silent[0].get(), "stats\n", 6, 0), 6);
+  EXPECT_EQ(read_reply(loop, silent[0].get()), std::optional<std::string>("{\"x\":1}\n"));
 }
 
 TEST_F(StatsServerTest, TheSocketIsMode0600) {

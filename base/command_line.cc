@@ -1,14 +1,24 @@
-#include "engine/cli/options.h"
+#include "base/command_line.h"
 
 #include <algorithm>
+#include <stdexcept>
 
-namespace abox::engine {
+namespace abox::base {
+
+namespace {
+void check_declared(const ParsedArgs& a, std::string_view name) {
+  if (std::find(a.declared.begin(), a.declared.end(), name) == a.declared.end())
+    throw std::logic_error("option --" + std::string(name) + " is read but not declared");
+}
+}  // namespace
 
 bool ParsedArgs::has(std::string_view name) const {
+  check_declared(*this, name);
   return std::any_of(options.begin(), options.end(), [&](const ParsedOption& o) { return o.name == name; });
 }
 
 std::optional<std::string> ParsedArgs::last(std::string_view name) const {
+  check_declared(*this, name);
   for (auto it = options.rbegin(); it != options.rend(); ++it) {
     if (it->name == name) return it->value;
   }
@@ -16,6 +26,7 @@ std::optional<std::string> ParsedArgs::last(std::string_view name) const {
 }
 
 std::vector<std::string> ParsedArgs::all(std::string_view name) const {
+  check_declared(*this, name);
   std::vector<std::string> out;
   for (const auto& o : options) {
     if (o.name == name) out.push_back(o.value);
@@ -23,13 +34,14 @@ std::vector<std::string> ParsedArgs::all(std::string_view name) const {
   return out;
 }
 
-base::Result<ParsedArgs, std::string> parse_options(std::span<const std::string_view> args,
-                                                    std::span<const OptionSpec> specs,
-                                                    bool stop_at_positional) {
+Result<ParsedArgs, std::string> parse_options(std::span<const std::string_view> args,
+                                              std::span<const OptionSpec> specs, bool stop_at_positional) {
   ParsedArgs out;
+  for (const auto& spec : specs) out.declared.push_back(spec.name);
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string_view a = args[i];
     if (a == "--") {
+      out.dash_dash = true;
       for (++i; i < args.size(); ++i) out.positionals.emplace_back(args[i]);
       break;
     }
@@ -67,18 +79,18 @@ base::Result<ParsedArgs, std::string> parse_options(std::span<const std::string_
         if (spec != nullptr && spec->takes_value) {
           inline_value = std::string(a.substr(2));
         } else {
-          return base::Err{"unknown option '" + std::string(a) + "'"};
+          return Err{"unknown option '" + std::string(a) + "'"};
         }
       }
     }
-    if (spec == nullptr) return base::Err{"unknown option '" + shown + "'"};
+    if (spec == nullptr) return Err{"unknown option '" + shown + "'"};
     if (!spec->takes_value) {
-      if (inline_value) return base::Err{shown + " takes no value"};
+      if (inline_value) return Err{shown + " takes no value"};
       out.options.push_back({spec->name, ""});
       continue;
     }
     if (!inline_value) {
-      if (i + 1 >= args.size()) return base::Err{shown + " needs a value"};
+      if (i + 1 >= args.size()) return Err{shown + " needs a value"};
       inline_value = std::string(args[++i]);
     }
     out.options.push_back({spec->name, std::move(*inline_value)});
@@ -86,4 +98,11 @@ base::Result<ParsedArgs, std::string> parse_options(std::span<const std::string_
   return out;
 }
 
-}  // namespace abox::engine
+std::string usage_error_line(std::string_view command, std::string_view message) {
+  std::string line;
+  line.append(command).append(": ").append(message);
+  line.append(" (see '").append(command).append(" --help')\n");
+  return line;
+}
+
+}  // namespace abox::base

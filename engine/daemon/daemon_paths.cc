@@ -1,0 +1,37 @@
+#include "engine/daemon/daemon_paths.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace abox::engine {
+
+base::Result<DaemonPaths, std::string> daemon_paths() {
+  std::string uid = std::to_string(::getuid());
+  std::string dir;
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  struct stat st {};
+  if (xdg != nullptr && xdg[0] == '/') {
+    dir = std::string(xdg) + "/abox";
+  } else if (::stat(("/run/user/" + uid).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    dir = "/run/user/" + uid + "/abox";
+  } else {
+    dir = "/tmp/abox-" + uid;
+  }
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return base::Err{dir + ": " + std::strerror(errno)};
+  if (::lstat(dir.c_str(), &st) != 0) return base::Err{dir + ": " + std::strerror(errno)};
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
+    return base::Err{dir + ": must be a folder of uid " + uid + " with mode 0700; refusing to use it"};
+  DaemonPaths p;
+  p.dir = dir;
+  p.socket = dir + "/daemon.sock";
+  p.lock = dir + "/daemon.lock";
+  p.log = dir + "/daemon.log";
+  if (p.socket.size() > 107) return base::Err{p.socket + ": too long for a unix socket"};
+  return p;
+}
+
+}  // namespace abox::engine

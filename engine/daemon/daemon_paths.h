@@ -1,0 +1,25 @@
+// Where the operator's daemon lives: its socket, its lock, its log.
+//
+//   $XDG_RUNTIME_DIR/abox/           else /run/user/UID/abox (when /run/user/UID
+//     daemon.sock   the API (0600)        exists), else /tmp/abox-UID
+//     daemon.lock   held (flock) by the one running daemon
+//     daemon.log    its stderr when `abox` started it
+//
+// runtime_dir() makes the folder 0700 when missing and refuses one that is
+// not a real folder owned by this uid with no access for group or others (a
+// folder in /tmp someone else made first would let them swap the socket).
+#pragma once
+
+#include <string>
+
+#include "base/result.h"
+
+namespace abox::engine {
+
+struct DaemonPaths {
+  std::string dir, socket, lock, log;
+};
+
+base::Result<DaemonPaths, std::string> daemon_paths();
+
+}  // namespace abox::engine
