@@ -32,6 +32,10 @@ std::string Accounting::to_json(std::string_view instance, std::uint64_t leaves_
         .field("server_errors", a.server_errors)
         .field("keys_scrubbed", a.keys_scrubbed)
         .field("last_retry_after", a.last_retry_after)
+        .field("backoff", policy_.brokers()[i].backoff)
+        .field("backoffs", a.backoffs)
+        .field("backoff_answered", a.backoff_answered)
+        .field("backoff_active", a.backoff_active)
         .end_object();
   }
   w.end_array();

@@ -3,10 +3,10 @@
 //
 // Per binding: requests forwarded, requests refused (by reason), response
 // statuses (by code), bytes each way (request bytes sent upstream, response
-// bytes sent to the guest), 429s and 5xx, and the last Retry-After a
-// provider sent (as sent). Plus connection-level counters for the service.
-// Bounded: statuses are counted per code (100-599), reasons per GateReason
-// or HttpError name, bindings come from the policy.
+// bytes sent to the guest), 429s and 5xx, the last Retry-After a provider
+// sent (as sent), and the provider backoffs (backoff_table.h). Plus connection-level counters for the
+// service. Bounded: statuses are counted per code (100-599), reasons per GateReason or HttpError name,
+// bindings come from the policy.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,11 @@ struct BindingAccount {
   std::uint64_t server_errors = 0;  // 5xx
   std::uint64_t keys_scrubbed = 0;  // key occurrences overwritten in responses
   std::string last_retry_after;
+  // Provider backoff (backoff_table.h): backoffs started or extended, requests
+  // the broker answered with 429 itself during one, whether one runs now.
+  std::uint64_t backoffs = 0;
+  std::uint64_t backoff_answered = 0;
+  bool backoff_active = false;
 };
 
 struct ServiceCounters {

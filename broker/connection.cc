@@ -26,6 +26,8 @@ std::string_view status_text(int status) {
       return "Forbidden";
     case 408:
       return "Request Timeout";
+    case 429:
+      return "Too Many Requests";
     case 502:
       return "Bad Gateway";
     case 503:
@@ -360,6 +362,12 @@ void Connection::on_head(const RequestHead& head) {
     refuse(http_status(decision.reason), to_string(decision.reason), describe(decision.reason));
     return;
   }
+  // The provider asked for a pause on this binding (backoff_table.h): the
+  // broker answers for it, and nothing goes upstream.
+  if (auto left = rt_.backoffs.held_back(binding_index_, rt_.loop.now())) {
+    refuse_backoff(*left);
+    return;
+  }
   path_ = std::string(head.path());
   request_is_head_ = head.method() == "HEAD";
   guest_wants_close_ = has_close_token(head);
@@ -459,9 +467,32 @@ void Connection::refuse(int status, std::string_view reason, std::string_view de
   count_refusal(reason);
   rt_.events.emit("broker_refused",
                   {{"reason", reason}, {"status", status}, {"sni", sni_}, {"method", method_}});
+  answer_and_close(status, reason, detail, "");
+}
+
+void Connection::refuse_backoff(std::uint32_t seconds_left) {
+  count_refusal("provider_backoff");
+  rt_.events.emit("broker_refused", {{"reason", "provider_backoff"},
+                                     {"status", 429},
+                                     {"sni", sni_},
+                                     {"method", method_},
+                                     {"binding", binding_->name},
+                                     {"retry_after", static_cast<std::uint64_t>(seconds_left)}});
+  const std::string where = binding_->name + ":" + std::to_string(binding_->port);
+  answer_and_close(
+      429, "provider_backoff",
+      "abox broker: this answer is the broker's, not the provider's: the request was not sent. The "
+      "provider of " +
+          where + " answered an earlier request with 429 or 503 and Retry-After; until then the " +
+          "broker answers for it. Retry after " + std::to_string(seconds_left) + " s.",
+      "\r\nretry-after: " + std::to_string(seconds_left));
+}
+
+void Connection::answer_and_close(int status, std::string_view reason, std::string_view detail,
+                                  std::string_view extra_header_lines) {
   std::string body = std::string(detail) + "\n";
   std::string response = "HTTP/1.1 " + std::to_string(status) + " " + std::string(status_text(status)) +
-                         "\r\nabox-refused: " + std::string(reason) +
+                         "\r\nabox-refused: " + std::string(reason) + std::string(extra_header_lines) +
                          "\r\ncontent-type: text/plain\r\ncontent-length: " + std::to_string(body.size()) +
                          "\r\nconnection: close\r\n\r\n" + body;
   wipe_string(upstream_request_);

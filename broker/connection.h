@@ -15,7 +15,10 @@
 //              a name with a binding (and, after a hand-off, only that name)
 //   head       the request head, parsed strictly (http_request.h); a bad
 //              head is a 400 and close; then the injection gate: a refusal
-//              is a 403 with `abox-refused: <reason>` and close
+//              is a 403 with `abox-refused: <reason>` and close; then the
+//              binding's provider backoff (backoff_table.h): while it lasts,
+//              a 429 with Retry-After and `abox-refused: provider_backoff`,
+//              answered by the broker, and close
 //   body       the whole body is read (bounded by http_body_bytes) and
 //              scanned for a nonce before anything goes upstream, so a nonce
 //              in the body is refused with the upstream having seen nothing
@@ -149,6 +152,12 @@ class Connection {
   void finish_response();
 
   void refuse(int status, std::string_view reason, std::string_view detail);
+  // 429 with Retry-After, answered for a provider in backoff (backoff_table.h).
+  void refuse_backoff(std::uint32_t seconds_left);
+  // The broker's own answer (`abox-refused: reason`, the detail as a text
+  // body, extra header lines each starting with CRLF), then close.
+  void answer_and_close(int status, std::string_view reason, std::string_view detail,
+                        std::string_view extra_header_lines);
   void fail_upstream(GateReason reason, std::string_view detail);
   void begin_closing();
   void close_now();

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <ctime>
 
 #include "broker/connection.h"
 #include "broker/upstream.h"
@@ -246,6 +247,8 @@ bool Connection::process_response() {
       if (status == 429) ++account.rate_limited;
       if (status >= 500) ++account.server_errors;
       if (!response_head_.retry_after.empty()) account.last_retry_after = response_head_.retry_after;
+      rt_.backoffs.on_response(binding_index_, status, response_head_.retry_after, rt_.loop.now(),
+                               static_cast<std::int64_t>(std::time(nullptr)));
       response_head_done_ = true;
       if (status == 101) {
         relay_.head(std::string_view(response_raw_).substr(0, head_bytes), relayed_);

@@ -9,6 +9,7 @@
 
 #include "base/event_log.h"
 #include "broker/accounting.h"
+#include "broker/backoff_table.h"
 #include "broker/body_decoder.h"
 #include "broker/credentials.h"
 #include "broker/event_loop.h"
@@ -53,6 +54,7 @@ struct InstanceRuntime {
   UpstreamResolver& resolver;
   UpstreamPool& pool;
   Accounting& accounting;
+  BackoffTable& backoffs;
   base::EventLog& events;
   BrokerLoop& loop;
   HeadLimits head_limits;

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "broker/accounting.h"
+#include "broker/backoff_table.h"
 #include "broker/ca.h"
 #include "broker/connection.h"
 #include "broker/credentials.h"
@@ -30,6 +31,7 @@
 #include "broker/nonce.h"
 #include "broker/resolver.h"
 #include "broker/runtime.h"
+#include "broker/sandbox.h"
 #include "broker/tls.h"
 #include "broker/upstream.h"
 #include "broker/upstream_pool.h"
@@ -153,9 +155,12 @@ struct BrokerService::Impl {
   std::unique_ptr<UpstreamResolver> resolver;
   std::unique_ptr<UpstreamPool> pool;
   std::unique_ptr<Accounting> accounting;
+  std::unique_ptr<BackoffTable> backoffs;
   std::unique_ptr<InstanceRuntime> runtime;
   Listener listener;
   base::UniqueFd signals;
+  base::UniqueFd stats_fd;  // --stats-file, opened at startup (append)
+  bool confined = false;    // enter_sandbox() ran: no unlink at exit
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections;
   std::uint64_t next_id = 1;
   std::string unix_path;
@@ -182,7 +187,11 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   const policy::Policy& pol = *impl->policy;
   if (pol.brokers().empty()) return base::Err{options.policy_file + ": the policy has no [[broker]] binding"};
 
-  auto creds = Credentials::load(options.credentials_file, pol);
+  // The keys: over the fd the engine passed (read once, then closed: the
+  // broker holds no way back to them), or from an operator's file.
+  auto creds = options.credentials_fd >= 0 ? Credentials::read_fd(options.credentials_fd, pol)
+                                           : Credentials::load(options.credentials_file, pol);
+  if (options.credentials_fd >= 0) ::close(options.credentials_fd);
   if (!creds.ok()) return base::Err{creds.error()};
   impl->credentials.emplace(std::move(creds).value());
 
@@ -211,8 +220,17 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   }
   impl->resolver = std::make_unique<UpstreamResolver>(impl->loop, pol, std::move(upstreams), events);
   impl->accounting = std::make_unique<Accounting>(pol);
+  Impl* raw = impl.get();
+  impl->backoffs = std::make_unique<BackoffTable>(pol, *impl->accounting, events, [raw](base::MonoTime at) {
+    raw->loop.schedule(at, [raw] { raw->backoffs->expire(raw->loop.now()); });
+  });
   impl->pool = std::make_unique<UpstreamPool>(impl->loop, pol.brokers().size());
 
+  if (!options.stats_file.empty()) {
+    impl->stats_fd.reset(
+        ::open(options.stats_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!impl->stats_fd) return base::Err{options.stats_file + ": " + errno_text()};
+  }
   auto listener = open_listener(options.listen);
   if (!listener.ok()) return base::Err{listener.error()};
   impl->listener = std::move(listener).value();
@@ -227,11 +245,10 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   limits.body_deadline = base::Millis(pol.timeouts().http_body_ms);
   limits.connect_timeout = base::Millis(pol.timeouts().connect_ms);
   limits.idle_timeout = base::Seconds(pol.timeouts().tcp_idle_s);
-  Impl* raw = impl.get();
   impl->runtime.reset(new InstanceRuntime{
       options.instance, pol, *impl->credentials, *impl->nonces, *impl->gate, *impl->leaves,
       impl->server_ctx.get(), impl->upstream_ctx.get(), *impl->resolver, *impl->pool, *impl->accounting,
-      events, impl->loop, HeadLimits::from(pol.limits()), body_limits(pol.limits()), limits,
+      *impl->backoffs, events, impl->loop, HeadLimits::from(pol.limits()), body_limits(pol.limits()), limits,
       options.listen.starts_with("unix:"), [raw](Connection* c) {
         std::uint64_t id = c->id();
         --raw->accounting->service().connections_open;
@@ -260,7 +277,15 @@ BrokerService::BrokerService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 
 BrokerService::~BrokerService() {
   impl_->connections.clear();
-  if (!impl_->unix_path.empty()) ::unlink(impl_->unix_path.c_str());
+  // A confined broker may not unlink: its socket file stays, and the next
+  // broker on that path replaces it (nobody accepts on it any more).
+  if (!impl_->unix_path.empty() && !impl_->confined) ::unlink(impl_->unix_path.c_str());
+}
+
+base::Result<void, std::string> BrokerService::enter_sandbox() {
+  auto r = enter_broker_sandbox();
+  if (r.ok()) impl_->confined = true;
+  return r;
 }
 
 void BrokerService::run() {
@@ -292,7 +317,10 @@ void BrokerService::Impl::emit_stats_events() {
                                  {"rate_limited", a.rate_limited},
                                  {"server_errors", a.server_errors},
                                  {"keys_scrubbed", a.keys_scrubbed},
-                                 {"last_retry_after", a.last_retry_after}});
+                                 {"last_retry_after", a.last_retry_after},
+                                 {"backoffs", a.backoffs},
+                                 {"backoff_answered", a.backoff_answered},
+                                 {"backoff_active", a.backoff_active}});
   }
 }
 
@@ -352,17 +380,9 @@ void BrokerService::Impl::on_signal() {
 void BrokerService::Impl::dump_stats() {
   emit_stats_events();
   std::string line = stats() + "\n";
-  if (options.stats_file.empty()) {
-    (void)!::write(STDERR_FILENO, line.data(), line.size());
-    return;
-  }
-  // Replaced whole each time, so a reader never sees half a table.
-  std::string tmp = options.stats_file + ".tmp";
-  base::UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd) return;
-  if (::write(fd.get(), line.data(), line.size()) == static_cast<ssize_t>(line.size())) {
-    ::rename(tmp.c_str(), options.stats_file.c_str());
-  }
+  // One write of the whole line, appended: the last line that ends in a
+  // newline is the latest table (a reader never mistakes half of one).
+  (void)!::write(stats_fd ? stats_fd.get() : STDERR_FILENO, line.data(), line.size());
 }
 
 base::Result<std::string, std::string> instance_ca_pem(const std::string& state_dir,

@@ -15,9 +15,15 @@
 // Bounds: connections open, TLS handshakes in progress (past either, a new
 // connection is closed at once and counted), leaves cached, head and body
 // size (policy [limits]), handshake / connect / idle timeouts.
-// Stats: SIGUSR1 writes the accounting JSON (one line) to the stats file or
-// stderr; every kStatsInterval, on SIGUSR1 and at the end, each binding's
-// counters also go to the event log as one flat "broker_stats" event.
+// Stats: SIGUSR1 appends the accounting JSON (one line, one write) to the
+// stats file (opened at startup, so a sandboxed broker opens nothing later)
+// or writes it to stderr; every kStatsInterval, on SIGUSR1 and at the end,
+// each binding's counters also go to the event log as one flat
+// "broker_stats" event.
+//
+// Sandbox: enter_sandbox() confines the process once create() has done
+// everything that needs the filesystem (broker/sandbox.h); the caller calls
+// it before announcing that it listens.
 #pragma once
 
 #include <cstdint>
@@ -35,11 +41,12 @@ namespace abox::broker {
 struct BrokerOptions {
   std::string instance = "default";
   std::string policy_file;
-  std::string credentials_file;
+  std::string credentials_file;  // `--credentials FILE`: an operator's standalone run
+  int credentials_fd = -1;       // `--credentials-fd N` (the engine's way): read once, then closed
   std::string state_dir;
   std::string listen;       // "unix:PATH" or "ADDR:PORT"
   std::string upstream_ca;  // extra trust for the upstream (tests)
-  std::string stats_file;   // where SIGUSR1 writes the stats ("" = stderr)
+  std::string stats_file;   // where SIGUSR1 appends the stats ("" = stderr): opened at startup
   std::size_t max_connections = 1024;
   std::size_t max_handshakes = 64;
   std::size_t max_leaves = 64;
@@ -56,6 +63,10 @@ class BrokerService {
   BrokerService(const BrokerService&) = delete;
   BrokerService& operator=(const BrokerService&) = delete;
 
+  // Drops every privilege and installs the broker's seccomp filter
+  // (sandbox.h). After it, the socket file of a unix listener stays behind
+  // at exit (the next broker replaces it).
+  base::Result<void, std::string> enter_sandbox();
   // Runs until SIGTERM / SIGINT. Returns when stopped.
   void run();
   // The accounting table as one JSON object.

@@ -229,6 +229,7 @@ std::optional<ExplainTarget> ExplainTarget::parse(std::string_view s) {
   }
   auto colon = s.find(':');
   std::string_view host = s.substr(0, colon);
+  if (host.empty()) return std::nullopt;  // ":80" names nothing to explain
   if (colon != std::string_view::npos) {
     t.port = parse_port(s.substr(colon + 1));
     if (!t.port) return std::nullopt;

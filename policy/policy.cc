@@ -1,9 +1,18 @@
 #include "policy/policy.h"
 
+#include <algorithm>
+
 namespace abox::policy {
 
 std::string SourceLocation::to_string() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+bool valid_credential_name(std::string_view name) {
+  return !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
+  });
 }
 
 std::string_view to_string(Protocol p) {

@@ -40,6 +40,10 @@ struct SourceLocation {
 enum class Protocol : std::uint8_t { tcp = 1, udp = 2 };
 std::string_view to_string(Protocol p);
 
+// A credential's name (a binding's `credential`, a name in the credential
+// store): 1 to 128 letters, digits, '-', '_' or '.'.
+bool valid_credential_name(std::string_view name);
+
 struct PortRange {
   std::uint16_t first = 0;
   std::uint16_t last = 0;
@@ -75,6 +79,9 @@ struct BrokerBinding {
   std::vector<std::string> methods;        // upper case, e.g. "POST"
   std::vector<std::string> path_prefixes;  // each starts with '/'
   bool allow_upgrade = false;
+  // After the provider's 429 or 503 with Retry-After, the broker answers the
+  // binding's new requests with 429 itself until then (broker/provider_backoff.h).
+  bool backoff = true;
   SourceLocation where;
 };
 

@@ -555,11 +555,7 @@ void read_broker(Reader& r, const toml::table& t, std::size_t index, std::vector
           [&](const toml::node& n) {
             auto v = read_string(r, n, "credential");
             if (!v) return;
-            bool ok = !v->empty() && v->size() <= 128 && std::all_of(v->begin(), v->end(), [](char c) {
-              return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                     c == '_' || c == '.';
-            });
-            if (!ok) {
+            if (!valid_credential_name(*v)) {
               r.error(n, "credential \"" + *v + "\": expected 1 to 128 letters, digits, '-', '_' or '.'");
               return;
             }
@@ -650,8 +646,12 @@ void read_broker(Reader& r, const toml::table& t, std::size_t index, std::vector
               b.path_prefixes.push_back(*v);
             });
           })
-      .on("allow_upgrade", [&](const toml::node& n) {
-        if (auto v = read_bool(r, n, "allow_upgrade")) b.allow_upgrade = *v;
+      .on("allow_upgrade",
+          [&](const toml::node& n) {
+            if (auto v = read_bool(r, n, "allow_upgrade")) b.allow_upgrade = *v;
+          })
+      .on("backoff", [&](const toml::node& n) {
+        if (auto v = read_bool(r, n, "backoff")) b.backoff = *v;
       });
   s.read(t);
   for (const char* key : {"name", "credential", "header", "nonce_env"}) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <optional>
 #include <ostream>
@@ -22,8 +23,10 @@ namespace abox::engine {
 namespace {
 
 constexpr std::string_view kRunUsage =
-    "usage: abox broker --policy FILE --credentials FILE --state DIR --listen unix:PATH|ADDR:PORT\n"
+    "usage: abox broker --policy FILE (--credentials FILE | --credentials-fd N) --state DIR\n"
+    "                   --listen unix:PATH|ADDR:PORT\n"
     "                   [--instance NAME] [--upstream-ca FILE] [--events FILE|-] [--stats-file FILE]\n"
+    "                   [--no-sandbox]\n"
     "       abox broker ca --state DIR [--instance NAME]\n"
     "       abox broker nonces --policy FILE --state DIR [--json]\n"
     "\n"
@@ -35,8 +38,12 @@ constexpr std::string_view kRunUsage =
     "Options:\n"
     "  -p, --policy FILE        the instance's policy; its [[broker]] bindings (required)\n"
     "  -c, --credentials FILE   TOML: [credentials] NAME = \"KEY\", NAME as in a binding's\n"
-    "                           `credential`. Must be a regular file owned by you, mode 600\n"
-    "                           or stricter (required)\n"
+    "                           `credential` (the store of abox credentials is such a file).\n"
+    "                           Must be a regular file owned by you, mode 600 or stricter\n"
+    "      --credentials-fd N   the same text read once from fd N (a pipe or memfd), then\n"
+    "                           closed; every name in it must be one a binding uses. How\n"
+    "                           abox run and the daemon give an instance's broker its keys\n"
+    "                           (one of the two is required)\n"
     "  -s, --state DIR          the instance's state folder: CA key and certificate, nonce\n"
     "                           secret; created mode 700 on first use, and bound to the\n"
     "                           instance that made it (required)\n"
@@ -47,10 +54,14 @@ constexpr std::string_view kRunUsage =
     "      --upstream-ca FILE   also trust this CA for the providers (tests)\n"
     "      --events FILE|-      JSON-lines events appended to FILE, or '-' for stdout (default:\n"
     "                           stderr); with '-' the 'listening on' line still comes first\n"
-    "      --stats-file FILE    where SIGUSR1 writes the accounting JSON (default: stderr)\n"
+    "      --stats-file FILE    where SIGUSR1 appends the accounting JSON, a line each time\n"
+    "                           (opened at start; default: stderr)\n"
+    "      --no-sandbox         FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
+    "                           filter (by default the broker drops every privilege and\n"
+    "                           confines its syscalls before it reads a guest byte)\n"
     "\n"
-    "Prints 'listening on WHERE' when ready (WHERE with the port the kernel picked).\n"
-    "SIGUSR1 writes the accounting (per binding: requests, statuses, bytes, 429/5xx,\n"
+    "Prints 'listening on WHERE' when ready (WHERE with the port the kernel picked),\n"
+    "confined by then. SIGUSR1 writes the accounting (per binding: requests, statuses, bytes, 429/5xx,\n"
     "Retry-After) as one JSON line; SIGINT or SIGTERM writes it and exits 0.\n"
     "\n"
     "Exit status: 0 stopped by a signal, 2 usage error, 3 could not start (the\n"
@@ -87,8 +98,9 @@ constexpr std::string_view kNoncesUsage =
     "Exit status: 0 printed, 2 usage error, 3 the policy or state folder is unusable.\n";
 
 constexpr base::OptionSpec kRunOptions[] = {
-    {"policy", 'p', true}, {"credentials", 'c', true}, {"state", 's', true}, {"listen", 'l', true},
-    {"instance", 0, true}, {"upstream-ca", 0, true},   {"events", 0, true},  {"stats-file", 0, true},
+    {"policy", 'p', true},   {"credentials", 'c', true}, {"credentials-fd", 0, true}, {"state", 's', true},
+    {"listen", 'l', true},   {"instance", 0, true},      {"upstream-ca", 0, true},    {"events", 0, true},
+    {"stats-file", 0, true}, {"no-sandbox", 0, false},
 };
 constexpr base::OptionSpec kCaOptions[] = {{"state", 's', true}, {"instance", 0, true}};
 constexpr base::OptionSpec kNoncesOptions[] = {
@@ -216,14 +228,23 @@ int run_service(std::span<const std::string_view> args, std::ostream& out, std::
     out << kRunUsage;
     return kExitOk;
   }
-  if (auto missing = missing_options(*p, {"policy", "credentials", "state", "listen"}); !missing.empty())
+  if (auto missing = missing_options(*p, {"policy", "state", "listen"}); !missing.empty())
     return usage_error(err, kCommand, missing);
+  if (p->has("credentials") == p->has("credentials-fd"))
+    return usage_error(err, kCommand, "give the keys with one of --credentials FILE and --credentials-fd N");
   broker::BrokerOptions o;
   o.instance = p->last("instance").value_or("default");
   if (!valid_instance(o.instance))
     return usage_error(err, kCommand, "--instance must be 1-64 of [A-Za-z0-9._-]");
   o.policy_file = *p->last("policy");
-  o.credentials_file = *p->last("credentials");
+  o.credentials_file = p->last("credentials").value_or("");
+  if (auto fd = p->last("credentials-fd")) {
+    int n = -1;
+    auto [end, ec] = std::from_chars(fd->data(), fd->data() + fd->size(), n);
+    if (ec != std::errc() || end != fd->data() + fd->size() || n < 3 || ::fcntl(n, F_GETFD) < 0)
+      return usage_error(err, kCommand, "--credentials-fd " + *fd + ": not an open fd of 3 or more");
+    o.credentials_fd = n;
+  }
   o.state_dir = *p->last("state");
   o.listen = *p->last("listen");
   o.upstream_ca = p->last("upstream-ca").value_or("");
@@ -247,6 +268,16 @@ int run_service(std::span<const std::string_view> args, std::ostream& out, std::
   if (!service.ok()) {
     err << "abox broker: " << service.error() << '\n';
     return kExitFailed;
+  }
+  // Confined before it says it listens, so no guest byte is ever read
+  // unconfined (broker/sandbox.h).
+  if (!p->has("no-sandbox")) {
+    if (auto confined = (*service)->enter_sandbox(); !confined.ok()) {
+      err << "abox broker: cannot enter the sandbox: " << confined.error() << '\n';
+      return kExitFailed;
+    }
+  } else {
+    err << "abox broker: WARNING: --no-sandbox: running with every privilege and no syscall filter\n";
   }
   out << "listening on " << (*service)->listening_on() << std::endl;
   (*service)->run();

@@ -10,7 +10,9 @@
 #include "base/command_line.h"
 #include "engine/cli/broker_command.h"
 #include "engine/cli/cp_command.h"
+#include "engine/cli/credentials_command.h"
 #include "engine/cli/daemon_command.h"
+#include "engine/cli/doctor_command.h"
 #include "engine/cli/exit_codes.h"
 #include "engine/cli/fleet_command.h"
 #include "engine/cli/image_command.h"
@@ -47,6 +49,8 @@ constexpr std::string_view kUsage =
     "  broker --policy FILE ...      run the TLS credential broker of one instance\n"
     "  broker ca --state DIR         print the instance CA certificate the guest must trust\n"
     "  broker nonces --policy FILE --state DIR   print the nonces the guest gets, one per binding\n"
+    "  credentials set NAME | ls | rm NAME...   the provider keys the brokers use (set reads stdin)\n"
+    "  doctor [--json]               what this host offers abox: OK, DEGRADED or MISSING\n"
     "  help [COMMAND]                this text, or COMMAND's (as 'abox COMMAND --help')\n"
     "\n"
     "Options:\n"
@@ -108,6 +112,12 @@ int main(int argc, char** argv) {
     }
     if (args[0] == "image") {
       return run_image_command(std::span(args).subspan(1));
+    }
+    if (args[0] == "doctor") {
+      return run_doctor_command(std::span(args).subspan(1), std::cout, std::cerr);
+    }
+    if (args[0] == "credentials") {
+      return run_credentials_command(std::span(args).subspan(1), 0, std::cout, std::cerr);
     }
     if (args[0] == "broker") {
       return run_broker_command(std::span(args).subspan(1), std::cout, std::cerr);

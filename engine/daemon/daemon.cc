@@ -28,6 +28,7 @@
 #include "engine/cli/options.h"
 #include "engine/cli/run_command.h"
 #include "engine/daemon/base64.h"
+#include "engine/daemon/broker_event_stats.h"
 #include "engine/instance/state_folder.h"
 #include "engine/process/child_process.h"
 #include "engine/process/pipe_reader.h"
@@ -724,29 +725,9 @@ void Daemon::op_stats(std::shared_ptr<Client> c, const ApiRequest& r) {
   std::error_code ec;
   json::value net = text.empty() ? json::value() : json::parse(text, ec);
   o["network"] = ec ? json::value() : net;
-  // The broker's requests, as the broker reported them (its broker_request events).
-  json::object brokers;
+  // The broker's requests and provider backoffs, as the broker reported them.
   std::ifstream events(f + "/events.jsonl");
-  std::string line;
-  while (std::getline(events, line)) {
-    if (line.size() > kMaxEventLine || line.find("\"broker_request\"") == std::string::npos) continue;
-    std::error_code lec;
-    json::value e = json::parse(line, lec);
-    if (lec || !e.is_object()) continue;
-    auto& eo = e.get_object();
-    auto* b = eo.if_contains("binding");
-    if (b == nullptr || !b->is_string()) continue;
-    auto& entry = brokers[b->get_string()];
-    if (!entry.is_object()) entry = json::object{{"requests", 0}, {"statuses", json::object{}}};
-    auto& eo2 = entry.get_object();
-    eo2["requests"] = eo2["requests"].to_number<std::int64_t>() + 1;
-    if (auto* st = eo.if_contains("status")) {
-      std::string key = st->is_string() ? std::string(st->get_string()) : json::serialize(*st);
-      auto& sc = eo2["statuses"].get_object()[key];
-      sc = (sc.is_null() ? 0 : sc.to_number<std::int64_t>()) + 1;
-    }
-  }
-  o["broker"] = std::move(brokers);
+  o["broker"] = broker_event_stats(events);
   c->send(o);
 }
 

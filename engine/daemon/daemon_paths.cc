@@ -9,18 +9,20 @@
 
 namespace abox::engine {
 
-base::Result<DaemonPaths, std::string> daemon_paths() {
+std::string daemon_runtime_dir() {
   std::string uid = std::to_string(::getuid());
-  std::string dir;
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
   struct stat st {};
-  if (xdg != nullptr && xdg[0] == '/') {
-    dir = std::string(xdg) + "/abox";
-  } else if (::stat(("/run/user/" + uid).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    dir = "/run/user/" + uid + "/abox";
-  } else {
-    dir = "/tmp/abox-" + uid;
-  }
+  if (xdg != nullptr && xdg[0] == '/') return std::string(xdg) + "/abox";
+  if (::stat(("/run/user/" + uid).c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return "/run/user/" + uid + "/abox";
+  return "/tmp/abox-" + uid;
+}
+
+base::Result<DaemonPaths, std::string> daemon_paths() {
+  std::string uid = std::to_string(::getuid());
+  std::string dir = daemon_runtime_dir();
+  struct stat st {};
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return base::Err{dir + ": " + std::strerror(errno)};
   if (::lstat(dir.c_str(), &st) != 0) return base::Err{dir + ": " + std::strerror(errno)};
   if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)

@@ -22,4 +22,8 @@ struct DaemonPaths {
 
 base::Result<DaemonPaths, std::string> daemon_paths();
 
+// The folder daemon_paths() would use, chosen the same way, made and checked
+// by nothing: for a reader that must not create it (abox doctor).
+std::string daemon_runtime_dir();
+
 }  // namespace abox::engine

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -21,6 +22,7 @@
 #include "base/json.h"
 #include "broker/credentials.h"
 #include "broker/service.h"
+#include "engine/cli/credentials_command.h"
 #include "engine/instance/guest_environment.h"
 #include "policy/policy_file.h"
 
@@ -121,8 +123,32 @@ InstanceSupervisor::InstanceSupervisor(boost::asio::io_context& io, InstanceConf
       idle_timer_(io),
       stop_timer_(io) {}
 
+namespace {
+
+// The broker's keys in a memfd, sealed (no write, grow or shrink) and at
+// offset 0: the broker reads it once as fd 3 and closes it; this process
+// closes its end once the broker is started. Throws on failure (startup).
+base::UniqueFd sealed_keys_memfd(std::string_view text) {
+  base::UniqueFd fd(::memfd_create("abox-broker-keys", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error(std::string("writing the broker's keys: ") + std::strerror(errno));
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0 ||
+      ::lseek(fd.get(), 0, SEEK_SET) != 0)
+    throw std::runtime_error(std::string("sealing the broker's keys: ") + std::strerror(errno));
+  return fd;
+}
+
+}  // namespace
+
 InstanceSupervisor::~InstanceSupervisor() {
   *alive_ = false;
+  broker::wipe(broker_keys_);
   // Children still running are killed and reaped by ChildProcess's destructor.
 }
 
@@ -214,10 +240,27 @@ void InstanceSupervisor::prepare() {
     // Nothing of the operator's runs: no broker, no keys, no nonces, no self-test.
     has_bindings_ = false;
   } else if (has_bindings_) {
-    if (config_.credentials_file.empty()) {
-      throw std::runtime_error("the policy has [[broker]] bindings: give the keys with --credentials FILE");
+    // The keys of this instance's bindings, and only those, from the store
+    // (or --credentials FILE): what start_broker() hands the broker.
+    std::string store = config_.credentials_file;
+    if (store.empty()) {
+      auto path = default_credentials_path();
+      if (!path.ok()) throw std::runtime_error("the policy has [[broker]] bindings: " + path.error());
+      store = *path;
     }
-    auto creds = broker::Credentials::load(config_.credentials_file, policy);
+    auto file = broker::CredentialFile::read(store);
+    if (!file.ok()) {
+      if (file.error().missing && config_.credentials_file.empty()) {
+        throw std::runtime_error("the policy has [[broker]] bindings and there is no credential store at " +
+                                 store + ": abox credentials set NAME (or give --credentials FILE)");
+      }
+      throw std::runtime_error(file.error().message);
+    }
+    auto text = broker::Credentials::text_for_instance(*file, store, policy);
+    if (!text.ok()) throw std::runtime_error(text.error());
+    broker::wipe(broker_keys_);
+    broker_keys_ = std::move(text).value();
+    auto creds = broker::Credentials::parse_instance_text(broker_keys_, policy);
     if (!creds.ok()) throw std::runtime_error(creds.error());
     credentials.emplace(std::move(creds).value());
     keys = credentials->all_keys();
@@ -370,13 +413,13 @@ void InstanceSupervisor::start_broker() {
   transition(InstanceState::kStartingBroker);
   ChildSpec spec;
   spec.program = config_.abox;
-  spec.argv = {config_.abox,    "broker",
-               "--policy",      folder_->policy(),
-               "--credentials", config_.credentials_file,
-               "--state",       folder_->broker_state(),
-               "--listen",      "unix:" + folder_->broker_socket(),
-               "--instance",    config_.name,
-               "--events",      "-"};
+  spec.argv = {config_.abox,       "broker",
+               "--policy",         folder_->policy(),
+               "--credentials-fd", "3",
+               "--state",          folder_->broker_state(),
+               "--listen",         "unix:" + folder_->broker_socket(),
+               "--instance",       config_.name,
+               "--events",         "-"};
   if (!config_.upstream_ca.empty()) {
     spec.argv.push_back("--upstream-ca");
     spec.argv.push_back(config_.upstream_ca);
@@ -384,7 +427,15 @@ void InstanceSupervisor::start_broker() {
   spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   auto out = make_pipe();
   auto err = make_pipe();
-  spec.fds = {{0, dev_null_.get()}, {1, out.write.get()}, {2, err.write.get()}};
+  base::UniqueFd keys;
+  try {
+    keys = sealed_keys_memfd(broker_keys_);
+  } catch (const std::exception& e) {
+    fail(InstanceOutcome::Kind::kCouldNotStart, e.what());
+    return;
+  }
+  broker::wipe(broker_keys_);
+  spec.fds = {{0, dev_null_.get()}, {1, out.write.get()}, {2, err.write.get()}, {3, keys.get()}};
   spec.new_session = true;
   try {
     spawn_child(broker_, spec, std::move(out.read), std::move(err.read), folder_->file("broker.log"),

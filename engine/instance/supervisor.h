@@ -9,9 +9,11 @@
 //   4. box-guest says hello; it gets setup: the per-boot key, the nonces, the CA,
 //      the environment, the command, the self-test;
 //   5. the self-test passes (or --no-selftest), and only then `go`.
-// Nothing secret is on any command line: keys stay in the broker, which reads
-// them from the credentials file; nonces and the per-boot key travel only in
-// setup.
+// Nothing secret is on any command line: the supervisor reads the credential
+// store (or --credentials FILE) and hands the broker only the keys of this
+// instance's bindings, in a sealed memfd the broker reads once at start as
+// fd 3 (--credentials-fd 3): no key and no path to the store in its argv or
+// environment. Nonces and the per-boot key travel only in setup.
 //
 // Every child (abox-net, broker, VMM) is held by a pidfd and watched on the
 // io_context; a death the supervisor did not ask for fails the instance with
@@ -189,6 +191,9 @@ class InstanceSupervisor final : private ControlSession::Listener {
   std::unique_ptr<PipeReader> console_reader_;
 
   bool has_bindings_ = false;
+  // The broker's keys as it reads them (broker::Credentials::text_for_instance),
+  // from prepare() until written into its memfd in start_broker(); wiped then.
+  std::string broker_keys_;
   guest::Setup setup_;
   SelftestPlan plan_;
 

@@ -1,8 +1,6 @@
 #include "netstack/program/sandbox.h"
 
 #include <fcntl.h>
-#include <linux/capability.h>
-#include <linux/securebits.h>
 #include <seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -16,6 +14,8 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+
+#include "base/drop_privileges.h"
 
 // libseccomp over hand-written BPF: it emits the architecture check (and
 // rejects x32 and i386 syscall numbers on x86_64, which hand-written
@@ -45,15 +45,6 @@ io_uring_restriction sqe_op(std::uint8_t op) {
   r.opcode = IORING_RESTRICTION_SQE_OP;
   r.sqe_op = op;
   return r;
-}
-
-// -- 2 and 3. privileges -----------------------------------------------------
-
-// The highest capability number this kernel knows (PR_CAPBSET_READ fails past it).
-int last_capability() {
-  int cap = 0;
-  while (cap < 64 && ::prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0) ++cap;
-  return cap - 1;
 }
 
 // -- 4. the syscall filter -----------------------------------------------------
@@ -255,46 +246,8 @@ std::vector<io_uring_restriction> ring_restrictions() {
 }
 
 base::Result<void, std::string> drop_privileges() {
-  // Ambient first (it needs no capability), then the bounding set while we
-  // may still hold CAP_SETPCAP (a process without it cannot drop, but then
-  // it has nothing to regain either: no_new_privs below).
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
-    return base::Err{errno_text("cannot clear the ambient capabilities", errno)};
-  }
-  const int last = last_capability();
-  for (int cap = 0; cap <= last; ++cap) {
-    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EPERM) {
-      return base::Err{
-          errno_text("cannot drop capability " + std::to_string(cap) + " from the bounding set", errno)};
-    }
-  }
-  // uid 0 gets no capabilities back from execve or setuid, and this cannot
-  // be undone (EPERM: we never had CAP_SETPCAP, so there is nothing to lock).
-  const unsigned long secure = SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                               SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
-                               SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-  if (::prctl(PR_SET_SECUREBITS, secure, 0, 0, 0) != 0 && errno != EPERM) {
-    return base::Err{errno_text("cannot lock the securebits", errno)};
-  }
-  __user_cap_header_struct header{};
-  header.version = _LINUX_CAPABILITY_VERSION_3;
-  header.pid = 0;
-  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
-  if (::syscall(SYS_capset, &header, data) != 0) {
-    return base::Err{errno_text("cannot drop the capabilities (capset)", errno)};
-  }
-  // Check rather than trust: every set must read back empty.
-  __user_cap_data_struct now[_LINUX_CAPABILITY_U32S_3] = {};
-  if (::syscall(SYS_capget, &header, now) != 0) return base::Err{errno_text("capget", errno)};
-  for (const auto& d : now) {
-    if (d.effective != 0 || d.permitted != 0 || d.inheritable != 0) {
-      return base::Err{std::string("capabilities are still held after capset")};
-    }
-  }
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    return base::Err{errno_text("cannot set no_new_privs", errno)};
-  }
-  return {};
+  // Steps 2 and 3 are shared with the broker's sandbox (base/drop_privileges.h).
+  return base::drop_privileges();
 }
 
 base::Result<void, std::string> install_syscall_filter() {

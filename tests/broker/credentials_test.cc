@@ -1,11 +1,15 @@
 #include "broker/credentials.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 
+#include "base/unique_fd.h"
+#include "broker/credential_file.h"
 #include "policy/policy_file.h"
 #include "tests/support/temp_dir.h"
 
@@ -99,6 +103,106 @@ TEST(Credentials, KeysThatCannotGoInAHeaderAreRefused) {
   EXPECT_FALSE(Credentials::parse("[credentials]\nprovider = 5\nother = \"ok\"\n", "c.toml", policy).ok());
   EXPECT_FALSE(Credentials::parse("[other]\nprovider = \"a\"\n", "c.toml", policy).ok());
   EXPECT_FALSE(Credentials::parse("not toml = = \n", "c.toml", policy).ok());
+}
+
+// The engine's side: only the names the policy's bindings use go to the
+// broker, however many the store holds.
+TEST(InstanceCredentials, TheTextHoldsOnlyTheBindingsKeys) {
+  auto policy = make_policy();
+  auto store = CredentialFile::parse(
+      "[credentials]\nprovider = \"sk-one\"\nother = \"sk-two\"\nunused = \"sk-NOT-FOR-THIS-INSTANCE\"\n"
+      "\"dotted.name\" = \"sk-also-not\"\n",
+      "store.toml");
+  ASSERT_TRUE(store.ok()) << store.error();
+  auto text = Credentials::text_for_instance(*store, "store.toml", policy);
+  ASSERT_TRUE(text.ok()) << text.error();
+  EXPECT_EQ(*text, "[credentials]\nother = \"sk-two\"\nprovider = \"sk-one\"\n");
+  EXPECT_EQ(text->find("NOT-FOR-THIS"), std::string::npos);
+  // And the broker takes that text as it is, keys in binding order.
+  auto c = Credentials::parse_instance_text(*text, policy);
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->key_for(0), "sk-one");
+  EXPECT_EQ(c->key_for(1), "sk-two");
+}
+
+TEST(InstanceCredentials, ANameBoundTwiceGoesOnceAndAMissingOneIsNamed) {
+  auto twice = policy::parse_policy(R"(
+[[broker]]
+name = "a.example.test"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "A_KEY"
+
+[[broker]]
+name = "b.example.test"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "B_KEY"
+)",
+                                    "twice.toml");
+  ASSERT_TRUE(twice.ok());
+  auto store = CredentialFile::parse("[credentials]\nprovider = \"sk-one\"\n", "store.toml");
+  ASSERT_TRUE(store.ok());
+  auto text = Credentials::text_for_instance(*store, "store.toml", *twice);
+  ASSERT_TRUE(text.ok()) << text.error();
+  EXPECT_EQ(*text, "[credentials]\nprovider = \"sk-one\"\n");
+  auto missing = Credentials::text_for_instance(*store, "store.toml", make_policy());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().find("'other'"), std::string::npos) << missing.error();
+  EXPECT_NE(missing.error().find("abox credentials set other"), std::string::npos) << missing.error();
+  EXPECT_EQ(missing.error().find("sk-one"), std::string::npos);
+}
+
+// The broker's side: a key no binding uses is refused, not ignored, so a
+// broker never holds one (an engine that sent the whole store would fail here).
+TEST(InstanceCredentials, TheBrokerRefusesAKeyNoBindingUses) {
+  auto policy = make_policy();
+  auto c = Credentials::parse_instance_text(
+      "[credentials]\nprovider = \"sk-one\"\nother = \"sk-two\"\nunused = \"sk-NOT-FOR-THIS-INSTANCE\"\n",
+      policy);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().find("'unused'"), std::string::npos) << c.error();
+  EXPECT_EQ(c.error().find("sk-"), std::string::npos) << "no key in the message: " << c.error();
+  EXPECT_FALSE(Credentials::parse_instance_text("[credentials]\nprovider = \"sk-one\"\n", policy).ok())
+      << "every binding's key is needed";
+  EXPECT_FALSE(Credentials::parse_instance_text("", policy).ok());
+  EXPECT_FALSE(
+      Credentials::parse_instance_text("[credentials]\nprovider = \"sk one\"\nother = \"x\"\n", policy).ok());
+}
+
+TEST(InstanceCredentials, ReadFromAPipeAndFromASealedMemfd) {
+  auto policy = make_policy();
+  const std::string text = "[credentials]\nprovider = \"sk-one\"\nother = \"sk-two\"\n";
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  ASSERT_EQ(::write(p[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(p[1]);
+  auto from_pipe = Credentials::read_fd(p[0], policy);
+  ::close(p[0]);
+  ASSERT_TRUE(from_pipe.ok()) << from_pipe.error();
+  EXPECT_EQ(from_pipe->key_for(1), "sk-two");
+
+  base::UniqueFd m(::memfd_create("test-keys", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  ASSERT_TRUE(m);
+  ASSERT_EQ(::write(m.get(), text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ASSERT_EQ(::fcntl(m.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK), 0);
+  ASSERT_EQ(::lseek(m.get(), 0, SEEK_SET), 0);
+  auto from_memfd = Credentials::read_fd(m.get(), policy);
+  ASSERT_TRUE(from_memfd.ok()) << from_memfd.error();
+  EXPECT_EQ(from_memfd->key_for(0), "sk-one");
+}
+
+TEST(InstanceCredentials, AnFdPastTheBoundIsRefused) {
+  auto policy = make_policy();
+  base::UniqueFd m(::memfd_create("test-keys", MFD_CLOEXEC));
+  ASSERT_TRUE(m);
+  const std::string big(kMaxCredentialFile + 1, '#');
+  ASSERT_EQ(::write(m.get(), big.data(), big.size()), static_cast<ssize_t>(big.size()));
+  ASSERT_EQ(::lseek(m.get(), 0, SEEK_SET), 0);
+  auto c = Credentials::read_fd(m.get(), policy);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().find("more than"), std::string::npos) << c.error();
+  EXPECT_FALSE(Credentials::read_fd(-1, policy).ok());
 }
 
 }  // namespace

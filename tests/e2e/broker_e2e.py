@@ -52,7 +52,10 @@ REBIND = "rebind.example.test"    # resolves to 127.0.0.1 only
 SELF = "self.example.test"        # resolves to the broker's own address (outside's end of the veth), where a
                                   # provider of the broker's host listens: issue 15
 WS = "ws.example.test"            # a binding that allows upgrades
-ADDRS = {API: "93.184.215.14", BEARER: "93.184.215.14", WS: "93.184.215.14", WRONG: "93.184.215.16", UNTRUSTED: "93.184.215.17"}
+LIMITED = "limited.example.test"  # a binding of its own for the provider backoff (on, the default)
+NOBACKOFF = "nobackoff.example.test"  # one with backoff = false (and the accounting of 429s and 503s)
+ADDRS = {API: "93.184.215.14", BEARER: "93.184.215.14", WS: "93.184.215.14", LIMITED: "93.184.215.14",
+         NOBACKOFF: "93.184.215.14", WRONG: "93.184.215.16", UNTRUSTED: "93.184.215.17"}
 KEY = "sk-test-REALKEY-0123456789abcdef0123456789"
 KEY2 = "sk-test-BEARERKEY-fedcba9876543210"
 INSTANCE = "dev"
@@ -85,6 +88,23 @@ nonce_env = "WS_API_KEY"
 methods = ["GET"]
 paths = ["/v1/ws"]
 allow_upgrade = true
+
+[[broker]]
+name = "{LIMITED}"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "LIMITED_API_KEY"
+methods = ["GET", "POST"]
+paths = ["/v1/"]
+
+[[broker]]
+name = "{NOBACKOFF}"
+credential = "provider"
+header = "x-api-key"
+nonce_env = "NOBACKOFF_API_KEY"
+methods = ["GET", "POST"]
+paths = ["/v1/"]
+backoff = false
 
 [[broker]]
 name = "{WRONG}"
@@ -1075,36 +1095,129 @@ def trickled_heads_bodies_and_handshakes_meet_their_deadlines(env):
     assert any(e.get("kind") == "broker_timeout" and e.get("what") == "handshake" for e in env.events())
 
 
+def stats_lines(env):
+    """The complete lines of the stats file (the broker appends one per SIGUSR1)."""
+    if not os.path.exists(env.stats_file):
+        return []
+    with open(env.stats_file) as f:
+        text = f.read()
+    return text.split("\n")[:-1]
+
+
 def read_stats(env):
-    if os.path.exists(env.stats_file):
-        os.unlink(env.stats_file)
+    """SIGUSR1, then the line it appended to the stats file."""
+    before = len(stats_lines(env))
     os.kill(env.broker_pid, signal.SIGUSR1)
-    for _ in range(100):
-        if os.path.exists(env.stats_file):
-            with open(env.stats_file) as f:
-                return json.loads(f.read())
+    for _ in range(200):
+        lines = stats_lines(env)
+        if len(lines) > before:
+            return json.loads(lines[-1])
         time.sleep(0.05)
     raise AssertionError("no stats after SIGUSR1")
 
 
+def binding_stats(stats, name):
+    return next(b for b in stats["bindings"] if b["name"] == name)
+
+
 @case
 def accounting_counts_what_the_broker_saw(env):
-    before = read_stats(env)["bindings"][0]
+    # The 429 and 503 go to the binding with backoff = false, so they start
+    # no backoff that would hold the next cases' requests.
+    stats = read_stats(env)
+    before, api_before = binding_stats(stats, NOBACKOFF), binding_stats(stats, API)
     for path in ("/v1/ratelimit", "/v1/error"):
-        resp = raw_exchange(env, request(env, method="GET", path=path, body=None))
+        resp = raw_exchange(env, request(env, method="GET", path=path, body=None, host=NOBACKOFF,
+                                         nonce=env.nonces[NOBACKOFF]), sni=NOBACKOFF)
         assert KEY.encode() not in resp
-    after = read_stats(env)["bindings"][0]
-    assert after["name"] == API
+    stats = read_stats(env)
+    after = binding_stats(stats, NOBACKOFF)
     assert after["rate_limited"] == before["rate_limited"] + 1, after
     assert after["server_errors"] == before["server_errors"] + 1, after
     assert after["statuses"].get("429", 0) == before["statuses"].get("429", 0) + 1
     assert after["last_retry_after"] == "5", after
     assert after["requests"] == before["requests"] + 2
     assert after["bytes_up"] > before["bytes_up"] and after["bytes_down"] > before["bytes_down"]
-    assert after["refused"] >= 1 and "host_mismatch" in after["refused_by_reason"], after
-    service = read_stats(env)["service"]
+    assert after["backoff"] is False and after["backoffs"] == 0, after
+    api = binding_stats(stats, API)
+    assert api["refused"] >= 1 and "host_mismatch" in api["refused_by_reason"], api
+    assert api["requests"] == api_before["requests"], "nothing was sent on the api binding"
     # Keep-alive to the provider: requests went on pooled connections.
-    assert service["upstream_reused"] > 0 and service["upstream_connections"] < after["requests"], service
+    service = stats["service"]
+    assert service["upstream_reused"] > 0 and service["upstream_connections"] < api["requests"], service
+
+
+def backoff_events(env, binding):
+    return [e for e in env.events() if e.get("kind") == "broker_backoff" and e.get("binding") == binding]
+
+
+@case
+def provider_backoff_answers_for_the_provider_until_its_retry_after(env):
+    """A provider's 429 with Retry-After on a binding: the guest gets it as it
+    was; the next request within the window is the broker's own 429 (and
+    never reaches the provider), while other bindings go on; once the window
+    has passed (its 'ended' event), a request reaches the provider again."""
+    tag = os.urandom(4).hex()
+    def limited(path):
+        return raw_exchange(env, request(env, method="GET", path=path, body=None, host=LIMITED,
+                                         nonce=env.nonces[LIMITED]), sni=LIMITED)
+    before = env.provider_log()
+    started_before = len(backoff_events(env, LIMITED))
+    first = limited(f"/v1/ratelimit-once/{tag}?after=4")
+    st, h = status_and_headers(first)
+    assert st == 429 and "abox-refused" not in h and h.get("retry-after") == "4", first[:400]
+    assert b'"by":"provider"' in first, first[-200:]
+    assert len(env.provider_log()) == len(before) + 1
+
+    held = env.provider_log()
+    second = limited("/v1/messages")
+    st, h = status_and_headers(second)
+    assert st == 429 and h.get("abox-refused") == "provider_backoff", second[:400]
+    assert 1 <= int(h.get("retry-after", "0")) <= 4, h
+    assert h.get("connection") == "close", h
+    assert b"the broker's, not the provider's" in second, second[-300:]
+    nothing_reached_provider(env, held)
+    # Another binding of the same provider is not held.
+    other = raw_exchange(env, request(env, method="GET", path="/v1/messages", body=None))
+    assert status_and_headers(other)[0] == 200, other[:300]
+    held = env.provider_log()
+
+    events = backoff_events(env, LIMITED)[started_before:]
+    assert events and events[0]["event"] == "started" and events[0]["status"] == 429 and \
+        events[0]["retry_after"] == "4" and events[0]["seconds"] == 4, events
+    refused = [e for e in env.events() if e.get("kind") == "broker_refused" and e.get("reason") == "provider_backoff"
+               and e.get("binding") == LIMITED]
+    assert refused, "the broker's answer is an event"
+    stats = binding_stats(read_stats(env), LIMITED)
+    assert stats["backoff_active"] is True and stats["backoffs"] >= 1 and stats["backoff_answered"] >= 1, stats
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not any(e["event"] == "ended" for e in backoff_events(env, LIMITED)[started_before:]):
+        time.sleep(0.1)
+    ended = [e for e in backoff_events(env, LIMITED)[started_before:] if e["event"] == "ended"]
+    assert ended and ended[0]["answered"] == 1, backoff_events(env, LIMITED)
+    nothing_reached_provider(env, held)
+    third = limited(f"/v1/ratelimit-once/{tag}")
+    assert status_and_headers(third)[0] == 200, third[:300]
+    got = env.provider_log()[len(held):]
+    assert len(got) == 1 and provider.record_headers(got[0]).get("x-api-key") == KEY, got
+    assert binding_stats(read_stats(env), LIMITED)["backoff_active"] is False
+
+
+@case
+def a_binding_with_backoff_off_passes_every_request_through(env):
+    before = env.provider_log()
+    for _ in range(2):
+        resp = raw_exchange(env, request(env, method="GET", path="/v1/ratelimit", body=None, host=NOBACKOFF,
+                                         nonce=env.nonces[NOBACKOFF]), sni=NOBACKOFF)
+        st, h = status_and_headers(resp)
+        assert st == 429 and "abox-refused" not in h and h.get("retry-after") == "17", resp[:300]
+    got = env.provider_log()[len(before):]
+    assert len(got) == 2 and all(r["path"] == "/v1/ratelimit" for r in got), got
+    assert not backoff_events(env, NOBACKOFF), backoff_events(env, NOBACKOFF)
+    ok = raw_exchange(env, request(env, method="GET", path="/v1/messages", body=None, host=NOBACKOFF,
+                                   nonce=env.nonces[NOBACKOFF]), sni=NOBACKOFF)
+    assert status_and_headers(ok)[0] == 200, ok[:300]
 
 
 @case
@@ -1360,14 +1473,15 @@ def self_signed(rig, name):
 def setup(rig, abox):
     rig.build_internet()
     ca = rig.make_ca([API, BEARER, SELF])
-    rig.start_nsd([f"api IN A {ADDRS[API]}", f"bearer IN A {ADDRS[BEARER]}", f"ws IN A {ADDRS[WS]}", f"wrong IN A {ADDRS[WRONG]}",
+    rig.start_nsd([f"api IN A {ADDRS[API]}", f"bearer IN A {ADDRS[BEARER]}", f"ws IN A {ADDRS[WS]}",
+                   f"limited IN A {ADDRS[LIMITED]}", f"nobackoff IN A {ADDRS[NOBACKOFF]}", f"wrong IN A {ADDRS[WRONG]}",
                    f"untrusted IN A {ADDRS[UNTRUSTED]}", "rebind IN A 127.0.0.1", f"self IN A {nr.OUTSIDE_LINK}",
                    f"ns1 IN A {nr.ADDR['ns1']}"])
     logs = {k: rig.path(f"provider-{k}.jsonl") for k in ("api", "wrong", "untrusted", "self")}
     provider_script = os.path.join(HERE, "broker_fake_provider.py")
-    # api, bearer and ws share one provider (one address), whose
-    # certificate names all three.
-    both_crt, both_key = san_cert(rig, [API, BEARER, WS])
+    # api, bearer, ws, limited and nobackoff share one provider (one
+    # address), whose certificate names them all.
+    both_crt, both_key = san_cert(rig, [API, BEARER, WS, LIMITED, NOBACKOFF])
     servers = [("api", ADDRS[API], both_crt, both_key),
                ("wrong", ADDRS[WRONG], *rig.ca[API]),          # a certificate for api, served as wrong
                ("untrusted", ADDRS[UNTRUSTED], *self_signed(rig, UNTRUSTED))]
@@ -1391,8 +1505,8 @@ def setup(rig, abox):
     os.makedirs(d)
     rig.etc_netns.append(d)
     with open(f"{d}/hosts", "w") as f:
-        f.write("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 {n}\n" for n in (API, BEARER, WS, WRONG,
-                                                                               UNTRUSTED, REBIND, SELF)))
+        f.write("127.0.0.1 localhost\n" + "".join(f"127.0.0.1 {n}\n" for n in (API, BEARER, WS, LIMITED, NOBACKOFF,
+                                                                               WRONG, UNTRUSTED, REBIND, SELF)))
 
     policy = rig.path("policy.toml")
     with open(policy, "w") as f:
@@ -1415,6 +1529,14 @@ def san_cert(rig, names):
     rig.run(["openssl", "x509", "-req", "-in", csr, "-CA", rig.ca["ca"], "-CAkey", rig.path("ca.key"),
              "-CAcreateserial", "-days", "2", "-copy_extensions", "copy", "-out", crt], check=True)
     return crt, key
+
+
+def sandbox_status(pid):
+    """The lines of /proc/PID/status that say how a process is confined."""
+    keys = ("NoNewPrivs", "Seccomp", "CapEff", "CapPrm", "CapBnd")
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    return {k: fields.get(k) for k in keys}
 
 
 def listening_on(rig, ns, addr, port):
@@ -1482,6 +1604,12 @@ def run_suite(rig, tally, abox, abox_net, only):
     unix_socket = rig.path("broker.sock")
     ux = start_broker(rig, abox, "broker-unix", [*common, "--listen", f"unix:{unix_socket}"])
     tally.check("unix_socket_is_private", (os.stat(unix_socket).st_mode & 0o077) == 0)
+    # Started as root, yet confined before it said it listens (broker/sandbox.h).
+    for name, proc in (("broker", tcp), ("broker_unix", ux)):
+        status = sandbox_status(proc.pid)
+        tally.check(f"{name}_is_sandboxed (NoNewPrivs 1, Seccomp 2, CapEff 0)",
+                    status == {"NoNewPrivs": "1", "Seccomp": "2", "CapEff": "0000000000000000",
+                               "CapPrm": "0000000000000000", "CapBnd": "0000000000000000"}, str(status))
     r = abox_run(abox, "broker", *common, "--listen", f"unix:{unix_socket}", ns=rig.outside)
     tally.check("live_unix_socket_is_not_taken_over",
                 r.returncode == 3 and "in use" in r.stderr and os.path.exists(unix_socket), r.stderr)

@@ -40,6 +40,8 @@ Routes (any method):
   /v1/redirect   302 to another host (the broker must not follow it)
   /v1/ratelimit  429 with Retry-After: 17
   /v1/error      503 with Retry-After: 5
+  /v1/ratelimit-once/TAG?after=N  429 with Retry-After: N (3 without ?after)
+                 the first time this path is asked for, 200 every time after
   /v1/close-after  200, then the connection is closed without a word (no
                  "Connection: close"): a provider dropping a kept connection
   /v1/drop-next  200, the connection kept; the next request on it is read,
@@ -74,6 +76,7 @@ import threading
 import time
 
 LOCK = threading.Lock()
+ONCE_SEEN = set()  # the /v1/ratelimit-once/ paths answered 429 already
 
 
 # ---- the log, read back by the suites ------------------------------------------
@@ -261,6 +264,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._send(429, b'{"error":"rate_limited"}', extra=[("Retry-After", "17")])
         elif path == "/v1/error":
             self._send(503, b'{"error":"overloaded"}', extra=[("Retry-After", "5")])
+        elif path.startswith("/v1/ratelimit-once/"):
+            with LOCK:
+                first = path not in ONCE_SEEN
+                ONCE_SEEN.add(path)
+            if first:
+                after = self.path.split("after=", 1)[1] if "after=" in self.path else "3"
+                self._send(429, b'{"error":"rate_limited","by":"provider"}', extra=[("Retry-After", after)])
+            else:
+                self._send(200, b'{"id":"msg_2","type":"message","content":[{"type":"text","text":"again"}]}')
         else:
             self._send(200, b'{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}]}')
 

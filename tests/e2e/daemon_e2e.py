@@ -29,6 +29,10 @@ Cases:
   name and none of the others';
 - nonce_of_another: instance A's guest sends instance B's nonce to A's broker:
   refused (nonce_unknown, an event); A's own nonce is served; stats count it;
+  B, started with no --credentials, took its key from the operator's store:
+  its broker's argv, environment and fds hold no key and no path to the store,
+  its memory holds its key and not the store's key that no binding of B uses;
+  `abox credentials ls` names both instances as running and binding the key;
 - churn: N run -d/stop/rm cycles (ABOX_CHURN, default 10): afterwards no process,
   socket or state folder of them, the daemon's fds as before and its memory
   within 2 MiB of where it was.
@@ -84,8 +88,12 @@ class Harness:
         self.state = rig.path("state")
         self.runtime = rig.path("run")
         os.makedirs(self.runtime, mode=0o700)
+        # The operator's credential store (abox credentials' default), for an
+        # instance started without --credentials.
+        self.store = os.path.join(rig.path("config"), "abox", "credentials.toml")
         self.env = dict(os.environ, XDG_STATE_HOME=self.state, XDG_CACHE_HOME=rig.path("cache"),
-                        XDG_RUNTIME_DIR=self.runtime, LANG="C.UTF-8")
+                        XDG_RUNTIME_DIR=self.runtime, XDG_CONFIG_HOME=rig.path("config"), LANG="C.UTF-8")
+        self.env.pop("ABOX_CREDENTIALS", None)
         self.env.pop("TERM", None)
         self.policy = rig.path("policy.toml")
         with open(self.policy, "w") as f:
@@ -419,14 +427,82 @@ def broker_policy_and_credentials(h, tag):
     return policy, creds
 
 
+def memory_holds(pid, needles):
+    """Which of `needles` (bytes) occur anywhere in the readable memory of
+    process `pid` (root reads /proc/PID/mem), mapping by mapping."""
+    found = {n: False for n in needles}
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            parts = line.split()
+            if "r" not in parts[1] or (len(parts) > 5 and parts[5] in ("[vvar]", "[vsyscall]", "[vvar_vclock]")):
+                continue
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            if end - start > (512 << 20):
+                continue
+            try:
+                mem.seek(start)
+                data = mem.read(end - start)
+            except (OSError, ValueError, OverflowError):
+                continue
+            for n in needles:
+                found[n] = found[n] or n in data
+    return found
+
+
+def check_broker_keys(h, name, key, unrelated):
+    """The broker of `name` got its key over an fd: no key and no path to the
+    store in its argv, environment or open fds; its memory holds its own key
+    (the control) and not `unrelated`, a key of the store no binding uses."""
+    procs = h.json_of("inspect", "--json", name).get("processes", {})
+    pid = procs.get("broker", {}).get("pid")
+    if not pid:
+        h.check(f"{name}_broker_pid", False, procs)
+        return
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        environ = f.read()
+    fds = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+    store = h.store.encode()
+    h.check(f"{name}_broker_argv_has_the_fd_not_the_store",
+            b"--credentials-fd" in argv and b"--credentials" not in argv and
+            not any(store in a or key.encode() in a or b"credentials.toml" in a for a in argv), argv)
+    h.check(f"{name}_broker_environment_has_no_key_nor_store",
+            key.encode() not in environ and store not in environ and b"credentials" not in environ, environ)
+    h.check(f"{name}_broker_keeps_no_fd_to_the_keys",
+            not any("credentials" in l or "abox-broker-keys" in l for l in fds), fds)
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    h.check(f"{name}_broker_is_sandboxed (NoNewPrivs 1, Seccomp 2, CapEff 0)",
+            (status.get("NoNewPrivs"), status.get("Seccomp"), status.get("CapEff")) ==
+            ("1", "2", "0000000000000000"), {k: status.get(k) for k in ("NoNewPrivs", "Seccomp", "CapEff")})
+    held = memory_holds(pid, [key.encode(), unrelated.encode()])
+    h.check(f"{name}_broker_memory_holds_its_key_and_not_another", held[key.encode()] and
+            not held[unrelated.encode()], held)
+
+
 def case_nonce_of_another(h):
-    """A's broker refuses B's nonce (nonce_unknown) and serves A's own."""
-    pb, cb = broker_policy_and_credentials(h, "b")
-    code, _, err = h.run("run", "-d", "--policy", pb, "--credentials", cb, "--upstream-ca", h.rig.ca["ca"],
+    """A's broker refuses B's nonce (nonce_unknown) and serves A's own. B
+    takes its key from the operator's store (no --credentials), which also
+    holds a key no binding of B names: B's broker never gets that one."""
+    pb, _ = broker_policy_and_credentials(h, "b")
+    key_b = "sk-test-" + os.urandom(16).hex()
+    unrelated = "sk-unrelated-" + os.urandom(16).hex()
+    os.makedirs(os.path.dirname(h.store), mode=0o700, exist_ok=True)
+    with open(h.store, "w") as f:
+        f.write(f'[credentials]\ntestkey = "{key_b}"\nunrelated = "{unrelated}"\n')
+    os.chmod(h.store, 0o600)
+    code, _, err = h.run("run", "-d", "--policy", pb, "--upstream-ca", h.rig.ca["ca"],
                          "--name", "nonceb", "--no-selftest", "--", "sh", "-c", "echo nonce=$TEST_API_KEY; sleep 600")
     h.check("nonce_b_started", code == 0, err)
     out = h.wait_output("nonceb", "nonce=")
     other = next((l.split("=", 1)[1] for l in out.splitlines() if l.startswith("nonce=")), "")
+    check_broker_keys(h, "nonceb", key_b, unrelated)
     pa, ca = broker_policy_and_credentials(h, "a")
     api = f"https://api.{nr.ZONE}/host"
     script = (f"wget -q -O - --header \"x-api-key: $OTHER\" {api} >/dev/null 2>&1 && echo other-ok || echo other-refused; "
@@ -444,6 +520,18 @@ def case_nonce_of_another(h):
     stats = h.json_of("stats", "--json", "noncea")
     binding = stats.get("broker", {}).get(f"api.{nr.ZONE}", {})
     h.check("stats_count_the_broker_request", binding.get("requests", 0) >= 1, stats.get("broker"))
+    # abox credentials ls: the daemon's instances that bind testkey, as running.
+    code, out, err = h.run("credentials", "ls", "--json", "--store", ca)
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        doc = {}
+    testkey = next((c for c in doc.get("credentials", []) if c.get("name") == "testkey"), {})
+    bound = {(b.get("instance"), b.get("state"), b.get("binding")) for b in testkey.get("bindings", [])}
+    h.check("credentials_ls_names_the_running_instances_that_bind_a_key",
+            doc.get("states") == "daemon" and testkey.get("stored") is True and
+            {("noncea", "running", f"api.{nr.ZONE}:443"), ("nonceb", "running", f"api.{nr.ZONE}:443")} <= bound and
+            "sk-test-" not in out, out + err)
     h.run("rm", "-f", "noncea", "nonceb")
     h.gone("nonce_a", "noncea")
     h.gone("nonce_b", "nonceb")

@@ -85,6 +85,22 @@ TEST_F(BrokerCommand, UsageErrorsAreOneLine) {
   auto n = broker({"nonces", "--state", state_, "extra"});
   EXPECT_EQ(n.code, 2);
   EXPECT_EQ(n.err, "abox broker nonces: unexpected argument 'extra' (see 'abox broker nonces --help')\n");
+  auto both =
+      broker({"-p", "p.toml", "-c", "c.toml", "--credentials-fd", "3", "-s", state_, "-l", "127.0.0.1:0"});
+  EXPECT_EQ(both.code, 2);
+  EXPECT_EQ(
+      both.err,
+      "abox broker: give the keys with one of --credentials FILE and --credentials-fd N (see 'abox broker "
+      "--help')\n");
+  auto none = broker({"-p", "p.toml", "-s", state_, "-l", "127.0.0.1:0"});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_EQ(none.err, both.err);
+  for (std::string_view bad : {"x", "1", "-3", "3x", "999"}) {
+    auto fd =
+        broker({"-p", "p.toml", "--credentials-fd", std::string(bad), "-s", state_, "-l", "127.0.0.1:0"});
+    EXPECT_EQ(fd.code, 2) << bad;
+    EXPECT_NE(fd.err.find("not an open fd of 3 or more"), std::string::npos) << fd.err;
+  }
   auto h = broker({"ca", "--help"});
   EXPECT_EQ(h.code, 0);
   EXPECT_TRUE(h.out.starts_with("usage: abox broker ca"));

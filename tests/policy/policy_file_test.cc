@@ -84,6 +84,13 @@ nonce_env = "ANTHROPIC_API_KEY"
 methods = ["GET", "POST"]
 paths = ["/v1/"]
 
+[[broker]]
+name = "api.openai.com"
+credential = "openai"
+header = "authorization"
+nonce_env = "OPENAI_API_KEY"
+backoff = false
+
 [limits]
 flows = 100
 half_open = 10
@@ -112,10 +119,12 @@ allow_reserved = ["127.0.0.0/8"]
   EXPECT_FALSE(p.rules()[1].tcp);
   EXPECT_EQ(p.rules()[2].ports[0].first, 5432);
   EXPECT_EQ(p.rules()[2].ports[0].last, 5433);
-  ASSERT_EQ(p.brokers().size(), 1u);
+  ASSERT_EQ(p.brokers().size(), 2u);
   EXPECT_EQ(p.brokers()[0].name, "api.anthropic.com");
   EXPECT_EQ(p.brokers()[0].header, "x-api-key");
   EXPECT_EQ(p.brokers()[0].port, 443);
+  EXPECT_TRUE(p.brokers()[0].backoff) << "on unless the binding turns it off";
+  EXPECT_FALSE(p.brokers()[1].backoff);
   EXPECT_EQ(p.limits().half_open, 10u);
   EXPECT_EQ(p.timeouts().connect_ms, 3000u);
   EXPECT_EQ(p.timeouts().udp_idle_s, 30u);
@@ -400,6 +409,11 @@ INSTANTIATE_TEST_SUITE_P(
             "[[broker]]\nname = \"api.example.com\"\ncredential = \"k\"\nheader = \"x-api-key\"\nnonce_env = "
             "\"K\"\nmethods = [\"CONNECT\"]\n",
             "6:12: method \"CONNECT\": expected one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"},
+        BadCase{
+            "broker_backoff_not_a_boolean",
+            "[[broker]]\nname = \"api.example.com\"\ncredential = \"k\"\nheader = \"x-api-key\"\nnonce_env = "
+            "\"K\"\nbackoff = \"off\"\n",
+            "6:11: backoff: expected true or false, found a string"},
         BadCase{
             "broker_bad_path",
             "[[broker]]\nname = \"api.example.com\"\ncredential = \"k\"\nheader = \"x-api-key\"\nnonce_env = "
