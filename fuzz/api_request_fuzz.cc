@@ -33,6 +33,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       check(r->args.size() <= kMaxRunArgs);
       check(!r->cwd.empty() && r->cwd[0] == '/');
       break;
+    case ApiOp::kExec:
+      check(valid_instance_name(r->name));
+      check(!r->args.empty() && r->args.size() <= kMaxRunArgs && !r->args[0].empty());
+      check(r->env.size() <= kMaxExecEnvEntries);
+      for (const auto& e : r->env) check(e.find('=') != std::string::npos && e[0] != '=');
+      check(r->workdir.empty() || r->workdir[0] == '/');
+      break;
+    case ApiOp::kExecInput:
+      check(r->name.empty() && r->data.size() <= kMaxInputBytes);
+      break;
+    case ApiOp::kExecResize:
+      check(r->name.empty());
+      break;
+    case ApiOp::kExecSignal:
+      check(r->name.empty() && r->signal >= 1 && r->signal <= 64);
+      break;
     default:
       check(valid_instance_name(r->name));
   }

@@ -10,6 +10,10 @@
 //         type, what the supervisor decodes; from 128 the host-to-guest type
 //         byte-128, what box-guest decodes), through its decoder; what
 //         decodes must encode back to the same bytes (one payload, one reading).
+// Version 3's command sessions are in both: every session-tagged message
+// (started, start_failed, stdout, stderr, exited, stdin_credit; exec, stdin,
+// stdin_eof, output_credit, signal, resize), and a session's data never
+// holds more than kMaxStreamBytes.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -34,23 +38,51 @@ void round_trip(const std::optional<M>& m, std::span<const std::uint8_t> payload
     std::abort();
 }
 
+// stdout, stderr, stdin: a session, then bytes that fit one frame.
+void session_data(std::span<const std::uint8_t> p) {
+  auto d = decode_session_data(p);
+  if (!d) {
+    if (p.size() >= kSessionIdBytes) std::abort();  // anything with an id decodes
+    return;
+  }
+  if (d->bytes.size() != p.size() - kSessionIdBytes) std::abort();
+  if (p.size() <= kMaxPayload && d->bytes.size() > kMaxStreamBytes) std::abort();
+  round_trip(d, p);
+}
+
 // What box-guest decodes from the host (a host is trusted, but its decoder
 // runs on whatever reaches the port, and must never read out of bounds).
 // copy_data and the empty messages carry no structure to decode.
 void decode_host_payload(std::uint8_t type, std::span<const std::uint8_t> p) {
   switch (static_cast<HostMessage>(type)) {
-    case HostMessage::kSetup:
-      round_trip(decode_setup(p), p);
-      break;
     case HostMessage::kOutputCredit:
-      round_trip(decode_credit(p), p);
+      round_trip(decode_session_credit(p), p);
       break;
     case HostMessage::kSignal:
       round_trip(decode_signal(p), p);
       break;
     case HostMessage::kResize:
-      round_trip(decode_window_size(p), p);
+      round_trip(decode_resize(p), p);
       break;
+    case HostMessage::kExec: {
+      auto e = decode_exec(p);
+      if (e && (e->session == kMainSession || e->argv.empty() || e->env.size() > kMaxEnvEntries))
+        std::abort();
+      round_trip(e, p);
+      break;
+    }
+    case HostMessage::kStdin:
+      session_data(p);
+      break;
+    case HostMessage::kStdinEof:
+      round_trip(decode_session_ref(p), p);
+      break;
+    case HostMessage::kSetup: {
+      auto s = decode_setup(p);
+      if (s && peek_setup_version(p) != s->version) std::abort();
+      round_trip(s, p);
+      break;
+    }
     case HostMessage::kCopyIn:
     case HostMessage::kCopyOut:
       round_trip(decode_copy_path(p), p);
@@ -85,7 +117,11 @@ void decode_payload(std::uint8_t type, std::span<const std::uint8_t> p) {
       round_trip(decode_log(p), p);
       break;
     case GuestMessage::kStdinCredit:
-      round_trip(decode_credit(p), p);
+      round_trip(decode_session_credit(p), p);
+      break;
+    case GuestMessage::kStdout:
+    case GuestMessage::kStderr:
+      session_data(p);
       break;
     case GuestMessage::kCopyInDone:
     case GuestMessage::kCopyOutDone:

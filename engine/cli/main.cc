@@ -13,6 +13,7 @@
 #include "engine/cli/credentials_command.h"
 #include "engine/cli/daemon_command.h"
 #include "engine/cli/doctor_command.h"
+#include "engine/cli/exec_command.h"
 #include "engine/cli/exit_codes.h"
 #include "engine/cli/fleet_command.h"
 #include "engine/cli/image_command.h"
@@ -38,7 +39,9 @@ constexpr std::string_view kUsage =
     "  ls [-a] [--json]               the instances\n"
     "  inspect | stats NAME           one instance's record | its memory and counters\n"
     "  logs [-f] NAME                 its command's output (agent-reported)\n"
-    "  attach NAME                    its output from now on, stdin to it (run -d -i)\n"
+    "  attach NAME                    its output from now on, stdin to it (run -d -i), its\n"
+    "                                 terminal (run -d -t; Ctrl-P Ctrl-Q detaches)\n"
+    "  exec [-i] [-t] NAME -- CMD     run CMD beside NAME's command (exits with CMD's status)\n"
     "  events [-f] [--json] NAME      what abox saw: lifecycle, admissions, refusals, broker\n"
     "  stop NAME... | start NAME | rm [-f] NAME...   stop, boot again, remove\n"
     "  daemon                         the daemon in the foreground (started on first use)\n"
@@ -63,7 +66,7 @@ constexpr std::string_view kUsage =
     "Exit status: 0 success, 1 a negative answer (invalid, refused), 2 usage error,\n"
     "3 the command could not do its work, 4 a conditional answer (policy explain:\n"
     "an address that needs a DNS answer). 'abox run' passes CMD's status through\n"
-    "and has its own (122-127: see 'abox run --help').\n";
+    "and has its own (122-127: see 'abox run --help'); so does 'abox exec' (125-127).\n";
 
 }  // namespace
 
@@ -100,6 +103,9 @@ int main(int argc, char** argv) {
     }
     if (args[0] == "cp") {
       return run_cp_command(std::span(args).subspan(1));
+    }
+    if (args[0] == "exec") {
+      return run_exec_command(std::span(args).subspan(1));
     }
     if (is_fleet_command(args[0])) {
       return run_fleet_command(args[0], std::span(args).subspan(1));

@@ -63,8 +63,9 @@ constexpr std::string_view kUsage =
     "                           box-guest's) as JSON lines to FILE, or '-' for stderr\n"
     "                           (stdout is CMD's)\n"
     "  -d, --detach             hand the instance to the daemon and print its name once it\n"
-    "                           runs (not with -t, --events, --json, --keep; with -i, abox attach\n"
-    "                           sends input); then abox ls, logs, events, attach, stop, start, rm\n"
+    "                           runs (not with --events, --json, --keep; with -i, abox attach\n"
+    "                           sends input; with -t, attach gives a terminal); then abox ls,\n"
+    "                           logs, events, attach, exec, stop, start, rm\n"
     "      --json               print a summary of the run as one JSON line on stderr at the end\n"
     "      --keep               keep the state folder (events, console, instance.json)\n"
     "      --no-selftest        skip the self-test (a warning says so)\n"
@@ -191,6 +192,7 @@ std::string summary_json(const std::string& name, const InstanceOutcome& o, int 
       .end_object();
   w.field("stdout_bytes", o.stdout_bytes).field("stderr_bytes", o.stderr_bytes);
   w.field("forged_frames", o.forged_frames);
+  w.field("unknown_session_frames", o.unknown_session_frames);
   if (o.kept) w.field("state_folder", o.state_folder);
   w.end_object();
   return js;
@@ -236,7 +238,7 @@ std::span<const OptionSpec> run_options() {
   return kOptions;
 }
 
-std::string run_config_from_args(const ParsedArgs& a, InstanceConfig& c) {
+std::string run_config_from_args(const ParsedArgs& a, InstanceConfig& c, bool local_terminal) {
   auto policy_file = a.last("policy");
   if (!policy_file) return "--policy FILE is required";
 
@@ -288,12 +290,13 @@ std::string run_config_from_args(const ParsedArgs& a, InstanceConfig& c) {
   }
   c.tty = a.has("tty");
   if (c.tty) {
-    if (auto size = terminal_size(c.attach_stdin ? STDIN_FILENO : STDOUT_FILENO))
-      c.window = {size->rows, size->cols};
-    else
-      c.window = {24, 80};
+    c.window = {24, 80};
+    if (local_terminal) {
+      if (auto size = terminal_size(c.attach_stdin ? STDIN_FILENO : STDOUT_FILENO))
+        c.window = {size->rows, size->cols};
+    }
   }
-  if (c.tty && c.attach_stdin && ::isatty(STDIN_FILENO) == 0)
+  if (local_terminal && c.tty && c.attach_stdin && ::isatty(STDIN_FILENO) == 0)
     return "-t -i: stdin is not a terminal (leave out -t to forward a pipe or a file)";
   for (const auto& spec : a.all("copy-in")) {
     CopyIn ci;
@@ -336,7 +339,8 @@ int run_run_command(std::span<const std::string_view> args) {
   }
   if (a.positionals.empty()) return usage_error("no command: abox run [options] -- CMD [ARGS...]");
   InstanceConfig c;
-  if (auto problem = run_config_from_args(a, c); !problem.empty()) return usage_error(problem);
+  if (auto problem = run_config_from_args(a, c, /*local_terminal=*/!a.has("detach")); !problem.empty())
+    return usage_error(problem);
   if (a.has("detach")) return run_detached(args, a);
   std::string accel = a.last("accel").value_or("auto");
   if (auto problem = prepare_machine(c, a.last("image").value_or(""), accel, "abox run", std::cerr);

@@ -31,7 +31,10 @@ enum RunExitCode : int {
 std::span<const OptionSpec> run_options();
 // Fills c from abox run's parsed options: everything but the machine
 // (prepare_machine) and the stdio. Returns "" or the usage error.
-std::string run_config_from_args(const ParsedArgs& a, InstanceConfig& c);
+// local_terminal: -t's window is this process's terminal's, and -t -i needs
+// stdin to be one; a detached instance (the daemon, the shim) has none: its
+// window starts at 24x80 and abox attach sets it.
+std::string run_config_from_args(const ParsedArgs& a, InstanceConfig& c, bool local_terminal = true);
 
 // args: everything after "abox run". Uses this process's stdin, stdout and stderr.
 int run_run_command(std::span<const std::string_view> args);

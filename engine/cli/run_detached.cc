@@ -41,7 +41,7 @@ int wait_until_running(DaemonClient& client, const std::string& name, std::chron
 }
 
 int run_detached(std::span<const std::string_view> args, const ParsedArgs& parsed) {
-  for (std::string_view flag : {"tty", "events", "json", "keep"}) {
+  for (std::string_view flag : {"events", "json", "keep"}) {
     if (parsed.has(flag)) {
       std::cerr << "abox run: -d: --" << flag
                 << " is not for a detached instance (abox logs, abox events; the state folder is kept "

@@ -36,6 +36,14 @@ const Op kOps[] = {
     {"events", ApiOp::kEvents, {"name", "follow"}, true},
     {"stats", ApiOp::kStats, {"name"}, true},
     {"input", ApiOp::kInput, {"name", "data", "eof"}, true},
+    {"exec",
+     ApiOp::kExec,
+     {"name", "args", "env", "workdir", "user", "tty", "interactive", "rows", "cols"},
+     true},
+    {"exec_input", ApiOp::kExecInput, {"exec", "data", "eof"}, false},
+    {"exec_resize", ApiOp::kExecResize, {"exec", "rows", "cols"}, false},
+    {"exec_signal", ApiOp::kExecSignal, {"exec", "signal"}, false},
+    {"resize", ApiOp::kResize, {"name", "rows", "cols"}, true},
 };
 
 // json::parse keeps one of two equal keys; a request that says two things is
@@ -106,7 +114,71 @@ base::Result<std::string, std::string> get_string(const json::object& o, std::st
   return std::string(s);
 }
 
+// An integer field in [min, max]; absent: nullopt and no error.
+base::Result<std::optional<std::uint64_t>, std::string> get_integer(const json::object& o,
+                                                                    std::string_view key, std::uint64_t min,
+                                                                    std::uint64_t max) {
+  auto* v = o.if_contains(key);
+  if (v == nullptr) return std::optional<std::uint64_t>{};
+  std::uint64_t n = 0;
+  if (v->is_uint64()) {
+    n = v->get_uint64();
+  } else if (v->is_int64() && v->get_int64() >= 0) {
+    n = static_cast<std::uint64_t>(v->get_int64());
+  } else {
+    return base::Err{"\"" + std::string(key) + "\" must be a whole number"};
+  }
+  if (n < min || n > max)
+    return base::Err{"\"" + std::string(key) + "\" must be from " + std::to_string(min) + " to " +
+                     std::to_string(max)};
+  return std::optional<std::uint64_t>{n};
+}
+
+// A JSON array of strings without NUL, at most max of them.
+base::Result<std::vector<std::string>, std::string> get_strings(const json::object& o, std::string_view key,
+                                                                std::size_t max) {
+  std::vector<std::string> out;
+  auto* v = o.if_contains(key);
+  if (v == nullptr) return out;
+  if (!v->is_array()) return base::Err{"\"" + std::string(key) + "\" must be an array of strings"};
+  if (v->get_array().size() > max)
+    return base::Err{"\"" + std::string(key) + "\" holds more than " + std::to_string(max) + " strings"};
+  for (const auto& a : v->get_array()) {
+    if (!a.is_string()) return base::Err{"\"" + std::string(key) + "\" must hold only strings"};
+    if (a.get_string().find('\0') != json::string::npos)
+      return base::Err{"\"" + std::string(key) + "\" holds a NUL"};
+    out.emplace_back(a.get_string());
+  }
+  return out;
+}
+
 }  // namespace
+
+std::optional<std::pair<std::uint32_t, std::uint32_t>> parse_user(std::string_view text) {
+  auto number = [](std::string_view t) -> std::optional<std::uint32_t> {
+    if (t.empty() || t.size() > 10) return std::nullopt;
+    std::uint64_t n = 0;
+    for (char c : t) {
+      if (c < '0' || c > '9') return std::nullopt;
+      n = n * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    if (n > 0xFFFFFFFFu) return std::nullopt;
+    return static_cast<std::uint32_t>(n);
+  };
+  auto colon = text.find(':');
+  auto uid = number(text.substr(0, colon));
+  if (!uid) return std::nullopt;
+  if (colon == std::string_view::npos) return std::pair{*uid, *uid};
+  auto gid = number(text.substr(colon + 1));
+  if (!gid) return std::nullopt;
+  return std::pair{*uid, *gid};
+}
+
+std::vector<std::string_view> api_op_names() {
+  std::vector<std::string_view> out;
+  for (const auto& o : kOps) out.push_back(o.name);
+  return out;
+}
 
 std::string_view api_op_name(ApiOp op) {
   for (const auto& o : kOps)
@@ -194,13 +266,64 @@ base::Result<ApiRequest, ApiRequestError> parse_api_request(std::string_view lin
   if (!flag("follow", r.follow)) return refuse("\"follow\" must be true or false");
   if (!flag("from_end", r.from_end)) return refuse("\"from_end\" must be true or false");
   if (!flag("eof", r.eof)) return refuse("\"eof\" must be true or false");
-  if (r.op == ApiOp::kInput) {
+  if (r.op == ApiOp::kInput || r.op == ApiOp::kExecInput) {
     auto data = get_string(o, "data", (kMaxInputBytes + 2) / 3 * 4);
     if (!data.ok()) return refuse(data.error());
     auto bytes = base64_decode(*data);
     if (!bytes) return refuse("\"data\" must be base64");
     if (bytes->size() > kMaxInputBytes) return refuse("\"data\" holds more than 64 KiB");
     r.data = std::move(*bytes);
+  }
+
+  if (r.op == ApiOp::kExec) {
+    auto args = get_strings(o, "args", kMaxRunArgs);
+    if (!args.ok()) return refuse(args.error());
+    if (args->empty() || (*args)[0].empty())
+      return refuse("exec needs \"args\", the command: 1 or more strings");
+    r.args = std::move(args).value();
+    auto env = get_strings(o, "env", kMaxExecEnvEntries);
+    if (!env.ok()) return refuse(env.error());
+    for (const auto& e : *env) {
+      auto eq = e.find('=');
+      if (eq == std::string::npos || eq == 0) return refuse("\"env\" entries are NAME=VALUE");
+    }
+    r.env = std::move(env).value();
+    auto workdir = get_string(o, "workdir", 4096);
+    if (!workdir.ok()) return refuse(workdir.error());
+    if (!workdir->empty() && (*workdir)[0] != '/') return refuse("\"workdir\" must be an absolute path");
+    r.workdir = *workdir;
+    auto user = get_string(o, "user", 32);
+    if (!user.ok()) return refuse(user.error());
+    if (!user->empty()) {
+      auto ids = parse_user(*user);
+      if (!ids) return refuse("\"user\" is UID or UID:GID (numbers)");
+      r.uid = ids->first;
+      r.gid = ids->second;
+    }
+    if (!flag("tty", r.tty)) return refuse("\"tty\" must be true or false");
+    if (!flag("interactive", r.interactive)) return refuse("\"interactive\" must be true or false");
+  }
+  if (r.op == ApiOp::kExec || r.op == ApiOp::kExecResize || r.op == ApiOp::kResize) {
+    auto rows = get_integer(o, "rows", 0, 0xFFFF);
+    if (!rows.ok()) return refuse(rows.error());
+    auto cols = get_integer(o, "cols", 0, 0xFFFF);
+    if (!cols.ok()) return refuse(cols.error());
+    if (r.op != ApiOp::kExec && (!*rows || !*cols))
+      return refuse(std::string(op->name) + " needs rows and cols");
+    r.rows = static_cast<std::uint16_t>(rows->value_or(0));
+    r.cols = static_cast<std::uint16_t>(cols->value_or(0));
+  }
+  if (r.op == ApiOp::kExecInput || r.op == ApiOp::kExecResize || r.op == ApiOp::kExecSignal) {
+    auto exec = get_integer(o, "exec", 0, kMaxId);
+    if (!exec.ok()) return refuse(exec.error());
+    if (!*exec) return refuse(std::string(op->name) + " needs \"exec\", the id of the exec request");
+    r.exec = **exec;
+  }
+  if (r.op == ApiOp::kExecSignal) {
+    auto sig = get_integer(o, "signal", 1, 64);
+    if (!sig.ok()) return refuse(sig.error());
+    if (!*sig) return refuse("exec_signal needs \"signal\", 1-64");
+    r.signal = static_cast<int>(**sig);
   }
 
   if (r.op == ApiOp::kRun) {

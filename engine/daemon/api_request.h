@@ -12,12 +12,18 @@
 //   do hears so); a repeated key is refused;
 // - names are valid instance names (state_folder.h), run's args are at most
 //   kMaxRunArgs strings, cwd is absolute; input's data is canonical base64 of
-//   at most kMaxInputBytes.
+//   at most kMaxInputBytes;
+// - exec: args 1-kMaxRunArgs strings without NUL (the command), env at most
+//   kMaxExecEnvEntries strings NAME=VALUE (a valid name), workdir empty or
+//   absolute, user UID or UID:GID (decimal, 0..2^32-1), rows and cols
+//   0..65535; exec_input, exec_resize and exec_signal name an exec by the
+//   id of its request ("exec"), a signal is 1-64; resize has rows and cols.
 // The id of a refused request is given back when it could be read, so the
 // client can match the error; otherwise it is 0.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,7 +37,28 @@ inline constexpr std::size_t kMaxRequestBytes = 256 * 1024;
 inline constexpr std::size_t kMaxRunArgs = 1024;
 inline constexpr std::size_t kMaxInputBytes = 64 * 1024;
 
-enum class ApiOp { kPing, kRun, kList, kInspect, kStop, kStart, kRemove, kLogs, kEvents, kStats, kInput };
+inline constexpr std::size_t kMaxExecEnvEntries = 256;
+
+enum class ApiOp {
+  kPing,
+  kRun,
+  kList,
+  kInspect,
+  kStop,
+  kStart,
+  kRemove,
+  kLogs,
+  kEvents,
+  kStats,
+  kInput,
+  kExec,        // a command beside the instance's main one (a stream)
+  kExecInput,   // stdin for an exec of this connection
+  kExecResize,  // its window
+  kExecSignal,  // a signal to it
+  kResize,      // the main command's window (an instance started with -t)
+};
+// Every op, in the order of the enum: what ping lists as "ops".
+std::vector<std::string_view> api_op_names();
 std::string_view api_op_name(ApiOp op);
 
 struct ApiRequest {
@@ -47,6 +74,14 @@ struct ApiRequest {
   std::vector<std::string> args;   // run: `abox run`'s options and command (no -d, -i, -t)
   std::string cwd;                 // run: where relative paths in args start
   std::string term, lang;          // run: the client's TERM and LANG, for the guest
+  // exec: args is the command; these its options.
+  std::vector<std::string> env;  // "NAME=VALUE", on top of the instance's environment
+  std::string workdir;           // "" = the user's home
+  std::uint32_t uid = 1000, gid = 1000;
+  bool tty = false, interactive = false;
+  std::uint16_t rows = 0, cols = 0;  // exec, exec_resize, resize
+  std::uint64_t exec = 0;            // exec_input, exec_resize, exec_signal: the exec's request id
+  int signal = 0;                    // exec_signal
 };
 
 struct ApiRequestError {
@@ -55,5 +90,8 @@ struct ApiRequestError {
 };
 
 base::Result<ApiRequest, ApiRequestError> parse_api_request(std::string_view line);
+
+// "UID" or "UID:GID" (decimal; the gid is the uid when not given), or nullopt.
+std::optional<std::pair<std::uint32_t, std::uint32_t>> parse_user(std::string_view text);
 
 }  // namespace abox::engine

@@ -29,6 +29,9 @@
 #include "engine/cli/run_command.h"
 #include "engine/daemon/base64.h"
 #include "engine/daemon/broker_event_stats.h"
+#include "engine/daemon/exec_relay.h"
+#include "engine/instance/exec_wire.h"
+#include "engine/instance/guest_environment.h"
 #include "engine/instance/state_folder.h"
 #include "engine/process/child_process.h"
 #include "engine/process/pipe_reader.h"
@@ -111,6 +114,14 @@ class Daemon::Client : public std::enable_shared_from_this<Client> {
   std::deque<std::string> out;
   std::size_t queued = 0;
   bool writing = false, gone = false, close_after = false;
+  // The execs this connection runs, by their request's id.
+  std::map<std::uint64_t, std::shared_ptr<ExecRelay>> execs;
+
+  void end_execs() {
+    auto all = std::move(execs);
+    execs.clear();
+    for (auto& [id, relay] : all) relay->close();
+  }
 
   void send(const json::object& o) {
     std::string line = json::serialize(o);
@@ -393,6 +404,12 @@ std::string Daemon::describe(const std::string& name, bool full) const {
         for (const auto& a : config->args) args.emplace_back(a);
         o["args"] = std::move(args);
         o["boots"] = config->boots;
+        // What abox attach needs to know: a terminal (-t), and stdin (-i).
+        std::vector<std::string_view> views(config->args.begin(), config->args.end());
+        if (auto parsed = parse_options(views, run_options(), /*stop_at_positional=*/true); parsed.ok()) {
+          o["tty"] = parsed->has("tty");
+          o["interactive"] = parsed->has("interactive");
+        }
       }
     }
     if (live) {
@@ -456,6 +473,7 @@ void Daemon::read_request(std::shared_ptr<Client> client) {
             reply_error(client, 0, "refused: a request line longer than " + std::to_string(kMaxRequestBytes));
           }
           client->gone = client->gone || ec != boost::asio::error::not_found;
+          client->end_execs();  // the client is gone: its execs' commands are killed
           --clients_;
           return;
         }
@@ -497,6 +515,14 @@ void Daemon::handle(std::shared_ptr<Client> c, const ApiRequest& r) {
       return op_stats(c, r);
     case ApiOp::kInput:
       return op_input(c, r);
+    case ApiOp::kExec:
+      return op_exec(c, r);
+    case ApiOp::kExecInput:
+    case ApiOp::kExecResize:
+    case ApiOp::kExecSignal:
+      return op_exec_input(c, r);
+    case ApiOp::kResize:
+      return op_resize(c, r);
   }
 }
 
@@ -511,6 +537,9 @@ void Daemon::op_ping(std::shared_ptr<Client> c, const ApiRequest& r) {
   json::object o = ok_reply(r.id);
   o["version"] = kDaemonVersion;
   o["api"] = kApiVersion;
+  json::array ops;
+  for (auto op : api_op_names()) ops.emplace_back(op);
+  o["ops"] = std::move(ops);
   o["pid"] = ::getpid();
   o["rss_kib"] = process_rss_kib(::getpid());
   o["fds"] = fds > 2 ? fds - 3 : 0;  // ., .. and the one opendir holds
@@ -532,7 +561,7 @@ void Daemon::op_run(std::shared_ptr<Client> c, const ApiRequest& r) {
   if (!parsed.ok()) return reply_error(c, r.id, parsed.error());
   if (parsed->help) return reply_error(c, r.id, "--help is not an instance");
   if (parsed->positionals.empty()) return reply_error(c, r.id, "no command: args end with -- CMD [ARGS...]");
-  for (std::string_view flag : {"detach", "tty", "events", "json", "keep"}) {
+  for (std::string_view flag : {"detach", "events", "json", "keep"}) {
     if (parsed->has(flag))
       return reply_error(c, r.id,
                          "--" + std::string(flag) + " is not for a detached instance (see docs/api.md)");
@@ -542,7 +571,7 @@ void Daemon::op_run(std::shared_ptr<Client> c, const ApiRequest& r) {
     parsed = parse(args);
   }
   InstanceConfig probe;
-  if (auto problem = run_config_from_args(*parsed, probe); !problem.empty())
+  if (auto problem = run_config_from_args(*parsed, probe, /*local_terminal=*/false); !problem.empty())
     return reply_error(c, r.id, problem);
   std::string name = probe.name;
   if (shims_.count(name) != 0) return reply_error(c, r.id, "an instance named '" + name + "' runs");
@@ -767,6 +796,119 @@ void Daemon::op_input(std::shared_ptr<Client> c, const ApiRequest& r) {
                              o["bytes"] = data->size();
                              c->send(o);
                            });
+}
+
+// ---- abox exec, and the main command's window ----
+
+void Daemon::op_exec(std::shared_ptr<Client> c, const ApiRequest& r) {
+  if (!exists(r.name)) return reply_error(c, r.id, "no instance named '" + r.name + "'");
+  if (shims_.count(r.name) == 0) {
+    // A foreground abox run has no shim but serves api.sock too, while it runs.
+    json::value d = json::parse(describe(r.name, false));
+    std::string state(d.get_object()["state"].get_string());
+    if (d.get_object()["managed"].as_bool() || terminal_state(state))
+      return reply_error(c, r.id, "'" + r.name + "' is not running (it is " + state + ")");
+  }
+  if (c->execs.count(r.id) != 0) return reply_error(c, r.id, "an exec with this id runs on this connection");
+  ExecRequest e;
+  e.argv = r.args;
+  for (const auto& text : r.env) {
+    auto entry = parse_env_assignment(text);
+    if (!entry.ok()) return reply_error(c, r.id, entry.error());
+    e.env.push_back(std::move(entry).value());
+  }
+  e.workdir = r.workdir;
+  e.uid = r.uid;
+  e.gid = r.gid;
+  e.tty = r.tty;
+  e.stdin_open = r.interactive;
+  e.window = {r.rows, r.cols};
+  std::weak_ptr<Client> weak = c;
+  ExecRelay::Client sink{[weak](std::string line) {
+                           if (auto cl = weak.lock()) cl->send_raw(std::move(line));
+                         },
+                         [weak]() -> std::size_t {
+                           auto cl = weak.lock();
+                           return cl ? cl->queued : 0;
+                         },
+                         [weak] {
+                           auto cl = weak.lock();
+                           return !cl || cl->gone;
+                         }};
+  auto relay = std::make_shared<ExecRelay>(io_, r.id, std::move(sink), [weak, id = r.id] {
+    if (auto cl = weak.lock()) cl->execs.erase(id);
+  });
+  c->execs[r.id] = relay;
+  relay->start(folder(r.name) + "/api.sock", std::string(kExecVerb) + exec_request_json(e) + "\n");
+}
+
+void Daemon::op_exec_input(std::shared_ptr<Client> c, const ApiRequest& r) {
+  auto it = c->execs.find(r.exec);
+  if (it == c->execs.end())
+    return reply_error(
+        c, r.id, "no exec " + std::to_string(r.exec) + " on this connection (it ended, or it is another's)");
+  std::string line;
+  if (r.op == ApiOp::kExecResize) {
+    line = exec_resize_line(r.rows, r.cols);
+  } else if (r.op == ApiOp::kExecSignal) {
+    line = exec_signal_line(r.signal);
+  } else {
+    line = r.data.empty() && r.eof ? exec_eof_line() : exec_stdin_line(r.data);
+    if (!r.data.empty() && r.eof) line += exec_eof_line();
+  }
+  const std::size_t bytes = r.data.size();
+  it->second->input(std::move(line), [c, id = r.id, bytes](const std::string& error) {
+    if (!error.empty()) return reply_error(c, id, error);
+    json::object o = ok_reply(id);
+    o["bytes"] = bytes;
+    c->send(o);
+  });
+}
+
+void Daemon::op_resize(std::shared_ptr<Client> c, const ApiRequest& r) {
+  if (!exists(r.name)) return reply_error(c, r.id, "no instance named '" + r.name + "'");
+  if (shims_.count(r.name) == 0) return reply_error(c, r.id, "'" + r.name + "' is not running");
+  struct Call {
+    explicit Call(boost::asio::io_context& io) : socket(io), timer(io) {}
+    stream_protocol::socket socket;
+    boost::asio::steady_timer timer;
+    std::string out, in;
+    bool answered = false;
+  };
+  auto call = std::make_shared<Call>(io_);
+  call->out = std::string(kResizeVerb) + std::to_string(r.rows) + " " + std::to_string(r.cols) + "\n";
+  auto answer = [c, id = r.id, call](const std::string& error) {
+    if (call->answered) return;
+    call->answered = true;
+    call->timer.cancel();
+    boost::system::error_code ignored;
+    call->socket.close(ignored);
+    if (!error.empty()) return reply_error(c, id, error);
+    c->send(ok_reply(id));
+  };
+  // A shim answers at once; one that does not is not waited on for long.
+  call->timer.expires_after(5s);
+  call->timer.async_wait([answer](const boost::system::error_code& ec) {
+    if (!ec) answer("the instance's shim did not answer within 5 s");
+  });
+  call->socket.async_connect(
+      stream_protocol::endpoint(folder(r.name) + "/api.sock"),
+      [call, answer](const boost::system::error_code& ec) {
+        if (ec) return answer("the instance's shim does not answer on api.sock: " + ec.message());
+        boost::asio::async_write(
+            call->socket, boost::asio::buffer(call->out),
+            [call, answer](const boost::system::error_code& wec, std::size_t) {
+              if (wec) return answer("the instance's shim: " + wec.message());
+              boost::asio::async_read_until(
+                  call->socket, boost::asio::dynamic_buffer(call->in, 4096), '\n',
+                  [call, answer](const boost::system::error_code& rec, std::size_t n) {
+                    if (rec) return answer("the instance's shim: " + rec.message());
+                    std::string line = call->in.substr(0, n - 1);
+                    if (line == "OK") return answer("");
+                    answer(line.rfind("ERR ", 0) == 0 ? line.substr(4) : "the instance's shim: " + line);
+                  });
+            });
+      });
 }
 
 // ---- logs and events ----

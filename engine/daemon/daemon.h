@@ -21,7 +21,12 @@
 // messages and then {"id":N,"done":true}. A connection may have several
 // requests in flight. Bounds: kMaxClients connections, kMaxRequestBytes a
 // line, kMaxQueuedBytes of replies queued to one client (a stream pauses
-// reading its file past it).
+// reading its file past it; an exec, reading its shim's lines).
+//
+// An exec (exec_relay.h) is a connection to the instance's api.sock, held
+// by the client's connection: it ends with its command, or when the client
+// goes (then the shim kills the command). The main command's window
+// (`resize`) goes the same way, one line and its answer.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -100,6 +105,9 @@ class Daemon {
   void op_stream(std::shared_ptr<Client> c, const ApiRequest& r);
   void op_stats(std::shared_ptr<Client> c, const ApiRequest& r);
   void op_input(std::shared_ptr<Client> c, const ApiRequest& r);
+  void op_exec(std::shared_ptr<Client> c, const ApiRequest& r);
+  void op_exec_input(std::shared_ptr<Client> c, const ApiRequest& r);
+  void op_resize(std::shared_ptr<Client> c, const ApiRequest& r);
   void pump(std::shared_ptr<Follow> f);
 
   // Ends the shim: SIGTERM (or SIGKILL with kill_now), SIGKILL after the

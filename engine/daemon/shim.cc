@@ -122,12 +122,13 @@ int run_shim_command(std::span<const std::string_view> args) {
     record_failure(*folder, name, "cannot enter " + config->cwd + ": " + std::strerror(errno));
     return 3;
   }
-  std::string problem = run_config_from_args(*parsed, c);
+  std::string problem = run_config_from_args(*parsed, c, /*local_terminal=*/false);
   if (problem.empty() && c.name != name) problem = "config.json names another instance (" + c.name + ")";
   c.instances_root = root;
   c.term = config->term;
   c.lang = config->lang;
-  c.tty = false;  // -i stays: the command's stdin is then shim.sock's (abox attach)
+  // -i: the command's stdin is shim.sock's (abox attach); -t: a pty in the
+  // guest, its output in output.log, its window set by abox attach (resize).
   c.keep = true;
   c.folder_exists = true;
   c.stats_socket = true;

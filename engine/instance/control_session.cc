@@ -3,6 +3,8 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/write.hpp>
 
+#include "base/byte_reader.h"
+
 namespace abox::engine {
 
 using guest::GuestMessage;
@@ -84,6 +86,103 @@ void ControlSession::fail(std::string reason) {
   listener_.on_closed(reason);
 }
 
+ControlSession::SessionCredits* ControlSession::session_of(std::uint32_t session, std::uint8_t type) {
+  auto it = sessions_.find(session);
+  if (it != sessions_.end()) return &it->second;
+  // A guest that names a session the host never opened, or one whose end
+  // came already: dropped and counted; every other session goes on.
+  ++unknown_session_frames_;
+  listener_.on_unknown_session(guest::guest_message_name(type), session);
+  return nullptr;
+}
+
+bool ControlSession::dispatch_session(const guest::Frame& frame) {
+  auto name = guest::guest_message_name(frame.type);
+  auto malformed = [&] {
+    fail("control channel: a malformed " + std::string(name) + " message");
+    return false;
+  };
+  auto out_of_order = [&] {
+    fail("control channel: " + std::string(name) + " out of order");
+    return false;
+  };
+  auto p = frame.payload;
+  // Each message names its session first: which one, and whether the frame
+  // is in its place, decide before anything else does.
+  std::uint32_t id = 0;
+  {
+    base::ByteReader r(p);
+    auto session = r.u32be();
+    if (!session) return malformed();
+    id = *session;
+  }
+  const bool main = id == guest::kMainSession;
+  // No command session exists before setup: the guest that says otherwise
+  // is out of order (as before version 3). The main command's messages come
+  // only after go (and its end, once).
+  if (phase_ == Phase::kAwaitHello || phase_ == Phase::kHelloReceived) return out_of_order();
+  if (main && phase_ != Phase::kGoSent) return out_of_order();
+  SessionCredits* s = session_of(id, frame.type);
+  if (s == nullptr) return true;
+  switch (static_cast<GuestMessage>(frame.type)) {
+    case GuestMessage::kStarted: {
+      auto m = guest::decode_started(p);
+      if (!m) return malformed();
+      if (s->started) return out_of_order();
+      s->started = true;
+      listener_.on_started(*m);
+      return true;
+    }
+    case GuestMessage::kStartFailed: {
+      auto m = guest::decode_start_failed(p);
+      if (!m) return malformed();
+      if (s->started) return out_of_order();
+      if (main)
+        phase_ = Phase::kExited;
+      else
+        sessions_.erase(id);
+      listener_.on_start_failed(*m);
+      return true;
+    }
+    case GuestMessage::kStdout:
+    case GuestMessage::kStderr: {
+      auto m = guest::decode_session_data(p);
+      if (!m) return malformed();
+      if (m->bytes.size() > s->output) {
+        fail("control channel: the guest sent " + std::to_string(m->bytes.size()) + " bytes of output with " +
+             std::to_string(s->output) + " bytes of credit (session " + std::to_string(id) + ")");
+        return false;
+      }
+      s->output -= m->bytes.size();
+      listener_.on_output(id, frame.type == static_cast<std::uint8_t>(GuestMessage::kStderr), m->bytes);
+      return true;
+    }
+    case GuestMessage::kExited: {
+      auto m = guest::decode_exited(p);
+      if (!m) return malformed();
+      if (!s->started) return out_of_order();
+      if (main)
+        phase_ = Phase::kExited;
+      else
+        sessions_.erase(id);
+      listener_.on_exited(*m);
+      return true;
+    }
+    case GuestMessage::kStdinCredit: {
+      auto m = guest::decode_session_credit(p);
+      if (!m) return malformed();
+      // Credit only ever adds up to a bounded amount: a guest cannot make the
+      // host buffer more stdin than it reads itself.
+      s->stdin = std::min<std::uint64_t>(s->stdin + m->bytes, kMaxStdinCredit);
+      listener_.on_stdin_credit(id, m->bytes);
+      return true;
+    }
+    default:
+      break;
+  }
+  return malformed();
+}
+
 bool ControlSession::dispatch(const guest::Frame& frame) {
   auto name = guest::guest_message_name(frame.type);
   auto malformed = [&] {
@@ -112,41 +211,13 @@ bool ControlSession::dispatch(const guest::Frame& frame) {
       listener_.on_selftest(*m);
       return true;
     }
-    case GuestMessage::kStarted: {
-      if (phase_ != Phase::kGoSent) return out_of_order();
-      auto m = guest::decode_started(p);
-      if (!m) return malformed();
-      listener_.on_started(*m);
-      return true;
-    }
-    case GuestMessage::kStartFailed: {
-      if (phase_ != Phase::kGoSent) return out_of_order();
-      auto m = guest::decode_start_failed(p);
-      if (!m) return malformed();
-      phase_ = Phase::kExited;
-      listener_.on_start_failed(*m);
-      return true;
-    }
+    case GuestMessage::kStarted:
+    case GuestMessage::kStartFailed:
     case GuestMessage::kStdout:
-    case GuestMessage::kStderr: {
-      if (phase_ != Phase::kGoSent) return out_of_order();
-      if (p.size() > output_credit_) {
-        fail("control channel: the guest sent " + std::to_string(p.size()) + " bytes of output with " +
-             std::to_string(output_credit_) + " bytes of credit");
-        return false;
-      }
-      output_credit_ -= p.size();
-      listener_.on_output(frame.type == static_cast<std::uint8_t>(GuestMessage::kStderr), p);
-      return true;
-    }
-    case GuestMessage::kExited: {
-      if (phase_ != Phase::kGoSent) return out_of_order();
-      auto m = guest::decode_exited(p);
-      if (!m) return malformed();
-      phase_ = Phase::kExited;
-      listener_.on_exited(*m);
-      return true;
-    }
+    case GuestMessage::kStderr:
+    case GuestMessage::kExited:
+    case GuestMessage::kStdinCredit:
+      return dispatch_session(frame);
     case GuestMessage::kLog: {
       if (phase_ == Phase::kAwaitHello || phase_ == Phase::kHelloReceived) return out_of_order();
       auto m = guest::decode_log(p);
@@ -180,16 +251,6 @@ bool ControlSession::dispatch(const guest::Frame& frame) {
       copy_out_open_ = false;
       copy_credit_ = 0;
       listener_.on_copy_out_done(*m);
-      return true;
-    }
-    case GuestMessage::kStdinCredit: {
-      if (phase_ == Phase::kAwaitHello || phase_ == Phase::kHelloReceived) return out_of_order();
-      auto m = guest::decode_credit(p);
-      if (!m) return malformed();
-      // Credit only ever adds up to a bounded amount: a guest cannot make the
-      // host buffer more stdin than it reads itself.
-      stdin_credit_ = std::min<std::uint64_t>(stdin_credit_ + m->bytes, 16u << 20);
-      listener_.on_stdin_credit(m->bytes);
       return true;
     }
   }
@@ -232,7 +293,7 @@ void ControlSession::send_setup(const guest::Setup& setup) {
   send(HostMessage::kSetup, payload);  // unkeyed: it carries the key
   writer_.set_key(setup.key);
   reader_.set_key(setup.key);
-  output_credit_ = setup.output_credit;
+  sessions_[guest::kMainSession] = SessionCredits{setup.output_credit, 0, false};
   probes_expected_ = !setup.probes.empty();
   phase_ = Phase::kSetupSent;
 }
@@ -242,25 +303,56 @@ void ControlSession::send_go() {
   phase_ = Phase::kGoSent;
 }
 
-void ControlSession::send_stdin(std::span<const std::uint8_t> bytes) {
-  stdin_credit_ -= std::min<std::uint64_t>(stdin_credit_, bytes.size());
-  send(HostMessage::kStdin, bytes);
-}
-
-void ControlSession::send_stdin_eof() {
-  send(HostMessage::kStdinEof, {});
-}
-
-void ControlSession::grant_output(std::uint32_t bytes) {
-  output_credit_ += bytes;
+bool ControlSession::open_exec(const guest::Exec& exec) {
+  if (!open_ || exec.session == guest::kMainSession || exec.session <= highest_exec_) return false;
   std::vector<std::uint8_t> payload;
-  guest::encode(guest::Credit{bytes}, payload);
+  guest::encode(exec, payload);
+  if (payload.size() > guest::kMaxPayload) return false;
+  highest_exec_ = exec.session;
+  sessions_[exec.session] = SessionCredits{exec.output_credit, 0, false};
+  send(HostMessage::kExec, payload);
+  return true;
+}
+
+std::uint64_t ControlSession::stdin_credit(std::uint32_t session) const {
+  auto it = sessions_.find(session);
+  return it == sessions_.end() ? 0 : it->second.stdin;
+}
+
+std::uint64_t ControlSession::output_credit_left(std::uint32_t session) const {
+  auto it = sessions_.find(session);
+  return it == sessions_.end() ? 0 : it->second.output;
+}
+
+void ControlSession::send_stdin(std::uint32_t session, std::span<const std::uint8_t> bytes) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  it->second.stdin -= std::min<std::uint64_t>(it->second.stdin, bytes.size());
+  std::vector<std::uint8_t> payload;
+  guest::encode(guest::SessionData{session, bytes}, payload);
+  send(HostMessage::kStdin, payload);
+}
+
+void ControlSession::send_stdin_eof(std::uint32_t session) {
+  if (!session_open(session)) return;
+  std::vector<std::uint8_t> payload;
+  guest::encode(guest::SessionRef{session}, payload);
+  send(HostMessage::kStdinEof, payload);
+}
+
+void ControlSession::grant_output(std::uint32_t session, std::uint32_t bytes) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  it->second.output += bytes;
+  std::vector<std::uint8_t> payload;
+  guest::encode(guest::SessionCredit{session, bytes}, payload);
   send(HostMessage::kOutputCredit, payload);
 }
 
-void ControlSession::send_signal(int signo) {
+void ControlSession::send_signal(std::uint32_t session, int signo) {
+  if (!session_open(session)) return;
   std::vector<std::uint8_t> payload;
-  guest::encode(guest::Signal{static_cast<std::uint8_t>(signo)}, payload);
+  guest::encode(guest::Signal{session, static_cast<std::uint8_t>(signo)}, payload);
   send(HostMessage::kSignal, payload);
 }
 
@@ -268,9 +360,10 @@ void ControlSession::send_poweroff() {
   send(HostMessage::kPoweroff, {});
 }
 
-void ControlSession::send_resize(std::uint16_t rows, std::uint16_t cols) {
+void ControlSession::send_resize(std::uint32_t session, std::uint16_t rows, std::uint16_t cols) {
+  if (!session_open(session)) return;
   std::vector<std::uint8_t> payload;
-  guest::encode(guest::WindowSize{rows, cols}, payload);
+  guest::encode(guest::Resize{session, {rows, cols}}, payload);
   send(HostMessage::kResize, payload);
 }
 

@@ -23,6 +23,8 @@
 #include "broker/credentials.h"
 #include "broker/service.h"
 #include "engine/cli/credentials_command.h"
+#include "engine/instance/exec_client.h"
+#include "engine/instance/exec_wire.h"
 #include "engine/instance/guest_environment.h"
 #include "policy/policy_file.h"
 
@@ -148,6 +150,7 @@ base::UniqueFd sealed_keys_memfd(std::string_view text) {
 
 InstanceSupervisor::~InstanceSupervisor() {
   *alive_ = false;
+  for (auto& c : exec_clients_) c->abandon();
   broker::wipe(broker_keys_);
   // Children still running are killed and reaped by ChildProcess's destructor.
 }
@@ -242,21 +245,7 @@ void InstanceSupervisor::prepare() {
   } else if (has_bindings_) {
     // The keys of this instance's bindings, and only those, from the store
     // (or --credentials FILE): what start_broker() hands the broker.
-    std::string store = config_.credentials_file;
-    if (store.empty()) {
-      auto path = default_credentials_path();
-      if (!path.ok()) throw std::runtime_error("the policy has [[broker]] bindings: " + path.error());
-      store = *path;
-    }
-    auto file = broker::CredentialFile::read(store);
-    if (!file.ok()) {
-      if (file.error().missing && config_.credentials_file.empty()) {
-        throw std::runtime_error("the policy has [[broker]] bindings and there is no credential store at " +
-                                 store + ": abox credentials set NAME (or give --credentials FILE)");
-      }
-      throw std::runtime_error(file.error().message);
-    }
-    auto text = broker::Credentials::text_for_instance(*file, store, policy);
+    auto text = instance_key_text(policy);
     if (!text.ok()) throw std::runtime_error(text.error());
     broker::wipe(broker_keys_);
     broker_keys_ = std::move(text).value();
@@ -269,7 +258,10 @@ void InstanceSupervisor::prepare() {
     setup_.ca_pem = *ca;
     auto nonces = broker::binding_nonces(policy, folder_->broker_state());
     if (!nonces.ok()) throw std::runtime_error(nonces.error());
-    for (const auto& n : *nonces) env_in.nonces.push_back({n.env, n.nonce});
+    for (const auto& n : *nonces) {
+      env_in.nonces.push_back({n.env, n.nonce});
+      nonce_variables_.push_back(n.env);
+    }
     env_in.has_ca = true;
   }
   auto env = build_guest_environment(env_in);
@@ -332,7 +324,7 @@ void InstanceSupervisor::prepare() {
   out_->on_broken([this] {
     if (session_ && session_->open() && command_started()) {
       events_->emit("stdout_closed", {{"source", "supervisor"}, {"signal", "SIGPIPE"}});
-      session_->send_signal(SIGPIPE);
+      session_->send_signal(guest::kMainSession, SIGPIPE);
     }
   });
 }
@@ -530,6 +522,7 @@ void InstanceSupervisor::accept_control() {
     ::unlink(folder_->control_socket().c_str());
     ControlSession::Listener& listener = *this;
     session_ = std::make_unique<ControlSession>(std::move(socket), listener);
+    execs_ = std::make_unique<ExecMultiplexer>(*session_);
     session_->start();
     listen_api();
   });
@@ -544,10 +537,16 @@ void InstanceSupervisor::on_hello(const guest::Hello& hello) {
                                 {"network_up", hello.network_up},
                                 {"network", hello.network}});
   if (hello.version != guest::kProtocolVersion) {
-    fail(InstanceOutcome::Kind::kCouldNotStart,
-         "box-guest speaks control protocol " + std::to_string(hello.version) + ", this abox speaks " +
-             std::to_string(guest::kProtocolVersion) + ": rebuild the image (abox image build " +
-             config_.image_name + ")");
+    // Said at once and the guest powered off: a peer of another version never hangs.
+    std::string fix = hello.version < guest::kProtocolVersion
+                          ? "its box-guest is older than this abox: rebuild the image (abox image build " +
+                                config_.image_name + ")"
+                          : "its box-guest is newer than this abox: use the abox the image was built with, "
+                            "or rebuild the image with this one (abox image build " +
+                                config_.image_name + ")";
+    fail(InstanceOutcome::Kind::kCouldNotStart, "box-guest speaks control protocol " +
+                                                    std::to_string(hello.version) + ", this abox speaks " +
+                                                    std::to_string(guest::kProtocolVersion) + ": " + fix);
     return;
   }
   if (!hello.network_up) {
@@ -591,6 +590,13 @@ void InstanceSupervisor::send_go() {
 }
 
 void InstanceSupervisor::on_started(const guest::Started& started) {
+  if (started.session != guest::kMainSession) {
+    events_->emit("exec_started", {{"source", "box-guest"},
+                                   {"session", static_cast<std::uint64_t>(started.session)},
+                                   {"pid", static_cast<std::uint64_t>(started.pid)}});
+    if (execs_) execs_->on_started(started);
+    return;
+  }
   step_timer_.cancel();
   outcome_.ms_command_started = elapsed_ms();
   events_->emit("command_started",
@@ -611,11 +617,11 @@ void InstanceSupervisor::on_started(const guest::Started& started) {
     in_ = std::make_unique<HostInput>(
         io_, stdin_fd_,
         [this](std::span<const std::uint8_t> b) {
-          if (session_ && session_->open()) session_->send_stdin(b);
+          if (session_ && session_->open()) session_->send_stdin(guest::kMainSession, b);
           pump_stdin();
         },
         [this] {
-          if (session_ && session_->open()) session_->send_stdin_eof();
+          if (session_ && session_->open()) session_->send_stdin_eof(guest::kMainSession);
         });
     pump_stdin();
   }
@@ -623,15 +629,29 @@ void InstanceSupervisor::on_started(const guest::Started& started) {
 
 void InstanceSupervisor::pump_stdin() {
   if (!in_ || !session_ || !session_->open() || stopping_) return;
-  std::uint64_t credit = std::min<std::uint64_t>(session_->stdin_credit(), guest::kMaxPayload);
+  std::uint64_t credit =
+      std::min<std::uint64_t>(session_->stdin_credit(guest::kMainSession), guest::kMaxStreamBytes);
   if (credit > 0) in_->read(static_cast<std::size_t>(credit));
 }
 
-void InstanceSupervisor::on_stdin_credit(std::uint32_t) {
+void InstanceSupervisor::on_stdin_credit(std::uint32_t session, std::uint32_t) {
+  if (session != guest::kMainSession) {
+    if (execs_) execs_->on_stdin_credit(session);
+    return;
+  }
   pump_stdin();
 }
 
 void InstanceSupervisor::on_start_failed(const guest::StartFailed& failed) {
+  if (failed.session != guest::kMainSession) {
+    events_->emit("exec_start_failed", {{"source", "box-guest"},
+                                        {"session", static_cast<std::uint64_t>(failed.session)},
+                                        {"reason", guest::start_failure_name(failed.reason)},
+                                        {"errno", static_cast<std::int64_t>(failed.error)},
+                                        {"detail", failed.detail}});
+    if (execs_) execs_->on_start_failed(failed);
+    return;
+  }
   outcome_.start_failure = failed;
   events_->emit("command_start_failed", {{"source", "box-guest"},
                                          {"reason", static_cast<std::uint64_t>(failed.reason)},
@@ -641,18 +661,32 @@ void InstanceSupervisor::on_start_failed(const guest::StartFailed& failed) {
        "the command could not start in the guest: " + failed.detail);
 }
 
-void InstanceSupervisor::on_output(bool is_stderr, std::span<const std::uint8_t> bytes) {
+void InstanceSupervisor::on_output(std::uint32_t session, bool is_stderr,
+                                   std::span<const std::uint8_t> bytes) {
+  if (session != guest::kMainSession) {
+    exec_output_bytes_ += bytes.size();
+    if (execs_) execs_->on_output(session, is_stderr, bytes);
+    return;
+  }
   if (outcome_.ms_first_output < 0) outcome_.ms_first_output = elapsed_ms();
   (is_stderr ? outcome_.stderr_bytes : outcome_.stdout_bytes) += bytes.size();
   auto n = static_cast<std::uint32_t>(bytes.size());
   (is_stderr ? err_ : out_)->write(bytes, [this, n, alive = alive_] {
     if (!*alive) return;
-    if (session_ && session_->open()) session_->grant_output(n);
+    if (session_ && session_->open()) session_->grant_output(guest::kMainSession, n);
     check_done();
   });
 }
 
 void InstanceSupervisor::on_exited(const guest::Exited& exited) {
+  if (exited.session != guest::kMainSession) {
+    events_->emit("exec_exited", {{"source", "box-guest"},
+                                  {"session", static_cast<std::uint64_t>(exited.session)},
+                                  {"signalled", exited.signalled},
+                                  {"value", static_cast<std::uint64_t>(exited.value)}});
+    if (execs_) execs_->on_exited(exited);
+    return;
+  }
   events_->emit("command_exited", {{"source", "box-guest"},
                                    {"signalled", exited.signalled},
                                    {"value", static_cast<std::uint64_t>(exited.value)}});
@@ -669,12 +703,27 @@ void InstanceSupervisor::on_guest_log(std::string_view text) {
   events_->emit("guest_log", {{"source", "box-guest"}, {"text", text}});
 }
 
+void InstanceSupervisor::on_unknown_session(std::string_view message, std::uint32_t session) {
+  // Counted always; logged for the first 16, then once in 1024, so that a
+  // guest cannot fill the events file with them.
+  ++outcome_.unknown_session_frames;
+  const std::uint64_t n = outcome_.unknown_session_frames;
+  if (n > 16 && n % 1024 != 0) return;
+  events_->emit("control_unknown_session", {{"source", "supervisor"},
+                                            {"message", message},
+                                            {"session", static_cast<std::uint64_t>(session)},
+                                            {"count", n},
+                                            {"dropped", true}});
+}
+
 void InstanceSupervisor::on_forged_frame(std::string_view reason) {
   ++outcome_.forged_frames;
   events_->emit("control_forged_frame", {{"source", "supervisor"}, {"reason", reason}});
 }
 
 void InstanceSupervisor::on_closed(std::string_view reason) {
+  end_execs(stopping_ ? "the instance stopped before the command ended"
+                      : "the instance's control channel closed before the command ended");
   if (stopping_ && reason.empty()) return;  // the guest powering off as asked
   auto kind = command_started() ? InstanceOutcome::Kind::kCrashed : InstanceOutcome::Kind::kCouldNotStart;
   if (!reason.empty()) {
@@ -768,6 +817,7 @@ void InstanceSupervisor::stop(int signo) {
 
 void InstanceSupervisor::kill_now() {
   stopping_ = true;
+  end_execs("the instance was killed before the command ended");
   if (events_) events_->emit("instance", {{"source", "supervisor"}, {"state", "killing"}});
   for (Child* c : {&vmm_child_, &net_, &broker_, &disk_tool_, &copy_tool_}) {
     if (c->running()) c->process->signal(SIGKILL);
@@ -852,6 +902,8 @@ void InstanceSupervisor::check_done() {
 void InstanceSupervisor::finish() {
   finished_ = true;
   stop_timer_.cancel();
+  end_execs("the instance stopped before the command ended");
+  execs_.reset();
   session_.reset();
   bool failed = outcome_.kind != InstanceOutcome::Kind::kExited;
   state_ = failed ? InstanceState::kFailed : InstanceState::kStopped;
@@ -1029,14 +1081,16 @@ void InstanceSupervisor::on_copy_in_done(const guest::CopyResult& result) {
   next_copy_in();
 }
 
-// ---- the instance's API socket: abox cp while the instance runs ----
+// ---- the instance's API socket: abox cp, exec and a resize while the instance runs ----
 //
-// <state>/api.sock (0600, the operator's uid only, checked by SO_PEERCRED):
-//   client: "ABOX-CP/1 /guest/path\n"
-//   server: "OK\n" or "ERR <message>\n"; after OK, the tar stream as chunks
-//           (u32be length, bytes), a chunk of length 0, then
-//           "DONE 1 <detail>\n" or "DONE 0 <detail>\n".
-// One copy at a time; the stream is passed through unopened.
+// <state>/api.sock (0600, the operator's uid only, checked by SO_PEERCRED);
+// one request per connection, its first line says which:
+//   "ABOX-CP/1 /guest/path\n": "OK\n" or "ERR <message>\n"; after OK, the tar
+//     stream as chunks (u32be length, bytes), a chunk of length 0, then
+//     "DONE 1 <detail>\n" or "DONE 0 <detail>\n". One copy at a time; the
+//     stream is passed through unopened.
+//   "ABOX-EXEC/1 {...}\n": an exec session (exec_wire.h has its lines).
+//   "ABOX-RESIZE/1 ROWS COLS\n": the main command's window (with -t).
 
 class ApiClient : public std::enable_shared_from_this<ApiClient> {
  public:
@@ -1054,7 +1108,7 @@ void InstanceSupervisor::listen_api() {
   api_acceptor_ = std::make_unique<stream_protocol::acceptor>(io_);
   api_acceptor_->open(stream_protocol(), ec);
   if (!ec) api_acceptor_->bind(stream_protocol::endpoint(path), ec);
-  if (!ec) api_acceptor_->listen(4, ec);
+  if (!ec) api_acceptor_->listen(64, ec);  // execs come several at once
   if (ec) {
     events_->emit("api", {{"source", "supervisor"}, {"error", ec.message()}});
     api_acceptor_.reset();
@@ -1080,17 +1134,22 @@ void InstanceSupervisor::accept_api() {
 
 void InstanceSupervisor::serve_api(std::shared_ptr<ApiClient> client) {
   boost::asio::async_read_until(
-      client->socket, boost::asio::dynamic_buffer(client->request, 8192), '\n',
+      client->socket, boost::asio::dynamic_buffer(client->request, kMaxExecLine + 64), '\n',
       [this, client, alive = alive_](const boost::system::error_code& ec, std::size_t n) {
         if (!*alive || ec) return;
         std::string line = client->request.substr(0, n - 1);
+        client->request.erase(0, n);  // what follows the request line (an exec's first input)
         auto reply = [client](std::string text) {
           auto msg = std::make_shared<std::string>(std::move(text));
           boost::asio::async_write(client->socket, boost::asio::buffer(*msg),
                                    [client, msg](const boost::system::error_code&, std::size_t) {});
         };
+        if (line.rfind(kExecVerb, 0) == 0)
+          return serve_exec(client, std::string_view(line).substr(kExecVerb.size()));
+        if (line.rfind(kResizeVerb, 0) == 0)
+          return serve_resize(client, std::string_view(line).substr(kResizeVerb.size()));
         constexpr std::string_view kVerb = "ABOX-CP/1 ";
-        if (line.rfind(kVerb, 0) != 0) return reply("ERR expected ABOX-CP/1 PATH\n");
+        if (line.rfind(kVerb, 0) != 0) return reply("ERR expected ABOX-CP/1, ABOX-EXEC/1 or ABOX-RESIZE/1\n");
         std::string path = line.substr(kVerb.size());
         if (path.empty() || path[0] != '/' || path.size() > guest::kMaxGuestPath)
           return reply("ERR the path must be absolute\n");
@@ -1102,6 +1161,116 @@ void InstanceSupervisor::serve_api(std::shared_ptr<ApiClient> client) {
         reply("OK\n");
         session_->begin_copy_out(path, 256 * 1024);
       });
+}
+
+// ---- exec sessions (exec_client.h, exec_multiplexer.h) ----
+
+std::string InstanceSupervisor::exec_refusal() const {
+  if (config_.copy_out_only) return "the instance is not running (it only serves abox cp)";
+  if (stopping_ || finished_) return "the instance is stopping";
+  if (!session_ || !session_->open() || !execs_) return "the instance is not running";
+  // From go on (what `abox run -d` waits for): box-guest starts an exec once
+  // the main command is started or starting, never before the self-test.
+  if (state_ != InstanceState::kRunning)
+    return "the instance is not running its command yet (it is " + std::string(instance_state_name(state_)) +
+           ")";
+  return "";
+}
+
+base::Result<std::string, std::string> InstanceSupervisor::instance_key_text(
+    const policy::Policy& policy) const {
+  std::string store = config_.credentials_file;
+  if (store.empty()) {
+    auto path = default_credentials_path();
+    if (!path.ok()) return base::Err{"the policy has [[broker]] bindings: " + path.error()};
+    store = *path;
+  }
+  auto file = broker::CredentialFile::read(store);
+  if (!file.ok()) {
+    if (file.error().missing && config_.credentials_file.empty()) {
+      return base::Err{"the policy has [[broker]] bindings and there is no credential store at " + store +
+                       ": abox credentials set NAME (or give --credentials FILE)"};
+    }
+    return base::Err{file.error().message};
+  }
+  return broker::Credentials::text_for_instance(*file, store, policy);
+}
+
+std::string InstanceSupervisor::check_exec_request(const ExecRequest& r) const {
+  for (const auto& e : r.env) {
+    for (const auto& n : nonce_variables_) {
+      if (e.name == n)
+        return "-e " + e.name +
+               ": the policy's [[broker]] binding puts this instance's nonce there; the guest must send the "
+               "nonce, and the broker adds the key on the host";
+    }
+  }
+  if (!has_bindings_) return "";
+  // The keys are read again for the check (as prepare() read them) and wiped
+  // at once: the shim keeps none in memory between requests.
+  auto loaded = policy::load_policy(folder_->policy());
+  if (!loaded.ok()) return "the instance's policy copy does not load: " + loaded.error().to_string();
+  auto text = instance_key_text(*loaded);
+  if (!text.ok()) return text.error();
+  std::string problem;
+  if (auto creds = broker::Credentials::parse_instance_text(*text, *loaded); !creds.ok()) {
+    problem = creds.error();
+  } else if (auto clean = check_no_key(r.env, r.argv, creds->all_keys()); !clean.ok()) {
+    problem = clean.error();
+  }
+  broker::wipe(*text);
+  return problem;
+}
+
+void InstanceSupervisor::serve_exec(std::shared_ptr<ApiClient> client, std::string_view request) {
+  auto parsed = parse_exec_request(request);
+  auto exec_client = std::make_shared<ExecClient>(std::move(client->socket), std::move(client->request),
+                                                  parsed.ok() && parsed->stdin_open);
+  std::erase_if(exec_clients_, [](const std::shared_ptr<ExecClient>& c) { return c->closed(); });
+  exec_clients_.push_back(exec_client);
+  if (!parsed.ok()) return exec_client->refuse("the exec request: " + parsed.error());
+  if (auto why = exec_refusal(); !why.empty()) return exec_client->refuse(why);
+  if (auto why = check_exec_request(*parsed); !why.empty()) return exec_client->refuse(why);
+  std::string command;
+  for (const auto& a : parsed->argv) {
+    if (command.size() > 256) break;
+    command += (command.empty() ? "" : " ") + a;
+  }
+  if (command.size() > 256) command = command.substr(0, 253) + "...";
+  auto id = execs_->open(std::move(*parsed), *exec_client);
+  if (!id.ok()) {
+    events_->emit("exec_refused", {{"source", "supervisor"}, {"command", command}, {"reason", id.error()}});
+    return exec_client->refuse(id.error());
+  }
+  events_->emit("exec", {{"source", "supervisor"},
+                         {"session", static_cast<std::uint64_t>(*id)},
+                         {"command", command},
+                         {"open", static_cast<std::uint64_t>(execs_->size())}});
+  exec_client->start(*execs_, *id);
+}
+
+void InstanceSupervisor::serve_resize(std::shared_ptr<ApiClient> client, std::string_view request) {
+  auto reply = [client](std::string text) {
+    auto msg = std::make_shared<std::string>(std::move(text));
+    boost::asio::async_write(client->socket, boost::asio::buffer(*msg),
+                             [client, msg](const boost::system::error_code&, std::size_t) {});
+  };
+  unsigned rows = 0, cols = 0;
+  char extra = 0;
+  std::string text(request);
+  if (std::sscanf(text.c_str(), "%u %u%c", &rows, &cols, &extra) != 2 || rows > 0xFFFF || cols > 0xFFFF)
+    return reply("ERR expected ABOX-RESIZE/1 ROWS COLS\n");
+  if (!config_.tty) return reply("ERR the command has no terminal (started without -t)\n");
+  if (stopping_) return reply("ERR the instance is stopping\n");
+  resize(static_cast<std::uint16_t>(rows), static_cast<std::uint16_t>(cols));
+  reply("OK\n");
+}
+
+void InstanceSupervisor::end_execs(const std::string& reason) {
+  if (execs_) execs_->close_all(reason);
+  // Each is held by its pending reads and writes from here (its end line, the client's EOF).
+  for (auto& c : exec_clients_) c->abandon();
+  exec_clients_.clear();
 }
 
 void InstanceSupervisor::on_copy_out_data(std::span<const std::uint8_t> bytes) {
@@ -1146,7 +1315,7 @@ void InstanceSupervisor::on_copy_out_done(const guest::CopyResult& result) {
     if (!outcome_set_) {
       outcome_set_ = true;
       outcome_.kind = InstanceOutcome::Kind::kExited;
-      outcome_.exit = guest::Exited{false, result.ok ? 0u : 1u};
+      outcome_.exit = guest::Exited{guest::kMainSession, false, result.ok ? 0u : 1u};
       if (!result.ok) outcome_.reason = result.detail;
       outcome_.ms_ended = elapsed_ms();
     }
@@ -1199,7 +1368,8 @@ void InstanceSupervisor::poll_idle() {
                                                  : std::strtoull(text->c_str() + at + k.size(), nullptr, 10);
                 };
                 std::uint64_t frames = counter("frames_in") + counter("frames_out");
-                std::uint64_t output = outcome_.stdout_bytes + outcome_.stderr_bytes;
+                // An exec's output is the instance in use too (an operator at a shell in it).
+                std::uint64_t output = outcome_.stdout_bytes + outcome_.stderr_bytes + exec_output_bytes_;
                 auto now = std::chrono::steady_clock::now();
                 if (frames != last_frames_ || output != last_output_) last_activity_ = now;
                 last_frames_ = frames;
@@ -1217,7 +1387,11 @@ void InstanceSupervisor::poll_idle() {
 }
 
 void InstanceSupervisor::resize(std::uint16_t rows, std::uint16_t cols) {
-  if (session_ && session_->open() && config_.tty && command_started()) session_->send_resize(rows, cols);
+  if (!config_.tty || stopping_) return;
+  // Before setup went, the pty starts at this size; from setup on, box-guest
+  // takes it whenever it comes (before go too). The channel drops it before setup.
+  setup_.window = {rows, cols};
+  if (session_ && session_->open()) session_->send_resize(guest::kMainSession, rows, cols);
 }
 
 }  // namespace abox::engine

@@ -23,6 +23,15 @@
 // SIGKILL); the broker gets SIGTERM. The states and every transition are
 // events (kind "instance"), in the one events.jsonl that abox-net's and the
 // broker's events also go to; instance.json is rewritten at each transition.
+//
+// While the command runs, the instance's api.sock (0600, this uid) serves
+// `abox cp`, exec sessions (exec_client.h: each an ExecClient, routed by the
+// ExecMultiplexer over the control channel, docs/control-protocol.md
+// "Command sessions"; refused until the command runs) and the window of a
+// -t command (a size taken at any time). Guest frames for the main session
+// (0) are the instance's own; the others go to the multiplexer; frames for
+// a session never opened are counted and logged. When the channel goes,
+// every exec ends with abox's reason.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -38,6 +47,7 @@
 #include "base/event_log.h"
 #include "base/unique_fd.h"
 #include "engine/instance/control_session.h"
+#include "engine/instance/exec_multiplexer.h"
 #include "engine/instance/host_output.h"
 #include "engine/instance/instance_config.h"
 #include "engine/instance/selftest_plan.h"
@@ -45,6 +55,7 @@
 #include "engine/process/child_process.h"
 #include "engine/process/child_watch.h"
 #include "engine/process/pipe_reader.h"
+#include "policy/policy.h"
 
 namespace abox::engine {
 
@@ -88,6 +99,7 @@ struct InstanceOutcome {
                ms_first_output = -1, ms_ended = -1;
   std::uint64_t stdout_bytes = 0, stderr_bytes = 0;
   std::uint64_t forged_frames = 0;
+  std::uint64_t unknown_session_frames = 0;  // guest frames for a session that is not open (dropped)
 };
 std::string_view outcome_kind_name(InstanceOutcome::Kind k);
 
@@ -106,8 +118,11 @@ class InstanceSupervisor final : private ControlSession::Listener {
   void start();
   // Stops in order (poweroff, grace, kill); the outcome says interrupted by signo.
   void stop(int signo);
-  // The operator's terminal changed size (with a tty).
+  // The operator's terminal changed size (with a tty): at any time, the
+  // command's start included (a size that comes before it is its first).
   void resize(std::uint16_t rows, std::uint16_t cols);
+  // Can an exec be opened now: "" when the main command runs, else why not.
+  std::string exec_refusal() const;
   // Kills every child now.
   void kill_now();
 
@@ -120,11 +135,12 @@ class InstanceSupervisor final : private ControlSession::Listener {
   void on_selftest(const guest::SelftestReport& report) override;
   void on_started(const guest::Started& started) override;
   void on_start_failed(const guest::StartFailed& failed) override;
-  void on_output(bool is_stderr, std::span<const std::uint8_t> bytes) override;
+  void on_output(std::uint32_t session, bool is_stderr, std::span<const std::uint8_t> bytes) override;
   void on_exited(const guest::Exited& exited) override;
   void on_guest_log(std::string_view text) override;
-  void on_stdin_credit(std::uint32_t bytes) override;
+  void on_stdin_credit(std::uint32_t session, std::uint32_t bytes) override;
   void on_forged_frame(std::string_view reason) override;
+  void on_unknown_session(std::string_view message, std::uint32_t session) override;
   void on_closed(std::string_view reason) override;
   void on_copy_in_done(const guest::CopyResult& result) override;
   void on_copy_out_data(std::span<const std::uint8_t> bytes) override;
@@ -152,6 +168,16 @@ class InstanceSupervisor final : private ControlSession::Listener {
   void listen_api();
   void accept_api();
   void serve_api(std::shared_ptr<class ApiClient> client);
+  void serve_exec(std::shared_ptr<class ApiClient> client, std::string_view request);
+  void serve_resize(std::shared_ptr<class ApiClient> client, std::string_view request);
+  // The channel is gone: every exec ends, with this reason, and its client is let go.
+  void end_execs(const std::string& reason);
+  // An exec's -e entries and argv: refused as abox run refuses them (a nonce
+  // variable set, a key from the credentials file anywhere). "" when fine.
+  std::string check_exec_request(const ExecRequest& r) const;
+  // The keys of this instance's bindings, as text for the broker, from the
+  // store (or --credentials FILE). The caller wipes it (broker::wipe).
+  base::Result<std::string, std::string> instance_key_text(const policy::Policy& policy) const;
   void poll_idle();
   void accept_control();
   void send_go();
@@ -214,6 +240,10 @@ class InstanceSupervisor final : private ControlSession::Listener {
   base::UniqueFd dev_null_;
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
   std::unique_ptr<ControlSession> session_;
+  std::unique_ptr<ExecMultiplexer> execs_;                       // the exec sessions (with session_)
+  std::vector<std::shared_ptr<class ExecClient>> exec_clients_;  // their api.sock clients, until closed
+  std::vector<std::string> nonce_variables_;                     // names an exec's -e may not set
+  std::uint64_t exec_output_bytes_ = 0;  // what the execs printed: activity for --idle-timeout
   std::unique_ptr<HostOutput> out_, err_;
   std::unique_ptr<HostInput> in_;
   std::unique_ptr<HostOutput> copy_output_;  // copy_out_only: where the stream goes

@@ -260,6 +260,9 @@ std::string start_failure_text(const StartFailed& f, const CommandSpec& spec) {
     case StartFailure::kOther:
       what = "could not become the user or start " + spec.argv.front();
       break;
+    case StartFailure::kRefused:  // the session's, never the child's (decode_start_status refuses it)
+      what = "refused: " + spec.argv.front();
+      break;
   }
   what += " (" + std::string(std::strerror(f.error)) + ")";
   if (what.size() > kMaxShortText) what.resize(kMaxShortText);

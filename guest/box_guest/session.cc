@@ -2,15 +2,16 @@
 #include "guest/box_guest/session.h"
 
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <functional>
 
+#include "base/byte_reader.h"
 #include "guest/box_guest/console.h"
 #include "guest/box_guest/process_sweep.h"
 
@@ -20,12 +21,6 @@ namespace {
 constexpr int kMaxReadsPerWake = 16;
 constexpr int kMaxFramesPerRead = 1024;
 constexpr int kMaxReapsPerWake = 4096;
-
-std::size_t readable_bytes(int fd) {
-  int n = 0;
-  if (::ioctl(fd, FIONREAD, &n) != 0 || n < 0) return 0;
-  return static_cast<std::size_t>(n);
-}
 
 }  // namespace
 
@@ -38,8 +33,8 @@ Session::Session(base::UniqueFd control, base::UniqueFd signals, SessionConfig c
 
 // ---- output ----------------------------------------------------------------
 
-void Session::send(std::uint8_t type, const std::vector<std::uint8_t>& payload) {
-  writer_.append(out_, type, payload);
+void Session::send(GuestMessage type, std::span<const std::uint8_t> payload) {
+  writer_.append(out_, static_cast<std::uint8_t>(type), payload);
 }
 
 void Session::log(const std::string& text) {
@@ -115,6 +110,19 @@ void Session::bad_frame(std::string_view why) {
   if (bad_frames_ >= kMaxBadFrames) end(std::to_string(kMaxBadFrames) + " bad frames from the host");
 }
 
+CommandSession* Session::session_for(std::uint32_t id, std::string_view what) {
+  CommandSession* c = commands_.find(id);
+  if (c == nullptr) {
+    ++unknown_session_frames_;
+    // A session that ended is one the host may still write to for a moment
+    // (a grant, a resize on its way when the end came): dropped quietly.
+    if (id != kMainSession && id <= highest_exec_) return nullptr;
+    log(std::string(what) + " for session " + std::to_string(id) + ", which is not open: dropped (" +
+        std::to_string(unknown_session_frames_) + " so far)");
+  }
+  return c;
+}
+
 void Session::handle_frame(const Frame& f) {
   const auto type = static_cast<HostMessage>(f.type);
   if (!reader_.keyed()) {
@@ -128,35 +136,48 @@ void Session::handle_frame(const Frame& f) {
     case HostMessage::kGo:
       if (!decode_empty(f.payload)) return log("a go with a payload: ignored");
       return on_go();
+    case HostMessage::kExec:
+      return on_exec(f.payload);
     case HostMessage::kStdin: {
-      if (!spec_.stdin_open || phase_ != Phase::kRunning || stdin_eof_)
-        return log("stdin while " + phase_name() + (spec_.stdin_open ? "" : " with stdin closed") +
-                   ": dropped");
-      std::size_t dropped = stdin_.accept(f.payload);
-      if (dropped > 0) {
-        if (stdin_dropped_ == 0) log("stdin over the credit given: dropped (counted from here)");
-        stdin_dropped_ += dropped;
-      }
+      auto m = decode_session_data(f.payload);
+      if (!m) return log("a stdin that does not decode: ignored");
+      if (auto* c = session_for(m->session, "stdin")) c->on_stdin(m->bytes);
       return;
     }
-    case HostMessage::kStdinEof:
-      if (!decode_empty(f.payload)) return log("a stdin_eof with a payload: ignored");
-      if (stdin_eof_) return log("a second stdin_eof: ignored");
-      stdin_eof_ = true;
-      // With a pty, end of input is its EOF character, typed after what is buffered.
-      if (spec_.tty && command_.stdin_write) eof_char_pending_ = true;
-      return close_stdin_if_done();
-    case HostMessage::kOutputCredit: {
-      auto credit = decode_credit(f.payload);
-      if (!credit) return log("an output_credit that does not decode: ignored");
-      return credit_.grant(credit->bytes);
+    case HostMessage::kStdinEof: {
+      auto m = decode_session_ref(f.payload);
+      if (!m) return log("a stdin_eof that does not decode: ignored");
+      if (auto* c = session_for(m->session, "stdin_eof")) c->on_stdin_eof();
+      return;
     }
-    case HostMessage::kSignal:
-      return on_signal(f.payload);
+    case HostMessage::kOutputCredit: {
+      auto m = decode_session_credit(f.payload);
+      if (!m) return log("an output_credit that does not decode: ignored");
+      // Before go the main command's credit is setup's, and it has no session yet.
+      if (m->session == kMainSession && phase_ != Phase::kGo) return log("output_credit before go: ignored");
+      if (auto* c = session_for(m->session, "output_credit")) c->on_output_credit(m->bytes);
+      return;
+    }
+    case HostMessage::kSignal: {
+      auto m = decode_signal(f.payload);
+      if (!m) return log("a signal that does not decode: ignored");
+      if (auto* c = session_for(m->session, "signal")) c->on_signal(m->signo);
+      return;
+    }
     case HostMessage::kPoweroff:
       return end("the host asked to power off");
-    case HostMessage::kResize:
-      return on_resize(f.payload);
+    case HostMessage::kResize: {
+      auto m = decode_resize(f.payload);
+      if (!m) return log("a resize that does not decode: ignored");
+      if (m->session == kMainSession && phase_ != Phase::kGo) {
+        // Before go: the main command's pty starts at this size.
+        if (!spec_.tty) return log("a resize without a tty: ignored");
+        spec_.window = m->window;
+        return;
+      }
+      if (auto* c = session_for(m->session, "resize")) c->on_resize(m->window);
+      return;
+    }
     case HostMessage::kCopyIn:
       return on_copy_in(f.payload);
     case HostMessage::kCopyData:
@@ -183,36 +204,68 @@ void Session::on_go() {
   start_command();
 }
 
-void Session::on_signal(std::span<const std::uint8_t> payload) {
-  auto sig = decode_signal(payload);
-  if (!sig) return log("a signal that does not decode: ignored");
-  if (command_.pid <= 0 || wait_status_)
-    return log("signal " + std::to_string(sig->signo) + ": no command runs");
-  // With a pty, the job in the foreground (a shell's child, say) is the one
-  // the operator means; without one, the command's own process group.
-  pid_t group = command_.pid;
-  if (command_.pty) {
-    const pid_t foreground = ::tcgetpgrp(command_.pty.get());
-    if (foreground > 0) group = foreground;
-  }
-  if (::kill(-group, sig->signo) != 0)
-    return log("signal " + std::to_string(sig->signo) + ": " + std::strerror(errno));
-  console_line("signal " + std::to_string(sig->signo) + " to process group " + std::to_string(group));
+bool Session::main_running() const {
+  const CommandSession* m = commands_.main();
+  return m != nullptr && m->state() != CommandSession::State::kEnded;
 }
 
-void Session::on_resize(std::span<const std::uint8_t> payload) {
-  auto window = decode_window_size(payload);
-  if (!window) return log("a resize that does not decode: ignored");
-  if (!spec_.tty) return log("a resize without a tty: ignored");
-  spec_.window = *window;  // before go: the pty starts at this size
-  if (!command_.pty) return;
-  winsize ws{};
-  ws.ws_row = window->rows;
-  ws.ws_col = window->cols;
-  if (::ioctl(command_.pty.get(), TIOCSWINSZ, &ws) != 0) log(std::string("resize: ") + std::strerror(errno));
+void Session::on_exec(std::span<const std::uint8_t> payload) {
+  auto exec = decode_exec(payload);
+  if (!exec) {
+    // Without a session id it can be read, nobody can be told: log it.
+    base::ByteReader r(payload);
+    auto id = r.u32be();
+    if (!id || *id == kMainSession || commands_.find(*id) != nullptr)
+      return log("an exec that does not decode: ignored");
+    return send_message(GuestMessage::kStartFailed,
+                        StartFailed{*id, StartFailure::kRefused, EINVAL, "the exec message does not decode"});
+  }
+  auto refuse = [&](int error, std::string why) {
+    log("exec session " + std::to_string(exec->session) + " refused: " + why);
+    if (why.size() > kMaxShortText) why.resize(kMaxShortText);
+    send_message(GuestMessage::kStartFailed, StartFailed{exec->session, StartFailure::kRefused, error, why});
+  };
+  if (commands_.find(exec->session) != nullptr)
+    return log("an exec for session " + std::to_string(exec->session) + ", which is open: ignored");
+  highest_exec_ = std::max(highest_exec_, exec->session);
+  // Deny first: nothing of the operator's before go; and nothing once the
+  // main command has ended (the instance is on its way down).
+  if (phase_ != Phase::kGo)
+    return refuse(EAGAIN, "exec before the main command started (" + phase_name() + ")");
+  if (!main_running()) return refuse(ESRCH, "the main command has ended: the instance is stopping");
+  CommandSpec spec;
+  spec.argv = std::move(exec->argv);
+  // The main command's environment, with the exec's own on top (a name given again replaces it).
+  spec.env = spec_.env;
+  for (auto& e : exec->env) {
+    bool replaced = false;
+    for (auto& have : spec.env) {
+      if (have.name == e.name) {
+        have.value = e.value;
+        replaced = true;
+      }
+    }
+    if (!replaced) spec.env.push_back(std::move(e));
+  }
+  spec.workdir = std::move(exec->workdir);
+  spec.uid = exec->uid;
+  spec.gid = exec->gid;
+  spec.stdin_open = exec->stdin_open;
+  spec.tty = exec->tty;
+  spec.window = exec->window;
+  auto opened = commands_.open_exec(exec->session, std::move(spec), exec->output_credit, *this);
+  if (!opened.ok()) return refuse(EAGAIN, opened.error());
+  console_line("exec session " + std::to_string(exec->session) + ": " + (*opened)->spec().argv.front() +
+               ((*opened)->spec().tty ? " (tty)" : "") + ", " + std::to_string(commands_.exec_count()) +
+               " open");
+  (*opened)->start();
 }
 
 void Session::on_setup(std::span<const std::uint8_t> payload) {
+  // Another version's setup may not decode at all: its version says why.
+  if (auto version = peek_setup_version(payload); version && *version != kProtocolVersion)
+    return end("the host speaks control protocol " + std::to_string(*version) + ", box-guest speaks " +
+               std::to_string(kProtocolVersion) + ": use an abox and an image of the same version");
   auto setup = decode_setup(payload);
   if (!setup) return end("setup does not decode");
   reader_.set_key(setup->key);
@@ -221,7 +274,6 @@ void Session::on_setup(std::span<const std::uint8_t> payload) {
   setup_ = std::move(*setup);
   spec_ = CommandSpec{setup_->argv, setup_->env,        setup_->workdir, setup_->uid,
                       setup_->gid,  setup_->stdin_open, setup_->tty,     setup_->window};
-  credit_ = OutputCredit(setup_->output_credit);
   console_line("setup: " + std::to_string(setup_->argv.size()) + " args, " +
                std::to_string(setup_->env.size()) + " env, " + std::to_string(setup_->probes.size()) +
                " probes, uid " + std::to_string(setup_->uid) + (setup_->tty ? ", tty" : ""));
@@ -249,131 +301,10 @@ void Session::on_setup(std::span<const std::uint8_t> payload) {
 // ---- the command -----------------------------------------------------------
 
 void Session::start_command() {
-  auto launched = launch_command(spec_);
-  if (!launched.ok()) {
-    StartFailed f = launched.error();
-    log("start failed: " + f.detail);
-    send_message(GuestMessage::kStartFailed, f);
-    phase_ = Phase::kEnded;
-    return;
-  }
-  command_ = std::move(*launched);
-  phase_ = Phase::kStarting;
-}
-
-void Session::read_start_status() {
-  std::uint8_t buf[kStartStatusBytes + 1];
-  for (int i = 0; i < kMaxReadsPerWake; ++i) {
-    ssize_t n = ::read(command_.start_status.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) return;
-      n = 0;  // treat as EOF with what came
-    }
-    if (n > 0) {
-      start_status_.insert(start_status_.end(), buf, buf + n);
-      if (start_status_.size() > kStartStatusBytes + 1) start_status_.resize(kStartStatusBytes + 1);
-      continue;
-    }
-    command_.start_status.reset();
-    if (start_status_.empty()) {
-      console_line("started pid " + std::to_string(command_.pid));
-      send_message(GuestMessage::kStarted, Started{static_cast<std::uint32_t>(command_.pid)});
-      phase_ = Phase::kRunning;
-      if (spec_.stdin_open) send_message(GuestMessage::kStdinCredit, Credit{stdin_.open()});
-      return maybe_finish();
-    }
-    StartFailed f;
-    if (auto decoded = decode_start_status(start_status_)) {
-      f = *decoded;
-    } else {
-      f.reason = StartFailure::kOther;
-      f.error = EPROTO;
-    }
-    f.detail = start_failure_text(f, spec_);
-    log("start failed: " + f.detail);
-    send_message(GuestMessage::kStartFailed, f);
-    command_.stdout_read.reset();
-    command_.stderr_read.reset();
-    command_.stdin_write.reset();
-    phase_ = Phase::kEnded;
-    return;
-  }
-}
-
-short Session::output_events(const base::UniqueFd& pipe) const {
-  if (!pipe || out_.size() - out_head_ >= kOutputHighWater) return -1;  // not polled now
-  if (credit_.available() > 0) return POLLIN;
-  // A pty's master says POLLHUP while the kernel may still hold output on its
-  // way to the master's buffer, which FIONREAD does not count: its end is
-  // only ever learned by reading (EIO), so it waits for credit.
-  if (spec_.tty) return -1;
-  // No credit: watch only for the hang-up of an empty pipe (EOF needs no credit).
-  return readable_bytes(pipe.get()) == 0 ? 0 : -1;
-}
-
-void Session::read_output(base::UniqueFd& pipe, GuestMessage type) {
-  std::size_t want = credit_.allowance(kMaxPayload);
-  if (want == 0) {
-    output_hung_up(pipe);
-    return;
-  }
-  std::vector<std::uint8_t> chunk(want);
-  ssize_t n = ::read(pipe.get(), chunk.data(), chunk.size());
-  if (n < 0) {
-    if (errno == EAGAIN || errno == EINTR) return;
-    n = 0;
-  }
-  if (n == 0) {
-    pipe.reset();
-    return maybe_finish();
-  }
-  chunk.resize(static_cast<std::size_t>(n));
-  credit_.spend(chunk.size());
-  send(static_cast<std::uint8_t>(type), chunk);
-}
-
-bool Session::output_hung_up(base::UniqueFd& pipe) {
-  if (readable_bytes(pipe.get()) != 0) return false;
-  pipe.reset();
-  maybe_finish();
-  return true;
-}
-
-void Session::write_stdin() {
-  auto pending = stdin_.pending();
-  if (!command_.stdin_write) return;
-  if (pending.empty()) return close_stdin_if_done();  // the pty's EOF character may wait
-  ssize_t n = ::write(command_.stdin_write.get(), pending.data(), pending.size());
-  if (n < 0) {
-    if (errno == EAGAIN || errno == EINTR) return;
-    // EPIPE: the command closed its stdin. What the host sends from now on is dropped.
-    console_line(std::string("the command's stdin: ") + std::strerror(errno));
-    stdin_.discard();
-    command_.stdin_write.reset();
-    return;
-  }
-  if (auto grant = stdin_.consumed(static_cast<std::size_t>(n)); grant > 0)
-    send_message(GuestMessage::kStdinCredit, Credit{grant});
-  close_stdin_if_done();
-}
-
-void Session::write_eof_char() {
-  const std::uint8_t eof = 0x04;
-  ssize_t n = ::write(command_.stdin_write.get(), &eof, 1);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n < 0) console_line(std::string("the pty: ") + std::strerror(errno));
-  eof_char_pending_ = false;
-}
-
-void Session::close_stdin_if_done() {
-  if (!stdin_eof_ || stdin_.buffered() != 0 || !command_.stdin_write) return;
-  // A pty stays open (closing the master would hang up the terminal): its end
-  // of input is the EOF character.
-  if (spec_.tty) {
-    if (eof_char_pending_) write_eof_char();
-    return;
-  }
-  command_.stdin_write.reset();
+  auto opened = commands_.open_main(spec_, setup_->output_credit, *this);
+  if (!opened.ok()) return log(opened.error());
+  phase_ = Phase::kGo;
+  (*opened)->start();
 }
 
 void Session::reap() {
@@ -382,43 +313,32 @@ void Session::reap() {
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
     if (reap_copy(pid, status)) continue;
-    if (pid != command_.pid || wait_status_) continue;  // an orphan the kernel gave init
-    wait_status_ = status;
-    kill_leftovers();
-    maybe_finish();
+    CommandSession* owner = nullptr;
+    commands_.for_each([&](CommandSession& c) {
+      if (owner == nullptr && c.on_reaped(pid, status)) owner = &c;
+    });
+    if (owner == nullptr) continue;  // an orphan the kernel gave init
+    if (owner->id() == kMainSession) kill_leftovers();
+    owner->maybe_finish();
   }
 }
 
 void Session::kill_leftovers() {
-  // What the command left running would hold its pipes open. As the VM's
-  // init, box-guest ends every other process (a daemon may have left the
-  // command's session) but a copy's tar; anywhere else (the unit tests) only
-  // the command's process group.
+  // What the main command left running would hold its pipes open. As the
+  // VM's init, box-guest ends every other process (a daemon may have left
+  // the command's session; the exec sessions go too) but a copy's tar;
+  // anywhere else (the unit tests) the command's process group and the exec
+  // sessions' groups.
   if (::getpid() != 1) {
-    ::kill(-command_.pid, SIGKILL);
+    commands_.for_each([](CommandSession& c) {
+      if (c.pid() > 0) ::kill(-c.pid(), SIGKILL);
+    });
     return;
   }
   std::vector<pid_t> spare;
   if (copy_in_) spare.push_back(copy_in_->tar.pid());
   if (copy_out_) spare.push_back(copy_out_->tar.pid());
   kill_all_processes_but(spare);
-}
-
-void Session::maybe_finish() {
-  if (phase_ != Phase::kRunning || !wait_status_ || command_.stdout_read || command_.stderr_read) return;
-  Exited e;
-  if (WIFSIGNALED(*wait_status_)) {
-    e.signalled = true;
-    e.value = static_cast<std::uint32_t>(WTERMSIG(*wait_status_));
-  } else {
-    e.value = static_cast<std::uint32_t>(WEXITSTATUS(*wait_status_));
-  }
-  console_line(std::string("the command ") + (e.signalled ? "died of signal " : "exited ") +
-               std::to_string(e.value));
-  send_message(GuestMessage::kExited, e);
-  command_.stdin_write.reset();
-  command_.pty.reset();
-  phase_ = Phase::kEnded;
 }
 
 void Session::on_signals() {
@@ -443,12 +363,8 @@ std::string Session::phase_name() const {
       return "running the self-test";
     case Phase::kAwaitGo:
       return "waiting for go";
-    case Phase::kStarting:
-      return "starting the command";
-    case Phase::kRunning:
-      return "the command runs";
-    case Phase::kEnded:
-      return "the command has ended";
+    case Phase::kGo:
+      return main_running() ? "the command runs" : "the command has ended";
   }
   return "?";
 }
@@ -486,13 +402,8 @@ std::string Session::run() {
       fds.push_back({fd.get(), events, 0});
       watches.push_back({&fd, std::move(on_ready)});
     };
-    watch(command_.start_status, POLLIN, [this] { read_start_status(); });
-    watch(command_.stdout_read, output_events(command_.stdout_read),
-          [this] { read_output(command_.stdout_read, GuestMessage::kStdout); });
-    watch(command_.stderr_read, output_events(command_.stderr_read),
-          [this] { read_output(command_.stderr_read, GuestMessage::kStderr); });
-    watch(command_.stdin_write, stdin_.buffered() > 0 || eof_char_pending_ ? POLLOUT : -1,
-          [this] { write_stdin(); });
+    const WatchFn watch_fn = watch;
+    commands_.for_each([&](CommandSession& c) { c.add_watches(watch_fn); });
     for (TarJob* tar : {copy_in_ ? &copy_in_->tar : nullptr, copy_out_ ? &copy_out_->tar : nullptr}) {
       if (tar == nullptr) continue;
       watch(tar->start_status(), POLLIN, [tar] { tar->read_start_status(); });
@@ -501,8 +412,8 @@ std::string Session::run() {
     }
     if (copy_in_) watch(copy_in_->tar.input(), copy_in_blocked() ? POLLOUT : -1, [this] { write_copy_in(); });
     if (copy_out_) {
-      const bool room = out_.size() - out_head_ < kOutputHighWater && copy_out_->credit.available() > 0;
-      watch(copy_out_->tar.stream(), room ? POLLIN : -1, [this] { read_copy_out(); });
+      const bool more = room() && copy_out_->credit.available() > 0;
+      watch(copy_out_->tar.stream(), more ? POLLIN : -1, [this] { read_copy_out(); });
     }
     const std::size_t watched_to = fds.size();
     if (selftest_) selftest_->add_poll_fds(fds);
@@ -546,6 +457,7 @@ std::string Session::run() {
       }
     }
     settle_copies();
+    commands_.remove_ended();
     // Frames that waited in the reader while tar took a copy_data.
     if (!copy_in_blocked()) take_frames();
     flush_control();

@@ -1,49 +1,59 @@
 // Session: one boot's conversation with the host over the control port
-// (docs/control-protocol.md), and the command's life inside it. One thread,
-// one poll() loop over: the control port, a signalfd (SIGCHLD and the stop
-// signals), the self-test's sockets, the command's start-status pipe,
-// stdout, stderr and stdin pipes (or its pty), and the copies' tar
-// processes (tar_job.h). Timers are the self-test's deadlines. No call
-// blocks: every fd is non-blocking and every loop is bounded per wake.
+// (docs/control-protocol.md), and the command sessions inside it
+// (command_session.h, command_table.h). One thread, one poll() loop over: the
+// control port, a signalfd (SIGCHLD and the stop signals), the self-test's
+// sockets, each command session's start-status pipe, stdout, stderr and
+// stdin pipes (or its pty), and the copies' tar processes (tar_job.h).
+// Timers are the self-test's deadlines. No call blocks: every fd is
+// non-blocking and every loop is bounded per wake.
 //
 // The order, each step only after the one before:
-//   hello (unkeyed) -> setup (unkeyed; carries the key: both directions are
-//   keyed from here) -> CA installed -> self-test (when setup asked for
-//   probes) -> selftest_report -> go -> the command starts -> started or
-//   start_failed -> stdout/stderr under the output credit, stdin under the
-//   stdin credit -> exited, after the command's last output.
+//   hello (unkeyed) -> setup (unkeyed; carries the key and the host's
+//   version: both directions are keyed from here) -> CA installed ->
+//   self-test (when setup asked for probes) -> selftest_report -> go -> the
+//   main command (session 0) starts -> started or start_failed ->
+//   stdout/stderr under the output credit, stdin under the stdin credit ->
+//   exited, after the command's last output.
 // Between the report and go, copy_ins, one at a time (copy_in, copy_data...,
 // copy_end -> copy_in_done); from setup on, copy_outs, one at a time
 // (copy_out, copy_credit... -> copy_out_data... -> copy_out_done), beside
 // the command's output (session_copy.cc).
+// From go until the main command has ended, `exec` opens more command
+// sessions beside it (each with its own id, output credit and stdin window;
+// at most kMaxExecSessions at once; one refused gets start_failed kRefused
+// with the reason, and the others go on).
 // Then the session waits for poweroff. run() returns why it ended:
 // poweroff from the host, the host closing the port, a stop signal, too
-// many bad frames, or a stream that cannot be followed. The caller powers
-// off.
+// many bad frames, a setup of another protocol version, or a stream that
+// cannot be followed. The caller powers off.
 //
 // Frames from the host that fail the MAC or the sequence are dropped and
 // logged (console, and a log frame once keyed); the 16th ends the session,
 // as the host does for the guest's. A frame that is valid but out of place
-// (go before the report, stdin without credit) is logged and ignored.
+// (go before the report, stdin without credit, a message for a session that
+// was never opened) is logged and ignored; one for an exec session that has
+// ended (a credit racing its end) is ignored and counted only.
 //
-// When the command's main process exits, whatever it left running (a
-// background job, a daemon that left its session) is killed, so its pipes
-// reach EOF and `exited` can follow the last output: one command per
-// instance, as with `docker run`. A copy's tar is spared; when it ends and
-// the command's output is still held open, the sweep runs again.
+// When the main command's process exits, whatever it left running (a
+// background job, a daemon that left the command's session, the exec
+// sessions) is killed, so its pipes reach EOF and `exited` can follow the
+// last output: one command per instance, as with `docker run`. A copy's tar
+// is spared; when it ends and the command's output is still held open, the
+// sweep runs again.
 //
-// With setup's `tty` the command's stdin, stdout and stderr are a pty
-// (command_launcher.h): its output comes as stdout frames, stdin_eof is the
-// pty's EOF character (0x04) written after what stdin still holds, resize
-// sets the pty's window (the kernel sends SIGWINCH), signal goes to the
-// pty's foreground process group, and `exited` follows the main process's
-// exit once the pty has no more output (the master reads EIO when the last
-// holder of the slave is gone).
+// With a `tty` (setup's or exec's) a command's stdin, stdout and stderr are
+// a pty (command_launcher.h): its output comes as stdout frames, stdin_eof
+// is the pty's EOF character (0x04) written after what stdin still holds,
+// resize sets the pty's window (the kernel sends SIGWINCH), signal goes to
+// the pty's foreground process group, and `exited` follows the main
+// process's exit once the pty has no more output (the master reads EIO when
+// the last holder of the slave is gone).
 //
 // Bounded memory: the frame reader's one buffer; an output queue that the
 // pipes, a copy_out's stream and log lines stop filling at kOutputHighWater
 // (so at most that plus one frame; a log line that finds it full goes to
-// the console only); the stdin window (flow_control.h); one copy_data frame
+// the console only); each command session's stdin window (flow_control.h);
+// at most 1 + kMaxExecSessions command sessions; one copy_data frame
 // (the port is not read while tar has not taken it, so the host's writes
 // wait); what each tar prints, up to kDiagnosticBytes.
 #pragma once
@@ -60,6 +70,7 @@
 #include "base/unique_fd.h"
 #include "guest/box_guest/ca_install.h"
 #include "guest/box_guest/command_launcher.h"
+#include "guest/box_guest/command_table.h"
 #include "guest/box_guest/flow_control.h"
 #include "guest/box_guest/network_setup.h"
 #include "guest/box_guest/selftest.h"
@@ -79,23 +90,25 @@ struct SessionConfig {
   int probe_timeout_ms = 2000;
 };
 
-class Session {
+class Session final : private ControlOutput {
  public:
   Session(base::UniqueFd control, base::UniqueFd signals, SessionConfig config, base::RandomSource& random);
   std::string run();
 
  private:
-  enum class Phase { kAwaitSetup, kSelftest, kAwaitGo, kStarting, kRunning, kEnded };
+  // kGo: go came; the main command runs, or ran (its session says which).
+  enum class Phase { kAwaitSetup, kSelftest, kAwaitGo, kGo };
 
-  // Output.
-  void send(std::uint8_t type, const std::vector<std::uint8_t>& payload);
+  // Output (ControlOutput, for the command sessions too).
+  void send(GuestMessage type, std::span<const std::uint8_t> payload) override;
+  void log(const std::string& text) override;
+  bool room() const override { return out_.size() - out_head_ < kOutputHighWater; }
   template <class M>
   void send_message(GuestMessage type, const M& m) {
     std::vector<std::uint8_t> payload;
     encode(m, payload);
-    send(static_cast<std::uint8_t>(type), payload);
+    send(type, payload);
   }
-  void log(const std::string& text);
   void flush_control();
 
   // Input.
@@ -104,8 +117,10 @@ class Session {
   void handle_frame(const Frame& f);
   void on_setup(std::span<const std::uint8_t> payload);
   void on_go();
-  void on_signal(std::span<const std::uint8_t> payload);
-  void on_resize(std::span<const std::uint8_t> payload);
+  void on_exec(std::span<const std::uint8_t> payload);
+  // The open command session a host message names, or nullptr (logged: the
+  // frame is dropped).
+  CommandSession* session_for(std::uint32_t id, std::string_view what);
   void bad_frame(std::string_view why);
   void end(std::string why);
 
@@ -136,20 +151,13 @@ class Session {
   void copy_in_done(const CopyResult& r);
   void copy_out_done(const CopyResult& r);
 
-  // The command.
+  // The commands.
   void start_command();
-  void read_start_status();
-  void read_output(base::UniqueFd& pipe, GuestMessage type);
-  bool output_hung_up(base::UniqueFd& pipe);
-  void write_stdin();
-  void write_eof_char();
-  void close_stdin_if_done();
+  bool main_running() const;  // started (or starting) and not yet ended
   void reap();
   void kill_leftovers();
-  void maybe_finish();
   void on_signals();
 
-  short output_events(const base::UniqueFd& pipe) const;
   std::string phase_name() const;
 
   base::UniqueFd control_;
@@ -164,16 +172,13 @@ class Session {
   Phase phase_ = Phase::kAwaitSetup;
   std::optional<Setup> setup_;
   std::optional<Selftest> selftest_;
-  CommandSpec spec_;
-  LaunchedCommand command_;
-  std::vector<std::uint8_t> start_status_;
-  std::optional<int> wait_status_;
-  OutputCredit credit_{0};
-  StdinFlow stdin_;
-  bool stdin_eof_ = false;
-  bool eof_char_pending_ = false;  // tty: 0x04 goes to the pty once stdin is drained
-  std::size_t stdin_dropped_ = 0;
-  bool go_pending_ = false;  // go came while a copy_in was open: start when it is over
+  CommandSpec spec_;  // the main command's, from setup (a resize before go sets its window)
+  CommandTable commands_;
+  bool go_pending_ = false;                   // go came while a copy_in was open: start when it is over
+  std::uint64_t unknown_session_frames_ = 0;  // host frames for a session that is not open
+  // The highest exec id the host used: a frame for a lower one that is not
+  // open names a session that ended (a credit racing its end: counted, not logged).
+  std::uint32_t highest_exec_ = 0;
 
   std::optional<CopyIn> copy_in_;
   std::optional<CopyOut> copy_out_;

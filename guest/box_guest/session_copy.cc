@@ -134,7 +134,7 @@ void Session::read_copy_out() {
   chunk.resize(static_cast<std::size_t>(n));
   c.credit.spend(chunk.size());
   c.sent += chunk.size();
-  send(static_cast<std::uint8_t>(GuestMessage::kCopyOutData), chunk);
+  send(GuestMessage::kCopyOutData, chunk);
 }
 
 bool Session::reap_copy(pid_t pid, int status) {
@@ -174,8 +174,9 @@ void Session::settle_copies() {
   }
   // The command's main process exited while a tar was spared from the sweep
   // and something still holds its output open: sweep again, now sparing the rest.
-  if (ended_one && wait_status_ && phase_ == Phase::kRunning && ::getpid() == 1 &&
-      (command_.stdout_read || command_.stderr_read))
+  CommandSession* main = commands_.main();
+  if (ended_one && main != nullptr && main->reaped() && main->state() == CommandSession::State::kRunning &&
+      ::getpid() == 1 && main->output_open())
     kill_leftovers();
 }
 

@@ -35,7 +35,10 @@ namespace abox::guest {
 
 // 2: a pty for the command (setup's tty and window size, resize), files in
 // (copy_in) and out (copy_out) as tar streams.
-inline constexpr std::uint16_t kProtocolVersion = 2;
+// 3: command sessions: the main command is session 0 (setup, go), `exec`
+// opens more beside it; every message of a command's life names its session
+// (a u32 first in its payload); setup states the host's version.
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kMaxPayload = 64 * 1024;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kHeaderBytes = 4 + 1 + 8;

@@ -79,6 +79,47 @@ bool valid_outcome(std::uint8_t o) {
   return o <= 2;
 }
 
+// env (a list of name, value), as setup and exec carry it: names non-empty,
+// without '=' or NUL; values without NUL.
+bool env_list(Fields& f, std::vector<EnvEntry>& env) {
+  std::size_t n = 0;
+  if (!f.count(n, kMaxEnvEntries)) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    EnvEntry e;
+    if (!f.str(e.name, kMaxShortText) || !f.str(e.value, kMaxPayload) || e.name.empty() ||
+        e.name.find('=') != std::string::npos || e.name.find('\0') != std::string::npos ||
+        e.value.find('\0') != std::string::npos)
+      return false;
+    env.push_back(std::move(e));
+  }
+  return true;
+}
+
+// argv: 1 to kMaxArgs strings without NUL.
+bool argv_list(Fields& f, std::vector<std::string>& argv) {
+  std::size_t n = 0;
+  if (!f.count(n, kMaxArgs) || n == 0) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string a;
+    if (!f.str(a, kMaxPayload) || a.find('\0') != std::string::npos) return false;
+    argv.push_back(std::move(a));
+  }
+  return true;
+}
+
+void put_env_list(std::vector<std::uint8_t>& out, const std::vector<EnvEntry>& env) {
+  put_u16(out, static_cast<std::uint16_t>(env.size()));
+  for (const auto& e : env) {
+    put_str(out, e.name);
+    put_str(out, e.value);
+  }
+}
+
+void put_argv_list(std::vector<std::uint8_t>& out, const std::vector<std::string>& argv) {
+  put_u16(out, static_cast<std::uint16_t>(argv.size()));
+  for (const auto& a : argv) put_str(out, a);
+}
+
 }  // namespace
 
 std::string_view guest_message_name(std::uint8_t type) {
@@ -139,6 +180,24 @@ std::string_view host_message_name(std::uint8_t type) {
       return "copy_out";
     case HostMessage::kCopyCredit:
       return "copy_credit";
+    case HostMessage::kExec:
+      return "exec";
+  }
+  return "unknown";
+}
+
+std::string_view start_failure_name(StartFailure r) {
+  switch (r) {
+    case StartFailure::kNotFound:
+      return "not_found";
+    case StartFailure::kNotExecutable:
+      return "not_executable";
+    case StartFailure::kWorkdir:
+      return "workdir";
+    case StartFailure::kOther:
+      return "other";
+    case StartFailure::kRefused:
+      return "refused";
   }
   return "unknown";
 }
@@ -218,17 +277,19 @@ std::optional<SelftestReport> decode_selftest_report(std::span<const std::uint8_
 }
 
 void encode(const Started& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.session);
   put_u32(out, m.pid);
 }
 
 std::optional<Started> decode_started(std::span<const std::uint8_t> p) {
   Fields f(p);
   Started m;
-  if (!f.u32(m.pid) || !f.done()) return std::nullopt;
+  if (!f.u32(m.session) || !f.u32(m.pid) || !f.done()) return std::nullopt;
   return m;
 }
 
 void encode(const StartFailed& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.session);
   put_u8(out, static_cast<std::uint8_t>(m.reason));
   put_u32(out, static_cast<std::uint32_t>(m.error));
   put_str(out, m.detail);
@@ -239,8 +300,8 @@ std::optional<StartFailed> decode_start_failed(std::span<const std::uint8_t> p) 
   StartFailed m;
   std::uint8_t reason = 0;
   std::uint32_t error = 0;
-  if (!f.u8(reason) || !f.u32(error) || !f.str(m.detail, kMaxShortText) || !f.done() || reason < 1 ||
-      reason > 4)
+  if (!f.u32(m.session) || !f.u8(reason) || !f.u32(error) || !f.str(m.detail, kMaxShortText) || !f.done() ||
+      reason < 1 || reason > 5)
     return std::nullopt;
   m.reason = static_cast<StartFailure>(reason);
   m.error = static_cast<std::int32_t>(error);
@@ -248,6 +309,7 @@ std::optional<StartFailed> decode_start_failed(std::span<const std::uint8_t> p) 
 }
 
 void encode(const Exited& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.session);
   put_u8(out, m.signalled ? 1 : 0);
   put_u32(out, m.value);
 }
@@ -256,7 +318,8 @@ std::optional<Exited> decode_exited(std::span<const std::uint8_t> p) {
   Fields f(p);
   Exited m;
   std::uint8_t signalled = 0;
-  if (!f.u8(signalled) || !f.u32(m.value) || !f.done() || signalled > 1) return std::nullopt;
+  if (!f.u32(m.session) || !f.u8(signalled) || !f.u32(m.value) || !f.done() || signalled > 1)
+    return std::nullopt;
   m.signalled = signalled == 1;
   // An exit status is 0-255 and a signal 1-64: anything else is not a process's end.
   if (m.signalled ? (m.value < 1 || m.value > 64) : m.value > 255) return std::nullopt;
@@ -286,18 +349,14 @@ std::optional<Credit> decode_credit(std::span<const std::uint8_t> p) {
 }
 
 void encode(const Setup& m, std::vector<std::uint8_t>& out) {
+  put_u16(out, m.version);
   out.insert(out.end(), m.key.begin(), m.key.end());
   put_str(out, m.ca_pem);
-  put_u16(out, static_cast<std::uint16_t>(m.env.size()));
-  for (const auto& e : m.env) {
-    put_str(out, e.name);
-    put_str(out, e.value);
-  }
+  put_env_list(out, m.env);
   put_str(out, m.workdir);
   put_u32(out, m.uid);
   put_u32(out, m.gid);
-  put_u16(out, static_cast<std::uint16_t>(m.argv.size()));
-  for (const auto& a : m.argv) put_str(out, a);
+  put_argv_list(out, m.argv);
   put_u16(out, static_cast<std::uint16_t>(m.probes.size()));
   for (const auto& pr : m.probes) {
     put_u8(out, static_cast<std::uint8_t>(pr.kind));
@@ -310,30 +369,24 @@ void encode(const Setup& m, std::vector<std::uint8_t>& out) {
   put_u16(out, m.window.cols);
 }
 
+std::optional<std::uint16_t> peek_setup_version(std::span<const std::uint8_t> p) {
+  base::ByteReader r(p);
+  return r.u16be();
+}
+
 std::optional<Setup> decode_setup(std::span<const std::uint8_t> p) {
   base::ByteReader key_reader(p);
+  auto version = key_reader.u16be();
   auto key = key_reader.bytes(kKeyBytes);
-  if (!key) return std::nullopt;
+  if (!version || !key) return std::nullopt;
   Setup m;
+  m.version = *version;
   std::copy(key->begin(), key->end(), m.key.begin());
   Fields f(key_reader.rest());
   std::size_t n = 0;
-  if (!f.str(m.ca_pem, kMaxCaPem) || !f.count(n, kMaxEnvEntries)) return std::nullopt;
-  for (std::size_t i = 0; i < n; ++i) {
-    EnvEntry e;
-    if (!f.str(e.name, kMaxShortText) || !f.str(e.value, kMaxPayload) || e.name.empty() ||
-        e.name.find('=') != std::string::npos || e.name.find('\0') != std::string::npos ||
-        e.value.find('\0') != std::string::npos)
-      return std::nullopt;
-    m.env.push_back(std::move(e));
-  }
-  if (!f.str(m.workdir, 4096) || !f.u32(m.uid) || !f.u32(m.gid) || !f.count(n, kMaxArgs) || n == 0)
+  if (!f.str(m.ca_pem, kMaxCaPem) || !env_list(f, m.env)) return std::nullopt;
+  if (!f.str(m.workdir, kMaxWorkdir) || !f.u32(m.uid) || !f.u32(m.gid) || !argv_list(f, m.argv))
     return std::nullopt;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::string a;
-    if (!f.str(a, kMaxPayload) || a.find('\0') != std::string::npos) return std::nullopt;
-    m.argv.push_back(std::move(a));
-  }
   if (!f.count(n, kMaxProbes)) return std::nullopt;
   for (std::size_t i = 0; i < n; ++i) {
     Probe pr;
@@ -352,13 +405,14 @@ std::optional<Setup> decode_setup(std::span<const std::uint8_t> p) {
 }
 
 void encode(const Signal& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.session);
   put_u8(out, m.signo);
 }
 
 std::optional<Signal> decode_signal(std::span<const std::uint8_t> p) {
   Fields f(p);
   Signal m;
-  if (!f.u8(m.signo) || !f.done() || m.signo < 1 || m.signo > 64) return std::nullopt;
+  if (!f.u32(m.session) || !f.u8(m.signo) || !f.done() || m.signo < 1 || m.signo > 64) return std::nullopt;
   return m;
 }
 
@@ -398,6 +452,88 @@ std::optional<CopyPath> decode_copy_path(std::span<const std::uint8_t> p) {
   if (!f.str(m.path, kMaxGuestPath) || !f.done() || m.path.empty() || m.path[0] != '/' ||
       m.path.find('\0') != std::string::npos)
     return std::nullopt;
+  return m;
+}
+
+void encode(const SessionData& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.session);
+  out.insert(out.end(), m.bytes.begin(), m.bytes.end());
+}
+
+std::optional<SessionData> decode_session_data(std::span<const std::uint8_t> p) {
+  // The bytes are the rest of the payload: no length of their own, so no
+  // length to lie with. A frame's payload is at most kMaxPayload, so they
+  // are at most kMaxStreamBytes.
+  base::ByteReader r(p);
+  auto session = r.u32be();
+  if (!session) return std::nullopt;
+  return SessionData{*session, r.rest()};
+}
+
+void encode(const SessionCredit& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.session);
+  put_u32(out, m.bytes);
+}
+
+std::optional<SessionCredit> decode_session_credit(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  SessionCredit m;
+  if (!f.u32(m.session) || !f.u32(m.bytes) || !f.done()) return std::nullopt;
+  return m;
+}
+
+void encode(const SessionRef& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.session);
+}
+
+std::optional<SessionRef> decode_session_ref(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  SessionRef m;
+  if (!f.u32(m.session) || !f.done()) return std::nullopt;
+  return m;
+}
+
+void encode(const Resize& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.session);
+  put_u16(out, m.window.rows);
+  put_u16(out, m.window.cols);
+}
+
+std::optional<Resize> decode_resize(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  Resize m;
+  if (!f.u32(m.session) || !f.u16(m.window.rows) || !f.u16(m.window.cols) || !f.done()) return std::nullopt;
+  return m;
+}
+
+void encode(const Exec& m, std::vector<std::uint8_t>& out) {
+  put_u32(out, m.session);
+  put_env_list(out, m.env);
+  put_str(out, m.workdir);
+  put_u32(out, m.uid);
+  put_u32(out, m.gid);
+  put_argv_list(out, m.argv);
+  put_u32(out, m.output_credit);
+  put_u8(out, m.stdin_open ? 1 : 0);
+  put_u8(out, m.tty ? 1 : 0);
+  put_u16(out, m.window.rows);
+  put_u16(out, m.window.cols);
+}
+
+std::optional<Exec> decode_exec(std::span<const std::uint8_t> p) {
+  Fields f(p);
+  Exec m;
+  std::uint8_t stdin_open = 0, tty = 0;
+  if (!f.u32(m.session) || m.session == kMainSession || !env_list(f, m.env) ||
+      !f.str(m.workdir, kMaxWorkdir) || !f.u32(m.uid) || !f.u32(m.gid) || !argv_list(f, m.argv) ||
+      !f.u32(m.output_credit) || !f.u8(stdin_open) || stdin_open > 1 || !f.u8(tty) || tty > 1 ||
+      !f.u16(m.window.rows) || !f.u16(m.window.cols) || !f.done())
+    return std::nullopt;
+  // A working directory is absolute (or "" for the home), as for copy paths.
+  if (!m.workdir.empty() && (m.workdir[0] != '/' || m.workdir.find('\0') != std::string::npos))
+    return std::nullopt;
+  m.stdin_open = stdin_open == 1;
+  m.tty = tty == 1;
   return m;
 }
 

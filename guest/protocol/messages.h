@@ -7,7 +7,15 @@
 //                 CopyInDone, CopyOutData, CopyOutDone.
 // Host to guest:  Setup (unkeyed: it carries the key), then Go, Stdin, StdinEof,
 //                 OutputCredit, Signal, Poweroff, Resize, CopyIn, CopyData,
-//                 CopyEnd, CopyOut, CopyCredit.
+//                 CopyEnd, CopyOut, CopyCredit, Exec.
+//
+// Command sessions (version 3): the main command is session 0 (setup, go);
+// each `exec` opens another, with an id the host picks (1 and up, never 0).
+// Every message of a command's life starts with its u32 session id: started,
+// start_failed, stdout, stderr, exited, stdin_credit from the guest; stdin,
+// stdin_eof, output_credit, signal, resize from the host. The decoders check
+// the shape only; whether a session id is open is the receiver's table's
+// business (an unknown one is dropped, counted and logged there).
 //
 // Every field is big-endian; a string or byte field is u32be length + bytes,
 // each with its own cap; a list is u16be count + items, capped. decode()
@@ -56,6 +64,7 @@ enum class HostMessage : std::uint8_t {
   kCopyEnd = 11,     // empty: the copy_in's tar stream is complete
   kCopyOut = 12,     // CopyPath: send path as a tar stream
   kCopyCredit = 13,  // Credit: that many more copy_out bytes may come
+  kExec = 14,        // Exec: open a command session beside the main one (version 3)
 };
 
 std::string_view guest_message_name(std::uint8_t type);
@@ -69,6 +78,13 @@ inline constexpr std::size_t kMaxArgs = 1024;
 inline constexpr std::size_t kMaxProbes = 16;
 inline constexpr std::size_t kMaxCaPem = 16 * 1024;
 inline constexpr std::size_t kMaxGuestPath = 4096;
+inline constexpr std::size_t kMaxWorkdir = 4096;
+// The session id every command-session message starts with.
+inline constexpr std::size_t kSessionIdBytes = 4;
+// What one stdout, stderr or stdin frame carries after its session id.
+inline constexpr std::size_t kMaxStreamBytes = kMaxPayload - kSessionIdBytes;
+// The main command's session (setup and go); exec sessions are 1 and up.
+inline constexpr std::uint32_t kMainSession = 0;
 
 // ---- guest to host ----
 
@@ -103,19 +119,49 @@ struct SelftestReport {
 };
 
 struct Started {
+  std::uint32_t session = kMainSession;
   std::uint32_t pid = 0;
 };
 
-enum class StartFailure : std::uint8_t { kNotFound = 1, kNotExecutable = 2, kWorkdir = 3, kOther = 4 };
+// kRefused (version 3): box-guest did not open the session: too many run
+// already, the id is in use, or the instance is not running its main command.
+enum class StartFailure : std::uint8_t {
+  kNotFound = 1,
+  kNotExecutable = 2,
+  kWorkdir = 3,
+  kOther = 4,
+  kRefused = 5
+};
+std::string_view start_failure_name(StartFailure r);
 struct StartFailed {
+  std::uint32_t session = kMainSession;
   StartFailure reason = StartFailure::kOther;
   std::int32_t error = 0;  // errno in the guest
   std::string detail;
 };
 
 struct Exited {
+  std::uint32_t session = kMainSession;
   bool signalled = false;
   std::uint32_t value = 0;  // exit status, or the signal number
+};
+
+// stdout and stderr (guest to host), stdin (host to guest): a session's
+// bytes. Decoded, `bytes` points into the payload (valid as long as it is).
+struct SessionData {
+  std::uint32_t session = kMainSession;
+  std::span<const std::uint8_t> bytes;  // at most kMaxStreamBytes
+};
+
+// stdin_credit (guest to host), output_credit (host to guest).
+struct SessionCredit {
+  std::uint32_t session = kMainSession;
+  std::uint32_t bytes = 0;
+};
+
+// stdin_eof.
+struct SessionRef {
+  std::uint32_t session = kMainSession;
 };
 
 struct LogLine {
@@ -155,6 +201,7 @@ struct CopyPath {
 };
 
 struct Setup {
+  std::uint16_t version = kProtocolVersion;  // the host's: box-guest refuses another
   ChannelKey key{};
   std::string ca_pem;         // the instance CA the guest's TLS clients trust ("" without bindings)
   std::vector<EnvEntry> env;  // the command's environment (nonces included)
@@ -172,7 +219,29 @@ struct Setup {
 };
 
 struct Signal {
+  std::uint32_t session = kMainSession;
   std::uint8_t signo = 0;
+};
+
+struct Resize {
+  std::uint32_t session = kMainSession;
+  WindowSize window;
+};
+
+// A command session beside the main one: the command runs as the main
+// command does (command_launcher.h), with the main command's environment
+// (setup's env) and `env` on top of it (a name given again replaces it).
+struct Exec {
+  std::uint32_t session = 1;  // 1 and up; the host never uses an id twice in one boot
+  std::vector<EnvEntry> env;
+  std::string workdir;  // "" = the user's home
+  std::uint32_t uid = 1000;
+  std::uint32_t gid = 1000;
+  std::vector<std::string> argv;  // at least one
+  std::uint32_t output_credit = 0;
+  bool stdin_open = false;
+  bool tty = false;
+  WindowSize window;
 };
 
 // Encoders append the payload to out.
@@ -188,6 +257,11 @@ void encode(const Signal& m, std::vector<std::uint8_t>& out);
 void encode(const CopyResult& m, std::vector<std::uint8_t>& out);
 void encode(const WindowSize& m, std::vector<std::uint8_t>& out);
 void encode(const CopyPath& m, std::vector<std::uint8_t>& out);
+void encode(const SessionData& m, std::vector<std::uint8_t>& out);
+void encode(const SessionCredit& m, std::vector<std::uint8_t>& out);
+void encode(const SessionRef& m, std::vector<std::uint8_t>& out);
+void encode(const Resize& m, std::vector<std::uint8_t>& out);
+void encode(const Exec& m, std::vector<std::uint8_t>& out);
 
 // Decoders: nullopt when the payload is not exactly one valid message.
 std::optional<Hello> decode_hello(std::span<const std::uint8_t> p);
@@ -202,6 +276,14 @@ std::optional<Signal> decode_signal(std::span<const std::uint8_t> p);
 std::optional<CopyResult> decode_copy_result(std::span<const std::uint8_t> p);
 std::optional<WindowSize> decode_window_size(std::span<const std::uint8_t> p);
 std::optional<CopyPath> decode_copy_path(std::span<const std::uint8_t> p);
+std::optional<SessionData> decode_session_data(std::span<const std::uint8_t> p);
+std::optional<SessionCredit> decode_session_credit(std::span<const std::uint8_t> p);
+std::optional<SessionRef> decode_session_ref(std::span<const std::uint8_t> p);
+std::optional<Resize> decode_resize(std::span<const std::uint8_t> p);
+std::optional<Exec> decode_exec(std::span<const std::uint8_t> p);
+// The version a setup payload states (its first two bytes), whatever follows
+// it: so that a setup of another version is told apart from a broken one.
+std::optional<std::uint16_t> peek_setup_version(std::span<const std::uint8_t> p);
 // Empty messages (Go, StdinEof, Poweroff): true when the payload is empty.
 inline bool decode_empty(std::span<const std::uint8_t> p) {
   return p.empty();

@@ -42,6 +42,14 @@ QEMU with status 0:
   tarfile in memory, never extracted) with its files, contents and symlink,
   under 4 KiB of copy credit, while the command's own output flows beside it;
   a path that is not there is copy_out_done ok 0;
+- sessions (protocol 3): beside a main command that waits on its stdin, an
+  exec has its own stdout, stderr, exit status and the main command's
+  environment with its own on top; 16 execs run at once and a 17th is
+  refused by box-guest with the bound in the reason, the 16 then end as
+  their stdin says; an exec on a pty of 30x90 sees its resize to 31x91;
+  frames for sessions never opened are logged and dropped (and those for
+  one that ended dropped quietly) while the main command goes on; an exec
+  after the main command ended is refused;
 - passt: the same guest behind passt (which filters nothing) reports every
   probe FAILED, and a nonce_in_env whose variable holds a key, not a nonce,
   fails too: the self-test can fail. The command is never started.
@@ -249,7 +257,7 @@ def scenario_selftest_and_exit_7(c, rig, boot):
     def out_err_and_exit_7():
         r = got["r"]
         assert r["stdout"] == b"out\n" and r["stderr"] == b"err\n", f"stdout {bytes(r['stdout'])!r}, stderr {bytes(r['stderr'])!r}"
-        assert r["exited"] == {"signalled": False, "value": 7}, f"exited {r['exited']}"
+        assert r["exited"] == {"session": 0, "signalled": False, "value": 7}, f"exited {r['exited']}"
         return f"pid {r['started']}"
 
     return c.steps(boot, [("selftest_passes_behind_abox_net", selftest_passes_behind_abox_net),
@@ -264,7 +272,7 @@ def scenario_output_under_credit(c, rig, boot):
                       env=BASE_ENV, output_credit=8192)
         r = boot.ch.run_command(STEP_TIMEOUT * 2, 8192, credit_step=4096)
         digest = hashlib.sha256(r["stdout"]).hexdigest()
-        assert r.get("exited") == {"signalled": False, "value": 0}, f"{r.get('exited')} {bytes(r['stderr'])[:200]!r}"
+        assert r.get("exited") == {"session": 0, "signalled": False, "value": 0}, f"{r.get('exited')} {bytes(r['stderr'])[:200]!r}"
         assert len(r["stdout"]) == 1 << 20, f"{len(r['stdout'])} bytes"
         assert r["stderr"].decode().split()[0] == digest, f"guest {r['stderr']!r}, host {digest}"
         return f"sha256 {digest[:16]}..., at most {r['max_unacked']} bytes unacknowledged"
@@ -278,7 +286,7 @@ def scenario_stdin(c, rig, boot):
         boot.ch.setup(argv=["sha256sum"], env=BASE_ENV, output_credit=CREDIT, stdin_open=True)
         r = boot.ch.run_command(STEP_TIMEOUT, CREDIT, stdin=data)
         want = hashlib.sha256(data).hexdigest()
-        assert r.get("exited") == {"signalled": False, "value": 0}, f"{r.get('exited')} {bytes(r['stderr'])!r}"
+        assert r.get("exited") == {"session": 0, "signalled": False, "value": 0}, f"{r.get('exited')} {bytes(r['stderr'])!r}"
         assert r["stdout"].decode().split()[0] == want, f"guest {r['stdout']!r}, host {want}"
         assert r["stdin_credit"] >= len(data), f"the guest granted {r['stdin_credit']} bytes of stdin credit"
         return f"{len(data)} bytes, {r['stdin_credit']} bytes of credit granted in all"
@@ -304,7 +312,7 @@ def scenario_identity(c, rig, boot):
         boot.ch.setup(argv=["sh", "-c", IDENTITY_SCRIPT], env=env, output_credit=CREDIT)
         r = boot.ch.run_command(STEP_TIMEOUT, CREDIT)
         out = r["stdout"].decode(errors="replace")
-        assert r.get("exited") == {"signalled": False, "value": 0}, f"{r.get('exited')}: {out} {bytes(r['stderr'])!r}"
+        assert r.get("exited") == {"session": 0, "signalled": False, "value": 0}, f"{r.get('exited')}: {out} {bytes(r['stderr'])!r}"
         lines = out.splitlines()
         field = {}
         for line in lines:
@@ -346,13 +354,13 @@ def scenario_signal(c, rig, boot):
 
         def on_output(ch, ftype, data):
             if ftype == gp.STDOUT and b"ready" in data and not sent:
-                ch.send(gp.SIGNAL, gp.encode_signal(15))
+                ch.send(gp.SIGNAL, gp.encode_signal(15, gp.MAIN_SESSION))
                 sent.append(True)
 
         boot.ch.setup(argv=["sh", "-c", "echo ready; exec sleep 60"], env=BASE_ENV, output_credit=CREDIT)
         r = boot.ch.run_command(STEP_TIMEOUT, CREDIT, on_output=on_output)
         assert sent, f"no 'ready' from the command: {r}"
-        assert r.get("exited") == {"signalled": True, "value": 15}, f"exited {r.get('exited')}"
+        assert r.get("exited") == {"session": 0, "signalled": True, "value": 15}, f"exited {r.get('exited')}"
 
     return c.steps(boot, [("signal_15_reaches_the_command", signal_reaches_the_command)])
 
@@ -380,7 +388,7 @@ class Tty:
     def type(self, data):
         data = data.encode() if isinstance(data, str) else data
         assert len(data) <= self.stdin_credit, f"{len(data)} bytes to type with {self.stdin_credit} of credit"
-        self.ch.send(gp.STDIN, data)
+        self.ch.send(gp.STDIN, gp.encode_data(gp.MAIN_SESSION, data))
         self.stdin_credit -= len(data)
 
     def wait_for(self, pattern, timeout=STEP_TIMEOUT, start=0):
@@ -400,10 +408,11 @@ class Tty:
             raise TimeoutError(f"no {what!r} within the time; output: {bytes(self.out[-400:])!r}")
         t, p = self.ch.recv(left)
         if t == gp.STDOUT:
-            self.out.extend(p)
-            self.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+            _, data = gp.decode_data(p)
+            self.out.extend(data)
+            self.ch.send(gp.OUTPUT_CREDIT, gp.encode_session_credit(gp.MAIN_SESSION, len(data)))
         elif t == gp.STDIN_CREDIT:
-            self.stdin_credit += gp.decode_credit(p)
+            self.stdin_credit += gp.decode_session_credit(p)[1]
         elif t == gp.EXITED:
             self.exited = gp.decode_exited(p)
         else:
@@ -426,7 +435,7 @@ def scenario_tty(c, rig, boot):
         boot.ch.send(gp.GO)
         started = gp.decode_started(boot.ch.expect(gp.STARTED, STEP_TIMEOUT))
         tty.wait_for(rb"abox\$ ")
-        return f"pid {started}"
+        return f"pid {started['pid']}"
 
     def command(line, answer, timeout=STEP_TIMEOUT):
         start = len(tty.out)
@@ -442,7 +451,7 @@ def scenario_tty(c, rig, boot):
 
     def stty_size_shows_the_window_and_a_resize():
         command("stty size", rb"\r\n24 80\r\n")
-        boot.ch.send(gp.RESIZE, gp.encode_window_size(40, 100))
+        boot.ch.send(gp.RESIZE, gp.encode_resize(gp.MAIN_SESSION, 40, 100))
         command("stty size", rb"\r\n40 100\r\n")
         return "24 80, then 40 100"
 
@@ -472,7 +481,7 @@ def scenario_tty(c, rig, boot):
     def exit_7_ends_the_command():
         tty.type("exit 7\r")
         e = tty.wait_exited()
-        assert e == {"signalled": False, "value": 7}, e
+        assert e == {"session": 0, "signalled": False, "value": 7}, e
 
     return c.steps(boot, [("shell_starts_on_a_pty", shell_starts_on_a_pty), ("tty_is_dev_pts_0", tty_is_dev_pts_0),
                           ("stty_size_shows_the_window_and_a_resize", stty_size_shows_the_window_and_a_resize),
@@ -529,7 +538,7 @@ def scenario_copy_in(c, rig, boot):
         r = boot.ch.run_command(STEP_TIMEOUT, CREDIT)
         out = r["stdout"].decode(errors="replace")
         got["out"] = out
-        assert r.get("exited") == {"signalled": False, "value": 0}, f"{r.get('exited')} {out} {bytes(r['stderr'])!r}"
+        assert r.get("exited") == {"session": 0, "signalled": False, "value": 0}, f"{r.get('exited')} {out} {bytes(r['stderr'])!r}"
         want = ["stat=1000:1000 755 .", "stat=1000:1000 755 bin", "stat=1000:1000 755 bin/run.sh",
                 "stat=1000:1000 600 secret.txt", "stat=1000:1000 750 docs", "stat=1000:1000 644 docs/readme",
                 "stat=1000:1000 777 docs/link", "link=readme", "via-link=hello from the host",
@@ -560,6 +569,11 @@ i=0; while [ $i -lt 40 ]; do echo "tick $i"; i=$((i + 1)); sleep 0.1; done
 def scenario_copy_out(c, rig, boot):
     got = {}
 
+    def grant(p):
+        """The credit of a stdout frame of the main command, back."""
+        session, data = gp.decode_data(p)
+        boot.ch.send(gp.OUTPUT_CREDIT, gp.encode_session_credit(session, len(data)))
+
     def command_makes_a_folder():
         boot.ch.setup(argv=["sh", "-c", COPY_OUT_MAKE], env=BASE_ENV, output_credit=CREDIT)
         boot.ch.send(gp.GO)
@@ -568,18 +582,18 @@ def scenario_copy_out(c, rig, boot):
         while b"ready" not in out:
             t, p = boot.ch.recv(STEP_TIMEOUT)
             assert t == gp.STDOUT, (t, p)
-            out.extend(p)
-            boot.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+            out.extend(gp.decode_data(p)[1])
+            grant(p)
         got["out"] = out
 
     def copy_out_under_4_kib_of_credit_beside_the_output():
         stream, r, most = boot.ch.copy_out("/home/agent/out", STEP_TIMEOUT * 2, credit_step=4096)
         assert r["ok"], r
         assert most <= 4096, most
-        ticks = sum(p.count(b"tick") for t, p in boot.ch.beside if t == gp.STDOUT)
+        ticks = sum(gp.decode_data(p)[1].count(b"tick") for t, p in boot.ch.beside if t == gp.STDOUT)
         for t, p in boot.ch.beside:
             if t == gp.STDOUT:
-                boot.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+                grant(p)
         got["stream"], got["ticks"] = stream, ticks
         return f"{len(stream)} bytes, at most {most} outstanding, {ticks} lines of the command's output beside it"
 
@@ -605,16 +619,16 @@ def scenario_copy_out(c, rig, boot):
         deadline = time.monotonic() + STEP_TIMEOUT
         for t, p in boot.ch.beside:
             if t == gp.STDOUT:
-                boot.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+                grant(p)
             elif t == gp.EXITED:
                 exited = gp.decode_exited(p)
         while exited is None:
             t, p = boot.ch.recv(deadline - time.monotonic())
             if t == gp.STDOUT:
-                boot.ch.send(gp.OUTPUT_CREDIT, gp.encode_credit(len(p)))
+                grant(p)
             elif t == gp.EXITED:
                 exited = gp.decode_exited(p)
-        assert exited == {"signalled": False, "value": 0}, exited
+        assert exited == {"session": 0, "signalled": False, "value": 0}, exited
         return r["detail"]
 
     return c.steps(boot, [("command_makes_a_folder", command_makes_a_folder),
@@ -624,8 +638,86 @@ def scenario_copy_out(c, rig, boot):
                           ("missing_path_is_not_ok_and_the_command_ends", missing_path_is_not_ok_and_the_command_ends)])
 
 
+def scenario_sessions(c, rig, boot):
+    ch = boot.ch
+    main = gp.MAIN_SESSION
+
+    def main_runs():
+        ch.setup(argv=["sh", "-c", "echo main-ready; read x; echo \"main-done $x\""], env=BASE_ENV + [("FROM", "main")],
+                 output_credit=CREDIT, stdin_open=True)
+        ch.view(main)["credit"] = CREDIT
+        ch.send(gp.GO)
+        ch.pump(lambda h: b"main-ready" in h.view(main)["stdout"] and h.view(main)["stdin_credit"] > 0, STEP_TIMEOUT)
+
+    def an_exec_has_its_own_output_env_and_exit():
+        ch.open_exec(1, ["sh", "-c", "echo one $FROM $OWN; echo one-err >&2; exit 3"], env=[("OWN", "own")])
+        ch.pump(lambda h: gp.ended(h.view(1)), STEP_TIMEOUT)
+        v = ch.view(1)
+        assert v["stdout"] == b"one main own\n" and v["stderr"] == b"one-err\n", gp.summary(v)
+        assert v["exited"] == {"session": 1, "signalled": False, "value": 3}, v["exited"]
+        assert b"one" not in ch.view(main)["stdout"], "the exec's output reached the main command's"
+        return f"pid {v['started']}"
+
+    def sixteen_at_once_and_the_17th_refused():
+        ids = range(2, 18)
+        for i in ids:
+            ch.open_exec(i, ["sh", "-c", "echo up; read y; echo \"fin $y\""], stdin_open=True)
+        ch.pump(lambda h: all(h.view(i)["stdout"] == b"up\n" and h.view(i)["stdin_credit"] > 0 for i in ids),
+                STEP_TIMEOUT * 2)
+        ch.open_exec(18, ["echo", "never"])
+        ch.pump(lambda h: gp.ended(h.view(18)), STEP_TIMEOUT)
+        refused = ch.view(18)["start_failed"]
+        assert refused and refused["reason"] == gp.REFUSED, gp.summary(ch.view(18))
+        assert refused["detail"] == "box-guest runs at most 16 exec sessions at once, and 16 run", refused
+        for i in ids:
+            ch.send(gp.STDIN, gp.encode_data(i, f"{i}\n".encode()))
+        ch.pump(lambda h: all(gp.ended(h.view(i)) for i in ids), STEP_TIMEOUT * 2)
+        bad = [i for i in ids if ch.view(i)["stdout"] != f"up\nfin {i}\n".encode() or ch.view(i)["exited"]["value"] != 0]
+        assert not bad, {i: gp.summary(ch.view(i)) for i in bad}
+        return refused["detail"]
+
+    def an_exec_on_a_pty_follows_its_resize():
+        ch.open_exec(19, ["sh", "-c", "stty size; read z; stty size"], stdin_open=True, tty=True, rows=30, cols=90)
+        ch.pump(lambda h: b"30 90" in h.view(19)["stdout"] and h.view(19)["stdin_credit"] > 0, STEP_TIMEOUT)
+        ch.send(gp.RESIZE, gp.encode_resize(19, 31, 91))
+        ch.send(gp.STDIN, gp.encode_data(19, b"\r"))
+        ch.pump(lambda h: gp.ended(h.view(19)), STEP_TIMEOUT)
+        out = bytes(ch.view(19)["stdout"])
+        assert b"30 90\r\n" in out and b"31 91\r\n" in out, out
+        return repr(out)
+
+    def frames_for_a_session_not_open_are_logged_and_dropped():
+        for ftype, payload in ((gp.STDIN, gp.encode_data(999, b"x")), (gp.SIGNAL, gp.encode_signal(9, 999)),
+                               (gp.OUTPUT_CREDIT, gp.encode_session_credit(999, 1)),
+                               (gp.STDIN_EOF, gp.encode_session_ref(1))):  # 1 has ended
+            ch.send(ftype, payload)
+        ch.send(gp.STDIN, gp.encode_data(main, b"still\n"))
+        ch.pump(lambda h: gp.ended(h.view(main)), STEP_TIMEOUT)
+        dropped = [line for line in ch.logs if "which is not open: dropped" in line]
+        # Session 999 was never opened: logged. Session 1 ended: its late frame is dropped quietly,
+        # as the credits the host granted the 16 execs while they ended were.
+        assert len(dropped) == 3 and all("session 999," in line for line in dropped), ch.logs
+        assert ch.view(main)["stdout"].endswith(b"main-done still\n"), gp.summary(ch.view(main))
+        return dropped[0]
+
+    def an_exec_after_the_main_command_is_refused():
+        ch.open_exec(20, ["echo", "late"])
+        ch.pump(lambda h: gp.ended(h.view(20)), STEP_TIMEOUT)
+        f = ch.view(20)["start_failed"]
+        assert f and f["detail"] == "the main command has ended: the instance is stopping", gp.summary(ch.view(20))
+        return f["detail"]
+
+    return c.steps(boot, [("main_command_runs", main_runs),
+                          ("an_exec_has_its_own_output_env_and_exit", an_exec_has_its_own_output_env_and_exit),
+                          ("sixteen_at_once_and_the_17th_refused", sixteen_at_once_and_the_17th_refused),
+                          ("an_exec_on_a_pty_follows_its_resize", an_exec_on_a_pty_follows_its_resize),
+                          ("frames_for_a_session_not_open_are_logged_and_dropped",
+                           frames_for_a_session_not_open_are_logged_and_dropped),
+                          ("an_exec_after_the_main_command_is_refused", an_exec_after_the_main_command_is_refused)])
+
+
 ABOX_SCENARIOS = [scenario_selftest_and_exit_7, scenario_output_under_credit, scenario_stdin, scenario_identity,
-                  scenario_signal, scenario_tty, scenario_copy_in, scenario_copy_out]
+                  scenario_signal, scenario_tty, scenario_copy_in, scenario_copy_out, scenario_sessions]
 ALL_SCENARIOS = ABOX_SCENARIOS + [scenario_passt]
 
 

@@ -272,8 +272,8 @@ def case_lifecycle(h):
         h.check(f"usage_{cmd[0]}_{len(cmd)}", code == 2, f"exit {code}: {err}")
     code, out, _ = h.run("stop", "--help")
     h.check("help", code == 0 and "Exit status" in out, out)
-    code, out, err = h.run("run", "-d", "-t", "--policy", h.policy, "--", "true")
-    h.check("run_d_refuses_t", code == 125 and "--tty" in err, err)
+    code, out, err = h.run("run", "-d", "--keep", "--policy", h.policy, "--", "true")
+    h.check("run_d_refuses_keep", code == 125 and "--keep" in err, err)
     code, out, err = h.run("run", "-d", "--policy", h.rig.path("missing.toml"), "--no-selftest", "--", "true")
     h.check("run_d_of_a_broken_policy_fails_with_the_reason", code == 125 and "missing.toml" in err,
             f"exit {code}: {err}")

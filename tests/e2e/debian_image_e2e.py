@@ -222,7 +222,7 @@ def main(argv):
             r = ch.run_command(STEP_TIMEOUT, 256 << 10)
             out = r["stdout"].decode(errors="replace")
             got["out"] = field = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-            assert r.get("exited") == {"signalled": False, "value": 0}, f"{r.get('exited')}: {out} {bytes(r['stderr'])!r}"
+            assert r.get("exited") == {"session": 0, "signalled": False, "value": 0}, f"{r.get('exited')}: {out} {bytes(r['stderr'])!r}"
             problems = []
             want = {"id": "1000:1000", "curl": "curl 7.88.1", "node": "1 random=8", "root": "overlay overlay",
                     "home": "1000:1000 700", "usr": "denied", "rng": "virtio_rng.0",

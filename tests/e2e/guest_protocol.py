@@ -10,10 +10,14 @@ side of the channel.
 - Messages: encode_* and decode_* for every message of both directions, each
   decoder as strict as the document: every field present, every cap held,
   nothing left over (ProtocolError otherwise).
+- Command sessions (version 3): every message of a command's life starts
+  with its u32 session id (0 the main command, 1 and up the execs).
 - HostChannel: the host's end over a connected stream socket, with bounded
   waits; run_command() drives go -> started -> output/stdin -> exited with
   the credits of the document; copy_in() sends a tar stream and waits for
-  copy_in_done; copy_out() takes a tar stream under the copy credit.
+  copy_in_done; copy_out() takes a tar stream under the copy credit;
+  open_exec() and pump() drive exec sessions beside the main command, each
+  under its own credit.
 """
 import hashlib
 import hmac
@@ -22,8 +26,11 @@ import select
 import struct
 import time
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 MAX_PAYLOAD = 64 * 1024
+SESSION_ID_BYTES = 4
+MAX_STREAM = MAX_PAYLOAD - SESSION_ID_BYTES  # the bytes of one stdout, stderr or stdin frame
+MAIN_SESSION = 0
 MAC_BYTES = 32
 KEY_BYTES = 32
 MIN_LENGTH = 1 + 8 + MAC_BYTES
@@ -39,10 +46,12 @@ GUEST_NAMES = {HELLO: "hello", SELFTEST_REPORT: "selftest_report", STARTED: "sta
                COPY_OUT_DONE: "copy_out_done"}
 # Host to guest.
 SETUP, GO, STDIN, STDIN_EOF, OUTPUT_CREDIT, SIGNAL, POWEROFF = 1, 2, 3, 4, 5, 6, 7
-RESIZE, COPY_IN, COPY_DATA, COPY_END, COPY_OUT, COPY_CREDIT = 8, 9, 10, 11, 12, 13
+RESIZE, COPY_IN, COPY_DATA, COPY_END, COPY_OUT, COPY_CREDIT, EXEC = 8, 9, 10, 11, 12, 13, 14
 HOST_NAMES = {SETUP: "setup", GO: "go", STDIN: "stdin", STDIN_EOF: "stdin_eof", OUTPUT_CREDIT: "output_credit",
               SIGNAL: "signal", POWEROFF: "poweroff", RESIZE: "resize", COPY_IN: "copy_in", COPY_DATA: "copy_data",
-              COPY_END: "copy_end", COPY_OUT: "copy_out", COPY_CREDIT: "copy_credit"}
+              COPY_END: "copy_end", COPY_OUT: "copy_out", COPY_CREDIT: "copy_credit", EXEC: "exec"}
+# start_failed reasons.
+NOT_FOUND, NOT_EXECUTABLE, WORKDIR, OTHER, REFUSED = 1, 2, 3, 4, 5
 
 # Probes and outcomes.
 DENIED_NAME, DIRECT_ADDRESS, FOREIGN_RESOLVER, NONCE_IN_ENV = 1, 2, 3, 4
@@ -213,41 +222,79 @@ def decode_selftest_report(p):
     return results
 
 
-def encode_started(pid):
-    return struct.pack(">I", pid)
+def encode_started(pid, session=MAIN_SESSION):
+    return struct.pack(">II", session, pid)
 
 
 def decode_started(p):
+    """{"session", "pid"}"""
     f = Fields(p)
-    pid = f.u32()
+    m = {"session": f.u32(), "pid": f.u32()}
     f.done()
-    return pid
+    return m
 
 
-def encode_start_failed(reason, error, detail):
-    return struct.pack(">BI", reason, error) + _str(detail)
+def encode_start_failed(reason, error, detail, session=MAIN_SESSION):
+    return struct.pack(">IBI", session, reason, error) + _str(detail)
 
 
 def decode_start_failed(p):
     f = Fields(p)
-    m = {"reason": f.u8(), "errno": f.u32(), "detail": f.text(MAX_SHORT_TEXT)}
+    m = {"session": f.u32(), "reason": f.u8(), "errno": f.u32(), "detail": f.text(MAX_SHORT_TEXT)}
     f.done()
-    if not 1 <= m["reason"] <= 4:
+    if not 1 <= m["reason"] <= 5:
         raise ProtocolError(f"start_failed reason {m['reason']}")
     return m
 
 
-def encode_exited(signalled, value):
-    return struct.pack(">BI", 1 if signalled else 0, value)
+def encode_exited(signalled, value, session=MAIN_SESSION):
+    return struct.pack(">IBI", session, 1 if signalled else 0, value)
 
 
 def decode_exited(p):
     f = Fields(p)
-    signalled, value = f.u8(), f.u32()
+    session, signalled, value = f.u32(), f.u8(), f.u32()
     f.done()
     if signalled > 1 or (signalled and not 1 <= value <= 64) or (not signalled and value > 255):
         raise ProtocolError(f"exited {signalled} {value}")
-    return {"signalled": signalled == 1, "value": value}
+    return {"session": session, "signalled": signalled == 1, "value": value}
+
+
+def encode_data(session, data):
+    """stdout, stderr (guest to host) and stdin (host to guest): the session, then the bytes."""
+    assert len(data) <= MAX_STREAM
+    return struct.pack(">I", session) + bytes(data)
+
+
+def decode_data(p):
+    """(session, bytes): the bytes are the rest of the payload."""
+    f = Fields(p)
+    session = f.u32()
+    return session, bytes(p[SESSION_ID_BYTES:])
+
+
+def encode_session_credit(session, n):
+    """stdin_credit (guest to host) and output_credit (host to guest)."""
+    return struct.pack(">II", session, n)
+
+
+def decode_session_credit(p):
+    f = Fields(p)
+    session, n = f.u32(), f.u32()
+    f.done()
+    return session, n
+
+
+def encode_session_ref(session):
+    """stdin_eof."""
+    return struct.pack(">I", session)
+
+
+def decode_session_ref(p):
+    f = Fields(p)
+    session = f.u32()
+    f.done()
+    return session
 
 
 def encode_log(text):
@@ -275,9 +322,9 @@ def decode_credit(p):
 # -- host to guest ----------------------------------------------------------------------
 
 def encode_setup(key, argv, env=(), ca_pem="", workdir="", uid=1000, gid=1000, probes=(), output_credit=256 << 10,
-                 stdin_open=False, tty=False, rows=0, cols=0):
+                 stdin_open=False, tty=False, rows=0, cols=0, version=PROTOCOL_VERSION):
     assert len(key) == KEY_BYTES and argv
-    out = bytes(key) + _str(ca_pem) + struct.pack(">H", len(env))
+    out = struct.pack(">H", version) + bytes(key) + _str(ca_pem) + struct.pack(">H", len(env))
     for name, value in env:
         out += _str(name) + _str(value)
     out += _str(workdir) + struct.pack(">IIH", uid, gid, len(argv))
@@ -291,7 +338,7 @@ def encode_setup(key, argv, env=(), ca_pem="", workdir="", uid=1000, gid=1000, p
 
 def decode_setup(p):
     f = Fields(p)
-    m = {"key": f.take(KEY_BYTES), "ca_pem": f.text(MAX_CA_PEM), "env": []}
+    m = {"version": f.u16(), "key": f.take(KEY_BYTES), "ca_pem": f.text(MAX_CA_PEM), "env": []}
     for _ in range(f.count(MAX_ENV)):
         name, value = f.text(MAX_SHORT_TEXT), f.text(MAX_PAYLOAD)
         if not name or "=" in name or "\0" in name or "\0" in value:
@@ -320,17 +367,68 @@ def decode_setup(p):
     return m
 
 
-def encode_signal(signo):
-    return struct.pack(">B", signo)
+def encode_signal(signo, session=MAIN_SESSION):
+    return struct.pack(">IB", session, signo)
 
 
 def decode_signal(p):
+    """(session, signo)"""
     f = Fields(p)
-    s = f.u8()
+    session, s = f.u32(), f.u8()
     f.done()
     if not 1 <= s <= 64:
         raise ProtocolError(f"signal {s}")
-    return s
+    return session, s
+
+
+def encode_resize(session, rows, cols):
+    return struct.pack(">IHH", session, rows, cols)
+
+
+def decode_resize(p):
+    f = Fields(p)
+    m = {"session": f.u32(), "rows": f.u16(), "cols": f.u16()}
+    f.done()
+    return m
+
+
+def encode_exec(session, argv, env=(), workdir="", uid=1000, gid=1000, output_credit=256 << 10, stdin_open=False,
+                tty=False, rows=0, cols=0):
+    assert argv
+    out = struct.pack(">IH", session, len(env))
+    for name, value in env:
+        out += _str(name) + _str(value)
+    out += _str(workdir) + struct.pack(">IIH", uid, gid, len(argv))
+    for a in argv:
+        out += _str(a)
+    return out + struct.pack(">IBBHH", output_credit, 1 if stdin_open else 0, 1 if tty else 0, rows, cols)
+
+
+def decode_exec(p):
+    f = Fields(p)
+    m = {"session": f.u32(), "env": []}
+    if m["session"] == MAIN_SESSION:
+        raise ProtocolError("exec of session 0")
+    for _ in range(f.count(MAX_ENV)):
+        name, value = f.text(MAX_SHORT_TEXT), f.text(MAX_PAYLOAD)
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise ProtocolError(f"env entry {name!r}")
+        m["env"].append((name, value))
+    m["workdir"] = f.text(4096)
+    if m["workdir"] and (not m["workdir"].startswith("/") or "\0" in m["workdir"]):
+        raise ProtocolError(f"exec workdir {m['workdir']!r}")
+    m["uid"], m["gid"] = f.u32(), f.u32()
+    n = f.count(MAX_ARGS)
+    if n == 0:
+        raise ProtocolError("no argv")
+    m["argv"] = [f.text(MAX_PAYLOAD) for _ in range(n)]
+    m["output_credit"], stdin_open, tty = f.u32(), f.u8(), f.u8()
+    m["rows"], m["cols"] = f.u16(), f.u16()
+    f.done()
+    if stdin_open > 1 or tty > 1:
+        raise ProtocolError("stdin_open or tty is not 0 or 1")
+    m["stdin_open"], m["tty"] = stdin_open == 1, tty == 1
+    return m
 
 
 def encode_window_size(rows, cols):
@@ -384,6 +482,8 @@ class HostChannel:
         self.writer = FrameWriter(HOST_TO_GUEST)
         self.reader = FrameReader(GUEST_TO_HOST)
         self.logs = []  # box-guest's log lines, as they come
+        self.views = {}  # command sessions pump() follows, by id
+        self.beside = []  # other frames pump() and copy_out() saw
 
     def send(self, ftype, payload=b""):
         self.sock.sendall(self.writer.frame(ftype, payload))
@@ -451,40 +551,49 @@ class HostChannel:
                 raise TimeoutError(f"the command did not end within {timeout} s (got {len(out)}+{len(err)} bytes)")
             t, p = self.recv(left)
             if t == STARTED:
-                result["started"] = decode_started(p)
+                m = decode_started(p)
+                self._main(m["session"], "started")
+                result["started"] = m["pid"]
             elif t == START_FAILED:
-                result["start_failed"] = decode_start_failed(p)
+                m = decode_start_failed(p)
+                self._main(m["session"], "start_failed")
+                result["start_failed"] = m
                 return result
             elif t in (STDOUT, STDERR):
-                if len(p) > credit:
-                    raise ProtocolError(f"the guest sent {len(p)} bytes with {credit} of credit")
-                credit -= len(p)
-                (out if t == STDOUT else err).extend(p)
-                unacked += len(p)
+                session, data = decode_data(p)
+                self._main(session, GUEST_NAMES[t])
+                if len(data) > credit:
+                    raise ProtocolError(f"the guest sent {len(data)} bytes with {credit} of credit")
+                credit -= len(data)
+                (out if t == STDOUT else err).extend(data)
+                unacked += len(data)
                 result["max_unacked"] = max(result["max_unacked"], unacked)
                 if on_output:
-                    on_output(self, t, bytes(p))
+                    on_output(self, t, data)
                 step = credit_step or unacked
                 while unacked >= step and step > 0:
-                    self.send(OUTPUT_CREDIT, encode_credit(step))
+                    self.send(OUTPUT_CREDIT, encode_session_credit(MAIN_SESSION, step))
                     credit += step
                     unacked -= step
             elif t == STDIN_CREDIT:
-                granted = decode_credit(p)
+                session, granted = decode_session_credit(p)
+                self._main(session, "stdin_credit")
                 stdin_credit += granted
                 result["stdin_credit"] += granted
             elif t == EXITED:
-                result["exited"] = decode_exited(p)
+                m = decode_exited(p)
+                self._main(m["session"], "exited")
+                result["exited"] = m
                 return result
             else:
                 raise ProtocolError(f"unexpected {GUEST_NAMES.get(t, t)} while the command runs")
             if stdin_left is not None and stdin_credit > 0:
-                n = min(stdin_credit, len(stdin_left), MAX_PAYLOAD)
+                n = min(stdin_credit, len(stdin_left), MAX_STREAM)
                 if n:
-                    self.send(STDIN, bytes(stdin_left[:n]))
+                    self.send(STDIN, encode_data(MAIN_SESSION, bytes(stdin_left[:n])))
                     stdin_left, stdin_credit = stdin_left[n:], stdin_credit - n
                 if len(stdin_left) == 0:
-                    self.send(STDIN_EOF)
+                    self.send(STDIN_EOF, encode_session_ref(MAIN_SESSION))
                     stdin_left = None
 
     def copy_in(self, path, stream, timeout, chunk=MAX_PAYLOAD):
@@ -530,6 +639,72 @@ class HostChannel:
             else:
                 self.beside.append((t, p))
 
+    @staticmethod
+    def _main(session, what):
+        if session != MAIN_SESSION:
+            raise ProtocolError(f"{what} for session {session} while only the main command runs")
+
+    # -- exec sessions ----------------------------------------------------------------
+
+    def open_exec(self, session, argv, credit=256 << 10, **kwargs):
+        """Sends exec for `session`; pump() then follows it under `credit`."""
+        self.views.setdefault(session, new_view())["credit"] = credit
+        self.send(EXEC, encode_exec(session, argv, output_credit=credit, **kwargs))
+
+    def view(self, session):
+        return self.views.setdefault(session, new_view())
+
+    def pump(self, until, timeout, hold=()):
+        """Reads frames into per-session views (stdout, stderr, started,
+        start_failed, exited, stdin_credit) until until(self) is true,
+        granting each session's output back as it comes, except the
+        sessions in `hold`; raises when a session sends past its own credit."""
+        deadline = time.monotonic() + timeout
+        while not until(self):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the sessions did not get there within {timeout} s: "
+                                   f"{ {k: summary(v) for k, v in self.views.items()} }")
+            t, p = self.recv(left)
+            if t == STARTED:
+                m = decode_started(p)
+                self.view(m["session"])["started"] = m["pid"]
+            elif t == START_FAILED:
+                m = decode_start_failed(p)
+                self.view(m["session"])["start_failed"] = m
+            elif t == EXITED:
+                m = decode_exited(p)
+                self.view(m["session"])["exited"] = m
+            elif t in (STDOUT, STDERR):
+                session, data = decode_data(p)
+                v = self.view(session)
+                v["stdout" if t == STDOUT else "stderr"].extend(data)
+                v["unacked"] += len(data)
+                if v["unacked"] > v["credit"]:
+                    raise ProtocolError(f"session {session} sent {v['unacked']} bytes with {v['credit']} of credit")
+                if session not in hold:
+                    self.send(OUTPUT_CREDIT, encode_session_credit(session, v["unacked"]))
+                    v["unacked"] = 0
+            elif t == STDIN_CREDIT:
+                session, n = decode_session_credit(p)
+                self.view(session)["stdin_credit"] += n
+            else:
+                self.beside.append((t, p))
+
     def poweroff(self):
         self.send(POWEROFF)
+
+
+def new_view():
+    return {"stdout": bytearray(), "stderr": bytearray(), "started": None, "start_failed": None, "exited": None,
+            "stdin_credit": 0, "unacked": 0, "credit": 0}
+
+
+def summary(v):
+    return {"out": bytes(v["stdout"][-80:]), "err": bytes(v["stderr"][-80:]), "started": v["started"],
+            "start_failed": v["start_failed"], "exited": v["exited"]}
+
+
+def ended(v):
+    return v["exited"] is not None or v["start_failed"] is not None
 

@@ -150,6 +150,73 @@ TEST(ApiRequest, Input) {
   refused(R"({"v":1,"id":1,"op":"events","name":"a","from_end":true})");
 }
 
+TEST(ApiRequest, Exec) {
+  auto e = ok(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["sh","-c","id"],"env":["A=1","B=x=y"],)"
+              R"("workdir":"/tmp","user":"0:5","tty":true,"interactive":true,"rows":40,"cols":100})");
+  EXPECT_EQ(e.op, ApiOp::kExec);
+  EXPECT_EQ(e.name, "dev");
+  EXPECT_EQ(e.args, (std::vector<std::string>{"sh", "-c", "id"}));
+  EXPECT_EQ(e.env, (std::vector<std::string>{"A=1", "B=x=y"}));
+  EXPECT_EQ(e.workdir, "/tmp");
+  EXPECT_EQ(e.uid, 0u);
+  EXPECT_EQ(e.gid, 5u);
+  EXPECT_TRUE(e.tty);
+  EXPECT_TRUE(e.interactive);
+  EXPECT_EQ(e.rows, 40);
+  EXPECT_EQ(e.cols, 100);
+  auto plain = ok(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"]})");
+  EXPECT_EQ(plain.uid, 1000u);
+  EXPECT_EQ(plain.gid, 1000u);
+  EXPECT_EQ(ok(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"user":"7"})").gid, 7u);
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev"})");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":[]})");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":[""]})");
+  refused(R"({"v":1,"id":3,"op":"exec","args":["ls"]})");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"env":["NOEQ"]})");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"env":["=v"]})");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"env":[7]})");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"workdir":"rel"})");
+  for (const char* user : {"root", "-1", "1:", ":1", "1:2:3", "4294967296", "12345678901", " 1"})
+    refused(std::string(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"user":")") + user + "\"}");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"rows":65536})");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"cols":-1})");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"tty":"yes"})");
+  refused(R"({"v":1,"id":3,"op":"exec","name":"dev","args":["ls"],"cwd":"/"})");  // run's field
+  std::string many = R"({"v":1,"id":1,"op":"exec","name":"d","args":["a"],"env":[)";
+  for (std::size_t i = 0; i <= kMaxExecEnvEntries; ++i) many += (i ? ",\"A=1\"" : "\"A=1\"");
+  refused(many + "]}");
+}
+
+TEST(ApiRequest, ExecInputResizeSignalAndResize) {
+  auto in = ok(R"({"v":1,"id":4,"op":"exec_input","exec":3,"data":"aGkK","eof":true})");
+  EXPECT_EQ(in.op, ApiOp::kExecInput);
+  EXPECT_EQ(in.exec, 3u);
+  EXPECT_EQ(std::string(in.data.begin(), in.data.end()), "hi\n");
+  EXPECT_TRUE(in.eof);
+  refused(R"({"v":1,"id":4,"op":"exec_input","data":"aGkK"})");
+  EXPECT_EQ(ok(R"({"v":1,"id":4,"op":"exec_input","exec":0})").exec, 0u);  // an id may be 0
+  refused(R"({"v":1,"id":4,"op":"exec_input","exec":-1})");
+  refused(R"({"v":1,"id":4,"op":"exec_input","exec":9007199254740993})");
+  refused(R"({"v":1,"id":4,"op":"exec_input","exec":"3"})");
+  refused(R"({"v":1,"id":4,"op":"exec_input","exec":3,"name":"dev"})");
+  auto rs = ok(R"({"v":1,"id":5,"op":"exec_resize","exec":3,"rows":24,"cols":80})");
+  EXPECT_EQ(rs.op, ApiOp::kExecResize);
+  EXPECT_EQ(rs.rows, 24);
+  refused(R"({"v":1,"id":5,"op":"exec_resize","exec":3,"rows":24})");
+  auto sig = ok(R"({"v":1,"id":6,"op":"exec_signal","exec":3,"signal":2})");
+  EXPECT_EQ(sig.signal, 2);
+  refused(R"({"v":1,"id":6,"op":"exec_signal","exec":3})");
+  refused(R"({"v":1,"id":6,"op":"exec_signal","exec":3,"signal":0})");
+  refused(R"({"v":1,"id":6,"op":"exec_signal","exec":3,"signal":65})");
+  auto r = ok(R"({"v":1,"id":7,"op":"resize","name":"dev","rows":50,"cols":132})");
+  EXPECT_EQ(r.op, ApiOp::kResize);
+  EXPECT_EQ(r.cols, 132);
+  refused(R"({"v":1,"id":7,"op":"resize","rows":50,"cols":132})");
+  refused(R"({"v":1,"id":7,"op":"resize","name":"dev","cols":132})");
+  EXPECT_EQ(api_op_names().size(), 16u);
+  EXPECT_EQ(api_op_names().back(), "resize");
+}
+
 TEST(ApiRequest, Bounded) {
   std::string big =
       R"({"v":1,"id":1,"op":"run","cwd":"/","args":[")" + std::string(kMaxRequestBytes, 'a') + R"("]})";

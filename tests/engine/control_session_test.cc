@@ -2,6 +2,9 @@
 // over a socketpair: the session's order, the MAC, the output credit, and the
 // hostile streams (forged frames, lengths that lie, garbage, floods) that must
 // end the session cleanly without the host holding more than one frame.
+// Command sessions (protocol 3): each exec's output, credit and end its own,
+// and frames for a session that is not open dropped, counted and reported
+// while every other session goes on.
 #include "engine/instance/control_session.h"
 
 #include <fcntl.h>
@@ -30,22 +33,36 @@ struct Recorder : ControlSession::Listener {
   std::string closed_reason;
   bool closed = false;
   std::optional<guest::Exited> exited;
+  std::vector<std::pair<std::string, std::uint32_t>> unknown;
   void on_hello(const guest::Hello& h) override { calls.push_back("hello " + h.agent); }
   void on_selftest(const guest::SelftestReport& r) override {
     calls.push_back("selftest " + std::to_string(r.results.size()));
   }
-  void on_started(const guest::Started& s) override { calls.push_back("started " + std::to_string(s.pid)); }
-  void on_start_failed(const guest::StartFailed& f) override { calls.push_back("start_failed " + f.detail); }
-  void on_output(bool is_stderr, std::span<const std::uint8_t> b) override {
-    calls.push_back(is_stderr ? "stderr" : "stdout");
+  // Each call names its session when it is not the main one ("started 42 @1").
+  static std::string at(std::uint32_t session) {
+    return session == guest::kMainSession ? "" : " @" + std::to_string(session);
+  }
+  void on_started(const guest::Started& s) override {
+    calls.push_back("started " + std::to_string(s.pid) + at(s.session));
+  }
+  void on_start_failed(const guest::StartFailed& f) override {
+    calls.push_back("start_failed " + f.detail + at(f.session));
+  }
+  void on_output(std::uint32_t session, bool is_stderr, std::span<const std::uint8_t> b) override {
+    calls.push_back((is_stderr ? "stderr" : "stdout") + at(session));
     output.append(b.begin(), b.end());
   }
   void on_exited(const guest::Exited& e) override {
-    exited = e;
-    calls.push_back("exited " + std::to_string(e.value));
+    if (e.session == guest::kMainSession) exited = e;
+    calls.push_back("exited " + std::to_string(e.value) + at(e.session));
   }
   void on_guest_log(std::string_view t) override { calls.push_back("log " + std::string(t)); }
-  void on_stdin_credit(std::uint32_t b) override { calls.push_back("stdin_credit " + std::to_string(b)); }
+  void on_stdin_credit(std::uint32_t session, std::uint32_t b) override {
+    calls.push_back("stdin_credit " + std::to_string(b) + at(session));
+  }
+  void on_unknown_session(std::string_view message, std::uint32_t session) override {
+    unknown.emplace_back(std::string(message), session);
+  }
   void on_forged_frame(std::string_view reason) override { calls.push_back("forged " + std::string(reason)); }
   void on_copy_in_done(const guest::CopyResult& r) override { calls.push_back("copy_in_done " + r.detail); }
   void on_copy_out_data(std::span<const std::uint8_t> b) override {
@@ -93,6 +110,18 @@ class ControlSessionTest : public ::testing::Test {
     std::vector<std::uint8_t> p;
     guest::encode(m, p);
     send(type, p);
+  }
+  // A session's stdout (or stderr).
+  void send_output(std::uint32_t session, std::span<const std::uint8_t> bytes, bool is_stderr = false) {
+    send_message(is_stderr ? GuestMessage::kStderr : GuestMessage::kStdout,
+                 guest::SessionData{session, bytes});
+  }
+  guest::Exec exec(std::uint32_t id, std::uint32_t credit = 512) {
+    guest::Exec e;
+    e.session = id;
+    e.argv = {"sh"};
+    e.output_credit = credit;
+    return e;
   }
   // Runs whatever is ready (reads the socket, writes what is queued) until nothing is.
   void pump() {
@@ -174,18 +203,18 @@ TEST_F(ControlSessionTest, AWholeSessionInOrder) {
   rep.results.push_back({guest::ProbeKind::kDeniedName, guest::ProbeOutcome::kPassed, "x.test", "REFUSED"});
   send_message(GuestMessage::kSelftestReport, rep);
   session_->send_go();
-  send_message(GuestMessage::kStdinCredit, guest::Credit{65536});
-  send_message(GuestMessage::kStarted, guest::Started{42});
-  send(GuestMessage::kStdout, base_bytes("out\n"));
-  send(GuestMessage::kStderr, base_bytes("err\n"));
-  send_message(GuestMessage::kExited, guest::Exited{false, 7});
+  send_message(GuestMessage::kStdinCredit, guest::SessionCredit{0, 65536});
+  send_message(GuestMessage::kStarted, guest::Started{0, 42});
+  send_output(0, base_bytes("out\n"));
+  send_output(0, base_bytes("err\n"), /*is_stderr=*/true);
+  send_message(GuestMessage::kExited, guest::Exited{0, false, 7});
   EXPECT_EQ(recorder_.calls,
             (std::vector<std::string>{"hello box-guest 0.1", "selftest 1", "stdin_credit 65536", "started 42",
                                       "stdout", "stderr", "exited 7"}));
   EXPECT_EQ(recorder_.output, "out\nerr\n");
   EXPECT_FALSE(recorder_.closed);
-  EXPECT_EQ(session_->stdin_credit(), 65536u);
-  EXPECT_EQ(session_->output_credit_left(), 4096u - 8);
+  EXPECT_EQ(session_->stdin_credit(0), 65536u);
+  EXPECT_EQ(session_->output_credit_left(0), 4096u - 8);
 
   auto frames = host_frames();
   ASSERT_EQ(frames.size(), 2u);  // setup (unkeyed), go (keyed: it verified under setup's key)
@@ -206,14 +235,15 @@ TEST_F(ControlSessionTest, AForgedFrameIsReportedAndDroppedAndTheSessionGoesOn) 
   }
   std::vector<std::uint8_t> f;
   std::vector<std::uint8_t> p;
-  guest::encode(guest::Exited{false, 0}, p);
+  guest::encode(guest::Exited{0, false, 0}, p);
   forger.append(f, static_cast<std::uint8_t>(GuestMessage::kExited), p);
   raw(f);
   EXPECT_FALSE(recorder_.exited);
   ASSERT_FALSE(recorder_.calls.empty());
   EXPECT_EQ(recorder_.calls.back(), "forged frame_bad_mac");
   EXPECT_EQ(session_->forged_frames(), 1u);
-  send_message(GuestMessage::kExited, guest::Exited{false, 3});
+  send_message(GuestMessage::kStarted, guest::Started{0, 9});
+  send_message(GuestMessage::kExited, guest::Exited{0, false, 3});
   ASSERT_TRUE(recorder_.exited);
   EXPECT_EQ(recorder_.exited->value, 3u);
   EXPECT_FALSE(recorder_.closed);
@@ -250,9 +280,9 @@ TEST_F(ControlSessionTest, GarbageBeforeHelloEndsTheSession) {
 TEST_F(ControlSessionTest, OutputPastTheCreditEndsTheSession) {
   to_running(100);
   std::vector<std::uint8_t> chunk(60, 'o');
-  send(GuestMessage::kStdout, chunk);
+  send_output(0, chunk);
   EXPECT_FALSE(recorder_.closed);
-  send(GuestMessage::kStdout, chunk);  // 120 > 100
+  send_output(0, chunk);  // 120 > 100
   EXPECT_TRUE(recorder_.closed);
   EXPECT_NE(recorder_.closed_reason.find("bytes of credit"), std::string::npos);
   EXPECT_EQ(recorder_.output.size(), 60u);
@@ -261,19 +291,23 @@ TEST_F(ControlSessionTest, OutputPastTheCreditEndsTheSession) {
 TEST_F(ControlSessionTest, GrantedCreditLetsMoreThrough) {
   to_running(100);
   std::vector<std::uint8_t> chunk(100, 'o');
-  send(GuestMessage::kStdout, chunk);
-  session_->grant_output(100);
+  send_output(0, chunk);
+  session_->grant_output(0, 100);
   auto frames = host_frames();
   ASSERT_FALSE(frames.empty());
   EXPECT_EQ(frames.back().first, static_cast<std::uint8_t>(HostMessage::kOutputCredit));
-  send(GuestMessage::kStdout, chunk);
+  auto credit = guest::decode_session_credit(frames.back().second);
+  ASSERT_TRUE(credit);
+  EXPECT_EQ(credit->session, 0u);
+  EXPECT_EQ(credit->bytes, 100u);
+  send_output(0, chunk);
   EXPECT_FALSE(recorder_.closed);
   EXPECT_EQ(recorder_.output.size(), 200u);
 }
 
 TEST_F(ControlSessionTest, MessagesOutOfOrderEndTheSession) {
   // Output before hello, setup and go.
-  send(GuestMessage::kStdout, base_bytes("early"));
+  send_output(0, base_bytes("early"));
   EXPECT_TRUE(recorder_.closed);
   EXPECT_NE(recorder_.closed_reason.find("stdout out of order"), std::string::npos);
   EXPECT_TRUE(recorder_.output.empty());
@@ -305,16 +339,16 @@ TEST_F(ControlSessionTest, TheGuestClosingMidFrameIsSaid) {
 TEST_F(ControlSessionTest, AFloodOfValidOutputNeverExceedsTheCredit) {
   // A guest that keeps sending within its credit, the host granting as it
   // consumes: memory is one frame plus the credit, whatever the volume.
-  to_running(guest::kMaxPayload);
-  std::vector<std::uint8_t> chunk(guest::kMaxPayload, 'z');
+  to_running(guest::kMaxStreamBytes);
+  std::vector<std::uint8_t> chunk(guest::kMaxStreamBytes, 'z');
   for (int i = 0; i < 64; ++i) {
-    send(GuestMessage::kStdout, chunk);
+    send_output(0, chunk);
     ASSERT_FALSE(recorder_.closed) << i << ": " << recorder_.closed_reason;
-    recorder_.output.clear();                                          // the owner writes it out...
-    session_->grant_output(static_cast<std::uint32_t>(chunk.size()));  // ...and gives the credit back
+    recorder_.output.clear();                                             // the owner writes it out...
+    session_->grant_output(0, static_cast<std::uint32_t>(chunk.size()));  // ...and gives the credit back
     host_frames();
   }
-  EXPECT_LE(session_->output_credit_left(), guest::kMaxPayload);
+  EXPECT_LE(session_->output_credit_left(0), guest::kMaxStreamBytes);
 }
 
 TEST_F(ControlSessionTest, ACopyInIsAnsweredOnceItsStreamEnded) {
@@ -383,14 +417,178 @@ TEST_F(ControlSessionTest, ACopyOutEndsWithItsResult) {
 
 TEST_F(ControlSessionTest, ResizeIsSentAsTheWindowSize) {
   to_running();
-  session_->send_resize(50, 132);
+  session_->send_resize(0, 50, 132);
   auto frames = host_frames();
   ASSERT_FALSE(frames.empty());
   EXPECT_EQ(frames.back().first, static_cast<std::uint8_t>(HostMessage::kResize));
-  auto w = guest::decode_window_size(frames.back().second);
+  auto w = guest::decode_resize(frames.back().second);
   ASSERT_TRUE(w);
-  EXPECT_EQ(w->rows, 50);
-  EXPECT_EQ(w->cols, 132);
+  EXPECT_EQ(w->session, 0u);
+  EXPECT_EQ(w->window.rows, 50);
+  EXPECT_EQ(w->window.cols, 132);
+}
+
+// ---- command sessions ----
+
+TEST_F(ControlSessionTest, AnExecsMessagesAreItsOwn) {
+  to_running(1024);
+  ASSERT_TRUE(session_->open_exec(exec(1, 300)));
+  auto frames = host_frames();
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.back().first, static_cast<std::uint8_t>(HostMessage::kExec));
+  auto e = guest::decode_exec(frames.back().second);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->session, 1u);
+  EXPECT_EQ(e->output_credit, 300u);
+  send_message(GuestMessage::kStarted, guest::Started{0, 10});
+  send_message(GuestMessage::kStarted, guest::Started{1, 11});
+  send_message(GuestMessage::kStdinCredit, guest::SessionCredit{1, 500});
+  send_output(1, base_bytes("exec out"));
+  send_output(0, base_bytes("main out"));
+  send_output(1, base_bytes("exec err"), /*is_stderr=*/true);
+  send_message(GuestMessage::kExited, guest::Exited{1, true, 9});
+  EXPECT_EQ(recorder_.calls.size() >= 7, true);
+  std::vector<std::string> tail(recorder_.calls.end() - 7, recorder_.calls.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{"started 10", "started 11 @1", "stdin_credit 500 @1", "stdout @1",
+                                            "stdout", "stderr @1", "exited 9 @1"}));
+  // Each credit is its own session's.
+  EXPECT_EQ(session_->stdin_credit(1), 0u) << "the exec ended: its session is gone";
+  EXPECT_EQ(session_->output_credit_left(0), 1024u - 8);
+  EXPECT_FALSE(session_->session_open(1));
+  EXPECT_TRUE(session_->session_open(0));
+  EXPECT_FALSE(recorder_.closed);
+  EXPECT_FALSE(recorder_.exited) << "the main command runs on";
+  // Sends for the ended exec go nowhere (a grant racing its end).
+  host_frames();
+  session_->grant_output(1, 100);
+  session_->send_stdin(1, base_bytes("late"));
+  session_->send_signal(1, 9);
+  EXPECT_TRUE(host_frames().empty());
+}
+
+TEST_F(ControlSessionTest, AnExecsOutputIsBoundByItsOwnCredit) {
+  to_running(1024);
+  ASSERT_TRUE(session_->open_exec(exec(1, 50)));
+  send_message(GuestMessage::kStarted, guest::Started{1, 11});
+  std::vector<std::uint8_t> chunk(40, 'e');
+  send_output(0, std::vector<std::uint8_t>(500, 'm'));  // the main command's credit is its own
+  send_output(1, chunk);
+  EXPECT_FALSE(recorder_.closed) << recorder_.closed_reason;
+  send_output(1, chunk);  // 80 > 50
+  EXPECT_TRUE(recorder_.closed);
+  EXPECT_NE(recorder_.closed_reason.find("40 bytes of output with 10 bytes of credit (session 1)"),
+            std::string::npos)
+      << recorder_.closed_reason;
+}
+
+TEST_F(ControlSessionTest, FramesForASessionThatIsNotOpenAreDroppedCountedAndReported) {
+  to_running(1024);
+  ASSERT_TRUE(session_->open_exec(exec(1)));
+  send_message(GuestMessage::kStarted, guest::Started{0, 10});
+  send_message(GuestMessage::kStarted, guest::Started{1, 11});
+  // A hostile guest names sessions the host never opened: every kind of message.
+  send_output(7, base_bytes("never opened"));
+  send_output(7, base_bytes("never opened"), /*is_stderr=*/true);
+  send_message(GuestMessage::kStarted, guest::Started{8, 1});
+  send_message(GuestMessage::kStartFailed, guest::StartFailed{9, guest::StartFailure::kOther, 1, "x"});
+  send_message(GuestMessage::kExited, guest::Exited{0xFFFFFFFF, false, 0});
+  send_message(GuestMessage::kStdinCredit, guest::SessionCredit{12, 1 << 30});
+  EXPECT_FALSE(recorder_.closed) << recorder_.closed_reason;
+  EXPECT_EQ(session_->unknown_session_frames(), 6u);
+  ASSERT_EQ(recorder_.unknown.size(), 6u);
+  EXPECT_EQ(recorder_.unknown[0], (std::pair<std::string, std::uint32_t>{"stdout", 7}));
+  EXPECT_EQ(recorder_.unknown[3], (std::pair<std::string, std::uint32_t>{"start_failed", 9}));
+  EXPECT_EQ(recorder_.unknown[4], (std::pair<std::string, std::uint32_t>{"exited", 0xFFFFFFFFu}));
+  EXPECT_EQ(recorder_.output, "") << "nothing of a session that is not open reached the owner";
+  EXPECT_EQ(session_->stdin_credit(12), 0u);
+  // The open sessions go on, their credit untouched.
+  send_output(0, base_bytes("main"));
+  send_output(1, base_bytes("exec"));
+  send_message(GuestMessage::kExited, guest::Exited{1, false, 0});
+  EXPECT_EQ(recorder_.output, "mainexec");
+  EXPECT_EQ(recorder_.calls.back(), "exited 0 @1");
+  // Once ended, an exec's id is one that is not open: its late frames are dropped too.
+  send_output(1, base_bytes("late"));
+  EXPECT_EQ(session_->unknown_session_frames(), 7u);
+  EXPECT_FALSE(recorder_.closed);
+}
+
+TEST_F(ControlSessionTest, AFloodOfFramesForUnknownSessionsKeepsTheHostFlat) {
+  to_running(1024);
+  std::vector<std::uint8_t> chunk(guest::kMaxStreamBytes, 'f');
+  for (std::uint32_t i = 0; i < 2000; ++i) send_output(1000 + i, chunk);
+  EXPECT_FALSE(recorder_.closed) << recorder_.closed_reason;
+  EXPECT_EQ(session_->unknown_session_frames(), 2000u);
+  EXPECT_TRUE(recorder_.output.empty());
+  send_output(0, base_bytes("still here"));
+  EXPECT_EQ(recorder_.output, "still here");
+}
+
+TEST_F(ControlSessionTest, AnExecStartsOnceAndEndsOnce) {
+  to_running(1024);
+  ASSERT_TRUE(session_->open_exec(exec(1)));
+  send_message(GuestMessage::kExited, guest::Exited{1, false, 0});  // before started
+  EXPECT_TRUE(recorder_.closed);
+  EXPECT_NE(recorder_.closed_reason.find("exited out of order"), std::string::npos)
+      << recorder_.closed_reason;
+}
+
+TEST_F(ControlSessionTest, AnExecStartedTwiceEndsTheChannel) {
+  to_running(1024);
+  ASSERT_TRUE(session_->open_exec(exec(1)));
+  send_message(GuestMessage::kStarted, guest::Started{1, 5});
+  send_message(GuestMessage::kStarted, guest::Started{1, 5});
+  EXPECT_TRUE(recorder_.closed);
+  EXPECT_NE(recorder_.closed_reason.find("started out of order"), std::string::npos)
+      << recorder_.closed_reason;
+}
+
+TEST_F(ControlSessionTest, ARefusedExecEndsItsSession) {
+  to_running(1024);
+  ASSERT_TRUE(session_->open_exec(exec(3)));
+  send_message(GuestMessage::kStartFailed, guest::StartFailed{3, guest::StartFailure::kRefused, 11, "full"});
+  EXPECT_EQ(recorder_.calls.back(), "start_failed full @3");
+  EXPECT_FALSE(session_->session_open(3));
+  EXPECT_FALSE(recorder_.closed);
+}
+
+TEST_F(ControlSessionTest, ExecIdsAreNeverZeroNorUsedTwice) {
+  to_running(1024);
+  EXPECT_FALSE(session_->open_exec(exec(0)));
+  EXPECT_TRUE(session_->open_exec(exec(2)));
+  EXPECT_FALSE(session_->open_exec(exec(2)));
+  EXPECT_FALSE(session_->open_exec(exec(1))) << "lower than one used: ids only grow";
+  EXPECT_TRUE(session_->open_exec(exec(3)));
+  // One that does not fit a frame is refused before anything is sent.
+  auto big = exec(4);
+  big.argv.assign(2, std::string(40000, 'a'));
+  host_frames();
+  EXPECT_FALSE(session_->open_exec(big));
+  EXPECT_TRUE(host_frames().empty());
+}
+
+TEST_F(ControlSessionTest, AnySessionsMessageBeforeSetupIsOutOfOrder) {
+  send_message(GuestMessage::kHello, guest::Hello{guest::kProtocolVersion, "box-guest test", 1, true, "up"});
+  send_output(5, base_bytes("before any session"));
+  EXPECT_TRUE(recorder_.closed);
+  EXPECT_NE(recorder_.closed_reason.find("stdout out of order"), std::string::npos)
+      << recorder_.closed_reason;
+  EXPECT_TRUE(recorder_.unknown.empty());
+}
+
+TEST_F(ControlSessionTest, MainSessionMessagesBeforeGoAreOutOfOrderEvenWithAnIdOfZero) {
+  to_running_without_go(1024);
+  send_message(GuestMessage::kStarted, guest::Started{0, 1});
+  EXPECT_TRUE(recorder_.closed);
+  EXPECT_NE(recorder_.closed_reason.find("started out of order"), std::string::npos)
+      << recorder_.closed_reason;
+}
+
+TEST_F(ControlSessionTest, ASessionMessageTooShortForItsIdIsMalformed) {
+  to_running(1024);
+  send(GuestMessage::kStdout, base_bytes("abc"));
+  EXPECT_TRUE(recorder_.closed);
+  EXPECT_NE(recorder_.closed_reason.find("malformed stdout"), std::string::npos) << recorder_.closed_reason;
 }
 
 }  // namespace

@@ -1,16 +1,30 @@
 // The instance supervisor with a real abox-net and a fake VMM that plays the
 // guest, honest or hostile (tests/engine/fake_guest.py): the outcome and its
 // reason, the events, the state folder, nothing left running, and the host's
-// memory flat while the guest floods the control channel.
+// memory flat while the guest floods the control channel. Exec sessions end
+// to end on the host: a client on the instance's api.sock (as the daemon
+// is), the supervisor, the multiplexer and the channel, the fake guest
+// serving the execs.
 #include "engine/instance/supervisor.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
+#include <thread>
 
+#include "engine/daemon/base64.h"
+#include "engine/instance/exec_wire.h"
 #include "engine/process/pipe_reader.h"
 #include "tests/support/temp_dir.h"
 
@@ -58,7 +72,10 @@ class SupervisorTest : public ::testing::Test {
   // read_stdout=false leaves the command's stdout pipe undrained until the
   // instance is stopping: the host can write no more than the pipe takes,
   // so it grants no credit back beyond that.
-  RunResult run(const std::string& mode, bool keep = true, bool read_stdout = true) {
+  // while_running (on its own thread, once the instance runs): a client of the
+  // instance's api.sock, as the daemon is; the instance is stopped after it.
+  RunResult run(const std::string& mode, bool keep = true, bool read_stdout = true,
+                std::function<void(const std::string& folder)> while_running = nullptr) {
     std::string policy = dir_.path() + "/policy.toml";
     std::ofstream(policy) << "version = 1\n[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = "
                              "[\"allowed.test\"]\nports = [443]\n";
@@ -74,6 +91,8 @@ class SupervisorTest : public ::testing::Test {
     c.boot_timeout = std::chrono::seconds(30);
     c.stop_grace = std::chrono::seconds(2);
     c.keep = keep;
+    c.tty = tty_;
+    c.window = {24, 80};
     c.abox_net = ABOX_NET_PATH;
     c.abox = "/bin/false";
     c.qemu = "/usr/bin/python3";
@@ -96,6 +115,20 @@ class SupervisorTest : public ::testing::Test {
           [&](std::span<const std::uint8_t> b) { r.stdout_text.append(b.begin(), b.end()); }, nullptr);
     }
     s.start();
+    if (while_running) {
+      const std::string folder = dir_.path() + "/instances/" + c.name;
+      // api.sock is there from the guest's connection on; the client waits for what it needs.
+      for (int i = 0; i < 600 && !r.finished && ::access((folder + "/api.sock").c_str(), F_OK) != 0; ++i)
+        io.run_for(std::chrono::milliseconds(100));
+      std::atomic<bool> client_done{false};
+      std::thread client([&] {
+        while_running(folder);
+        client_done = true;
+      });
+      for (int i = 0; i < 600 && !client_done; ++i) io.run_for(std::chrono::milliseconds(100));
+      client.join();
+      s.stop(SIGTERM);
+    }
     if (!read_stdout) {
       // Until the instance is on its way down (the guest was caught); then
       // stdout is drained, as everything written must be before it ends.
@@ -122,6 +155,7 @@ class SupervisorTest : public ::testing::Test {
   abox::testing::TempDir dir_{"supervisor"};
   std::string folder_;
   int n_ = 0;
+  bool tty_ = false;  // the next run's command gets a pty
 };
 
 TEST_F(SupervisorTest, AnHonestGuestRunsTheCommandInOrder) {
@@ -194,6 +228,257 @@ TEST_F(SupervisorTest, AFailedProbeKeepsTheCommandFromStarting) {
   EXPECT_EQ(r.events.find("\"kind\":\"command_started\""), std::string::npos);
   EXPECT_EQ(r.events.find("\"state\":\"running\""), std::string::npos);
   EXPECT_TRUE(r.stdout_text.empty());
+}
+
+TEST_F(SupervisorTest, AGuestOfProtocolTwoIsToldToRebuildAndNeverHangs) {
+  auto r = run("v2");
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.outcome.kind, InstanceOutcome::Kind::kCouldNotStart);
+  EXPECT_NE(r.outcome.reason.find("box-guest speaks control protocol 2, this abox speaks 3"),
+            std::string::npos)
+      << r.outcome.reason;
+  EXPECT_NE(r.outcome.reason.find("rebuild the image (abox image build fake)"), std::string::npos)
+      << r.outcome.reason;
+  EXPECT_EQ(r.events.find("\"kind\":\"command_started\""), std::string::npos);
+}
+
+TEST_F(SupervisorTest, FramesForSessionsNeverOpenedAreDroppedCountedAndLogged) {
+  auto r = run("unknown");
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.outcome.kind, InstanceOutcome::Kind::kExited) << r.outcome.reason;
+  ASSERT_TRUE(r.outcome.exit);
+  EXPECT_EQ(r.outcome.exit->value, 3u);
+  EXPECT_EQ(r.stdout_text, "hello from the fake guest\n") << "nothing of session 7 reached stdout";
+  EXPECT_EQ(r.outcome.unknown_session_frames, 3u);
+  EXPECT_NE(r.events.find("\"kind\":\"control_unknown_session\""), std::string::npos) << r.events;
+  EXPECT_NE(r.events.find("\"session\":4294967295"), std::string::npos) << r.events;
+}
+
+// A blocking client of api.sock: one request, its lines.
+class ApiSockClient {
+ public:
+  explicit ApiSockClient(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+    timeval tv{20, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~ApiSockClient() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  bool connected() const { return connected_; }
+  int fd() const { return fd_; }
+  void send(const std::string& line) { (void)::send(fd_, line.data(), line.size(), MSG_NOSIGNAL); }
+  // The next line as a JSON object (an empty one at the end or after 20 s).
+  boost::json::object next() {
+    for (;;) {
+      auto nl = in_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = in_.substr(0, nl);
+        in_.erase(0, nl + 1);
+        std::error_code ec;
+        auto v = boost::json::parse(line, ec);
+        return !ec && v.is_object() ? v.get_object() : boost::json::object{{"unparsed", line}};
+      }
+      char buf[4096];
+      ssize_t n = ::read(fd_, buf, sizeof buf);
+      if (n <= 0) return {};
+      in_.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  // Lines until the one with "done" (or the end): what came on stdout and stderr, and that line.
+  boost::json::object until_done(std::string& out, std::string& err) {
+    for (int i = 0; i < 10000; ++i) {
+      auto o = next();
+      if (o.empty() || o.contains("done")) return o;
+      for (auto [key, into] : {std::pair{"stdout", &out}, std::pair{"stderr", &err}}) {
+        if (auto* d = o.if_contains(key)) {
+          auto b = base64_decode(std::string_view(d->as_string()));
+          if (b) into->append(b->begin(), b->end());
+        }
+      }
+    }
+    return {};
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string in_;
+};
+
+std::string exec_line(const std::string& json) {
+  return std::string(kExecVerb) + json + "\n";
+}
+
+TEST_F(SupervisorTest, ExecsThroughApiSockEachWithItsOutputInputAndEnd) {
+  std::string out1, err1, out2, err2, out3, err3;
+  boost::json::object accepted, started, done1, done2, done3, refused, bad;
+  auto r = run("exec", true, true, [&](const std::string& folder) {
+    const std::string sock = folder + "/api.sock";
+    // The main command says "main ready" once it runs: execs are refused before.
+    for (int i = 0; i < 200; ++i) {
+      std::ifstream ev(folder + "/events.jsonl");
+      std::string text((std::istreambuf_iterator<char>(ev)), std::istreambuf_iterator<char>());
+      if (text.find("command_started") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    {
+      ApiSockClient c(sock);
+      ASSERT_TRUE(c.connected());
+      c.send(exec_line(R"({"argv":["ls","-l"],"env":["A=1"],"workdir":"/tmp"})"));
+      accepted = c.next();
+      started = c.next();
+      done1 = c.until_done(out1, err1);
+    }
+    {
+      // Two at once: the echo waits for its stdin while another runs and ends.
+      ApiSockClient echo(sock), other(sock);
+      echo.send(exec_line(R"({"argv":["echo-stdin"],"stdin":true})"));
+      EXPECT_EQ(echo.next()["ok"], true);
+      other.send(exec_line(R"({"argv":["true"]})"));
+      EXPECT_EQ(other.next()["ok"], true);
+      done3 = other.until_done(out3, err3);
+      echo.send(std::string("{\"stdin\":\"") + base64_encode(std::vector<std::uint8_t>{'a', 'b', 'c', '\n'}) +
+                "\"}\n");
+      // More than the guest's stdin window, in lines of 64 KiB, as the daemon sends them.
+      for (int i = 0; i < 5; ++i)
+        echo.send(std::string("{\"stdin\":\"") + base64_encode(std::vector<std::uint8_t>(65536, 'x')) +
+                  "\"}\n");
+      echo.send("{\"eof\":true}\n");
+      done2 = echo.until_done(out2, err2);
+    }
+    {
+      ApiSockClient c(sock);
+      c.send(exec_line(R"({"argv":["refuse"]})"));
+      EXPECT_EQ(c.next()["ok"], true);
+      std::string o, e;
+      refused = c.until_done(o, e);
+    }
+    {
+      ApiSockClient c(sock);
+      c.send(exec_line(R"({"argv":[],"bogus":1})"));
+      bad = c.next();
+    }
+    {
+      // A client that goes away: its exec is killed in the guest.
+      ApiSockClient c(sock);
+      c.send(exec_line(R"({"argv":["echo-stdin"],"stdin":true})"));
+      EXPECT_EQ(c.next()["ok"], true);
+      EXPECT_TRUE(c.next().contains("started"));
+      c.close();
+      for (int i = 0; i < 200; ++i) {
+        std::ifstream ev(folder + "/events.jsonl");
+        std::string text((std::istreambuf_iterator<char>(ev)), std::istreambuf_iterator<char>());
+        if (text.find("\"signalled\":true,\"value\":9") != std::string::npos) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.outcome.kind, InstanceOutcome::Kind::kInterrupted) << r.outcome.reason;
+  EXPECT_EQ(accepted["ok"], true);
+  EXPECT_EQ(accepted["session"], 1);
+  EXPECT_EQ(started["started"].as_object()["pid"], 1001);
+  EXPECT_EQ(out1, "exec ls -l\n");
+  EXPECT_EQ(err1, "err\n");
+  EXPECT_EQ(done1["exit"].as_object()["value"], 5);
+  EXPECT_EQ(done1["exit"].as_object()["signalled"], false);
+  EXPECT_EQ(out2, "abc\n" + std::string(5 * 65536, 'x'));
+  EXPECT_EQ(done2["exit"].as_object()["value"], 0);
+  EXPECT_EQ(out3, "exec true\n");
+  EXPECT_EQ(refused["start_failed"].as_object()["reason"], "refused");
+  EXPECT_EQ(refused["start_failed"].as_object()["detail"],
+            "box-guest runs at most 16 exec sessions at once, and 16 run");
+  EXPECT_EQ(bad["ok"], false);
+  EXPECT_NE(std::string(bad["error"].as_string()).find("unknown field"), std::string::npos) << bad;
+  EXPECT_EQ(r.stdout_text, "main ready\n") << "no exec's output is the main command's";
+  EXPECT_NE(r.events.find("\"kind\":\"exec\""), std::string::npos);
+  EXPECT_NE(r.events.find("\"kind\":\"exec_exited\""), std::string::npos);
+  EXPECT_NE(r.events.find("\"signalled\":true,\"value\":9"), std::string::npos)
+      << "the exec of the client that left was killed";
+}
+
+TEST_F(SupervisorTest, AnExecAtGoBeforeTheCommandSaidItStartedIsTaken) {
+  // `abox run -d` returns at go; an exec right after it may come before
+  // box-guest said the command started (it was once refused then).
+  std::string out, err;
+  boost::json::object first, done;
+  auto r = run("exec-early", true, true, [&](const std::string& folder) {
+    for (int i = 0; i < 200; ++i) {
+      std::ifstream ev(folder + "/events.jsonl");
+      std::string text((std::istreambuf_iterator<char>(ev)), std::istreambuf_iterator<char>());
+      if (text.find("\"state\":\"running\"") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ApiSockClient c(folder + "/api.sock");
+    c.send(exec_line(R"({"argv":["early"]})"));
+    first = c.next();
+    done = c.until_done(out, err);
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(first["ok"], true) << first;
+  EXPECT_EQ(out, "exec early\n");
+  EXPECT_EQ(done["exit"].as_object()["value"], 5);
+}
+
+TEST_F(SupervisorTest, AnExecIsRefusedUntilTheCommandRuns) {
+  boost::json::object refusal;
+  auto r = run("silent", true, true, [&](const std::string& folder) {
+    // "silent": hello, then nothing: the instance never reaches its command.
+    for (int i = 0; i < 100 && ::access((folder + "/api.sock").c_str(), F_OK) != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ApiSockClient c(folder + "/api.sock");
+    c.send(exec_line(R"({"argv":["ls"]})"));
+    refusal = c.next();
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(refusal["ok"], false);
+  EXPECT_NE(std::string(refusal["error"].as_string()).find("not running its command"), std::string::npos)
+      << refusal;
+}
+
+TEST_F(SupervisorTest, AResizeBeforeTheCommandStartedReachesTheGuest) {
+  // abox attach sends the terminal's size at once, maybe before the command
+  // has started (it once got "not running", and the window stayed 24x80).
+  tty_ = true;
+  std::string answer;
+  auto r = run("silent", true, true, [&](const std::string& folder) {
+    ApiSockClient c(folder + "/api.sock");
+    c.send(std::string(kResizeVerb) + "33 111\n");
+    char buf[256];
+    ssize_t n = ::recv(c.fd(), buf, sizeof buf, 0);
+    if (n > 0) answer.assign(buf, static_cast<std::size_t>(n));
+    for (int i = 0; i < 100; ++i) {  // until the fake guest says it got it
+      std::ifstream console(folder + "/console.log");
+      std::string text((std::istreambuf_iterator<char>(console)), std::istreambuf_iterator<char>());
+      if (text.find("resize 0 33x111") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(answer, "OK\n");
+  std::ifstream console(folder_ + "/console.log");
+  std::string text((std::istreambuf_iterator<char>(console)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("resize 0 33x111"), std::string::npos) << text;
+}
+
+TEST_F(SupervisorTest, AResizeOfACommandWithoutATerminalIsRefused) {
+  std::string answer;
+  auto r = run("silent", true, true, [&](const std::string& folder) {
+    ApiSockClient c(folder + "/api.sock");
+    c.send(std::string(kResizeVerb) + "33 111\n");
+    char buf[256];
+    ssize_t n = ::recv(c.fd(), buf, sizeof buf, 0);
+    if (n > 0) answer.assign(buf, static_cast<std::size_t>(n));
+  });
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(answer, "ERR the command has no terminal (started without -t)\n");
 }
 
 TEST_F(SupervisorTest, AStateFolderIsRemovedUnlessKept) {

@@ -380,10 +380,9 @@ CopyOutRun copy_out(SessionRig& rig, const std::string& path, std::uint32_t step
         run.done = decode_copy_result(r->payload);
         break;
       case GuestMessage::kStdout: {
-        run.command_out += text(r->payload);
-        std::vector<std::uint8_t> c;
-        encode(Credit{static_cast<std::uint32_t>(r->payload.size())}, c);
-        rig.send(HostMessage::kOutputCredit, c);
+        std::string chunk = stream_text(*r);
+        run.command_out += chunk;
+        rig.grant(kMainSession, static_cast<std::uint32_t>(chunk.size()));
         break;
       }
       case GuestMessage::kExited:
@@ -437,7 +436,7 @@ TEST_F(SessionCopy, CopyOutFlowsBesideTheCommandsOutputAndAfterItExited) {
   rig_.expect(GuestMessage::kStarted);
   auto r = rig_.next();
   ASSERT_TRUE(r);
-  ASSERT_EQ(text(r->payload), "made\n");
+  ASSERT_EQ(stream_text(*r), "made\n");
   auto during = copy_out(rig_, home_ + "/made", 4096, /*until_exited=*/true);
   EXPECT_TRUE(during.done->ok) << during.done->detail;
   EXPECT_EQ(during.command_out, "bye\n");

@@ -87,6 +87,29 @@ class SessionRig {
     }
     write_all(wire);
   }
+  template <class M>
+  void send_message(HostMessage type, const M& m) {
+    std::vector<std::uint8_t> p;
+    encode(m, p);
+    send(type, p);
+  }
+  // A command session's messages (protocol 3): session 0 is the main command.
+  void send_stdin(std::uint32_t session, const std::string& bytes) {
+    std::vector<std::uint8_t> b(bytes.begin(), bytes.end());
+    send_message(HostMessage::kStdin, SessionData{session, b});
+  }
+  void send_stdin_eof(std::uint32_t session = kMainSession) {
+    send_message(HostMessage::kStdinEof, SessionRef{session});
+  }
+  void grant(std::uint32_t session, std::uint32_t bytes) {
+    send_message(HostMessage::kOutputCredit, SessionCredit{session, bytes});
+  }
+  void send_signal(std::uint32_t session, int signo) {
+    send_message(HostMessage::kSignal, Signal{session, static_cast<std::uint8_t>(signo)});
+  }
+  void send_resize(std::uint32_t session, std::uint16_t rows, std::uint16_t cols) {
+    send_message(HostMessage::kResize, Resize{session, {rows, cols}});
+  }
   void write_all(const std::vector<std::uint8_t>& bytes) {
     std::size_t done = 0;
     while (done < bytes.size()) {
@@ -185,6 +208,18 @@ inline std::string text(const std::vector<std::uint8_t>& b) {
   return std::string(b.begin(), b.end());
 }
 
+// A stdout or stderr frame's session and bytes (throws when it does not decode).
+inline std::uint32_t session_of(const Received& r) {
+  auto d = decode_session_data(r.payload);
+  if (!d) throw std::runtime_error("an output frame that does not decode");
+  return d->session;
+}
+inline std::string stream_text(const Received& r) {
+  auto d = decode_session_data(r.payload);
+  if (!d) throw std::runtime_error("an output frame that does not decode");
+  return std::string(d->bytes.begin(), d->bytes.end());
+}
+
 #define REQUIRE_ROOT() \
   if (::geteuid() != 0) GTEST_SKIP() << "the command runs as uid 1000: needs root"
 
@@ -203,18 +238,19 @@ inline Outcome collect(SessionRig& rig, std::uint64_t credit, std::uint32_t gran
     if (!r) throw std::runtime_error("the session went quiet");
     switch (static_cast<GuestMessage>(r->type)) {
       case GuestMessage::kStdout:
-      case GuestMessage::kStderr:
-        (r->type == static_cast<std::uint8_t>(GuestMessage::kStdout) ? o.out : o.err) += text(r->payload);
-        outstanding += r->payload.size();
+      case GuestMessage::kStderr: {
+        EXPECT_EQ(session_of(*r), kMainSession);
+        std::string chunk = stream_text(*r);
+        (r->type == static_cast<std::uint8_t>(GuestMessage::kStdout) ? o.out : o.err) += chunk;
+        outstanding += chunk.size();
         EXPECT_LE(outstanding, credit) << "the guest sent past its credit";
         o.most_outstanding = std::max(o.most_outstanding, outstanding);
         while (outstanding >= grant) {
-          std::vector<std::uint8_t> p;
-          encode(Credit{grant}, p);
-          rig.send(HostMessage::kOutputCredit, p);
+          rig.grant(kMainSession, grant);
           outstanding -= grant;
         }
         break;
+      }
       case GuestMessage::kExited:
         o.exited = decode_exited(r->payload);
         break;

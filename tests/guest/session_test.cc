@@ -79,20 +79,20 @@ TEST(Session, StdinUnderCreditThenEof) {
     auto r = rig.next();
     ASSERT_TRUE(r);
     if (r->type == static_cast<std::uint8_t>(GuestMessage::kStdinCredit)) {
-      auto c = decode_credit(r->payload);
+      auto c = decode_session_credit(r->payload);
       credit += c->bytes;
       granted += c->bytes;
     } else if (r->type == static_cast<std::uint8_t>(GuestMessage::kStdout)) {
-      out += text(r->payload);
+      out += stream_text(*r);
     } else if (r->type == static_cast<std::uint8_t>(GuestMessage::kExited)) {
       exited = decode_exited(r->payload);
     }
     while (credit > 0 && left > 0) {
       std::size_t n = std::min<std::uint64_t>({credit, left, 30000});
-      rig.send(HostMessage::kStdin, std::vector<std::uint8_t>(n, 'x'));
+      rig.send_stdin(kMainSession, std::string(n, 'x'));
       credit -= n;
       left -= n;
-      if (left == 0) rig.send(HostMessage::kStdinEof);
+      if (left == 0) rig.send_stdin_eof();
     }
   }
   EXPECT_EQ(out, "200000\n");
@@ -166,10 +166,8 @@ TEST(Session, SignalReachesTheProcessGroup) {
   rig.send_setup(rig.setup({"/bin/sh", "-c", "echo ready; sleep 30; echo not reached"}));
   rig.send(HostMessage::kGo);
   rig.expect(GuestMessage::kStarted);
-  EXPECT_EQ(text(rig.expect(GuestMessage::kStdout).payload), "ready\n");
-  std::vector<std::uint8_t> p;
-  encode(Signal{SIGTERM}, p);
-  rig.send(HostMessage::kSignal, p);
+  EXPECT_EQ(stream_text(rig.expect(GuestMessage::kStdout)), "ready\n");
+  rig.send_signal(kMainSession, SIGTERM);
   auto o = collect(rig, 1 << 20, 1 << 20);
   ASSERT_TRUE(o.exited);
   EXPECT_TRUE(o.exited->signalled);

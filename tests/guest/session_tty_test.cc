@@ -30,19 +30,18 @@ void read_until(SessionRig& rig, TtyRun& run, const std::string& want) {
     if (!r) throw std::runtime_error("the session went quiet; output so far: " + run.out);
     switch (static_cast<GuestMessage>(r->type)) {
       case GuestMessage::kStdout: {
-        run.out += text(r->payload);
-        std::vector<std::uint8_t> p;
-        encode(Credit{static_cast<std::uint32_t>(r->payload.size())}, p);
-        rig.send(HostMessage::kOutputCredit, p);
+        std::string chunk = stream_text(*r);
+        run.out += chunk;
+        rig.grant(session_of(*r), static_cast<std::uint32_t>(chunk.size()));
         break;
       }
       case GuestMessage::kStderr:
-        throw std::runtime_error("stderr frame with a tty: " + text(r->payload));
+        throw std::runtime_error("stderr frame with a tty: " + stream_text(*r));
       case GuestMessage::kExited:
         run.exited = decode_exited(r->payload);
         break;
       case GuestMessage::kStdinCredit:
-        run.stdin_credit += decode_credit(r->payload)->bytes;
+        run.stdin_credit += decode_session_credit(r->payload)->bytes;
         break;
       default:
         throw std::runtime_error("unexpected " + std::string(guest_message_name(r->type)));
@@ -63,7 +62,7 @@ Setup tty_setup(SessionRig& rig, std::vector<std::string> argv, std::uint16_t ro
 }
 
 void send_stdin(SessionRig& rig, const std::string& bytes) {
-  rig.send(HostMessage::kStdin, std::vector<std::uint8_t>(bytes.begin(), bytes.end()));
+  rig.send_stdin(kMainSession, bytes);
 }
 
 TEST(SessionTty, TheCommandsTerminalIsAPtyWithSetupsWindow) {
@@ -94,9 +93,7 @@ TEST(SessionTty, AResizeIsSeenByTheCommand) {
   rig.expect(GuestMessage::kStarted);
   TtyRun run;
   read_until(rig, run, "ready");
-  std::vector<std::uint8_t> p;
-  encode(WindowSize{50, 132}, p);
-  rig.send(HostMessage::kResize, p);
+  rig.send_resize(kMainSession, 50, 132);
   send_stdin(rig, "\r");
   wait_exited(rig, run);
   EXPECT_NE(run.out.find("24 80\r\nready"), std::string::npos) << run.out;
@@ -128,7 +125,7 @@ TEST(SessionTty, StdinEofIsTheEofCharacterAfterWhatWasTyped) {
   TtyRun run;
   read_until(rig, run, "ready");
   send_stdin(rig, "one\rtwo\r");
-  rig.send(HostMessage::kStdinEof);
+  rig.send_stdin_eof();
   wait_exited(rig, run);
   EXPECT_EQ(run.exited->value, 0u) << run.out;
   // The pty echoes what was typed; wc saw two lines, then EOF.
@@ -166,9 +163,7 @@ TEST(SessionTty, SignalGoesToTheForegroundProcessGroup) {
   rig.expect(GuestMessage::kStarted);
   TtyRun run;
   read_until(rig, run, "ready");
-  std::vector<std::uint8_t> p;
-  encode(Signal{SIGINT}, p);
-  rig.send(HostMessage::kSignal, p);
+  rig.send_signal(kMainSession, SIGINT);
   wait_exited(rig, run);
   EXPECT_FALSE(run.exited->signalled) << run.out;
   EXPECT_EQ(run.exited->value, 0u) << run.out;
@@ -197,9 +192,7 @@ TEST(SessionTty, AResizeWithoutATtyIsLoggedAndIgnored) {
   SessionRig rig;
   rig.expect(GuestMessage::kHello);
   rig.send_setup(rig.setup({"/bin/sh", "-c", "test -t 1 || echo no-tty"}));
-  std::vector<std::uint8_t> p;
-  encode(WindowSize{10, 10}, p);
-  rig.send(HostMessage::kResize, p);
+  rig.send_resize(kMainSession, 10, 10);
   rig.send(HostMessage::kGo);
   rig.expect(GuestMessage::kStarted);
   auto o = collect(rig, 1 << 20, 1 << 20);
