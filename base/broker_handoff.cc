@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 
 namespace abox::base {
 
@@ -45,13 +46,12 @@ bool valid_address(std::string_view s) {
 }
 
 Result<std::uint16_t, HandoffError> parse_port(std::string_view s) {
-  if (s.empty() || s.size() > 5 || s.front() == '0') return Err{HandoffError::bad_port};
+  if (s.empty() || s.size() > 5 || s.front() == '0' || !std::all_of(s.begin(), s.end(), is_digit))
+    return Err{HandoffError::bad_port};
   std::uint32_t v = 0;
-  for (char c : s) {
-    if (!is_digit(c)) return Err{HandoffError::bad_port};
-    v = v * 10 + static_cast<std::uint32_t>(c - '0');
-  }
-  if (v == 0 || v > 65535) return Err{HandoffError::bad_port};
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || v == 0 || v > 65535)
+    return Err{HandoffError::bad_port};
   return static_cast<std::uint16_t>(v);
 }
 

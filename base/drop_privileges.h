@@ -1,5 +1,5 @@
 // drop_privileges(): what a process that parses untrusted bytes gives up
-// before the first of them, shared by abox-net's sandbox (netstack/sandbox.h)
+// before the first of them, shared by abox-net's sandbox (netstack/program/sandbox.h)
 // and the broker's (broker/sandbox.h). In order:
 //
 //  1. Every capability: the ambient set, then the bounding set (while

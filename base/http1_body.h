@@ -3,7 +3,7 @@
 //
 // Two users: the broker, which forwards what it decodes (request bodies from
 // the guest, response bodies from providers), and abox-net's request
-// follower (netstack/http_request_follower.h), which only needs to know where
+// follower (netstack/stack/http_request_follower.h), which only needs to know where
 // each body ends so that it can read the next request's head.
 //
 // The broker forwards the body as it arrives: each payload piece the decoder

@@ -2,8 +2,8 @@
 //
 // The one head reader of the code base: the broker parses every request a
 // guest sends it with it (broker/http_request.h), and abox-net reads with it
-// the first request of a name-checked plain-HTTP flow (netstack/name_peek.h)
-// and every request after it (netstack/http_request_follower.h). The callers
+// the first request of a name-checked plain-HTTP flow (netstack/stack/name_peek.h)
+// and every request after it (netstack/stack/http_request_follower.h). The callers
 // differ only in the RequestRules they pass.
 //
 // What a head must be (RFC 9112, strictest reading; base/http1_syntax.h has

@@ -1,8 +1,8 @@
 // HTTP/1.1 syntax rules (RFC 9112, RFC 9110 section 5), read the strictest
 // way, in one place for every reader of HTTP/1 bytes from a peer we do not
 // trust: the broker's request parser (broker/http_request.h) and abox-net's
-// name peek and request follower (netstack/name_peek.h,
-// netstack/http_request_follower.h). Whatever one of them refuses, the
+// name peek and request follower (netstack/stack/name_peek.h,
+// netstack/stack/http_request_follower.h). Whatever one of them refuses, the
 // others refuse for the same reason; none has its own copy of these rules.
 // Sans-I/O, std only, no allocation, every read through base::ByteReader.
 //

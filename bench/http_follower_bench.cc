@@ -1,5 +1,5 @@
 // HttpRequestFollower's cost per byte of a plain-HTTP flow on a name-checked
-// port (netstack/http_request_follower.h): what abox-net now spends, before
+// port (netstack/stack/http_request_follower.h): what abox-net now spends, before
 // it sends them, on the guest's bytes of such a flow.
 //
 //   ContentLengthBody   one PUT of 64 MiB, fed in 64 KiB pieces (what a
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "netstack/http_request_follower.h"
+#include "netstack/stack/http_request_follower.h"
 
 namespace abox::netstack {
 namespace {

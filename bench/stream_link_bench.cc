@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "base/unique_fd.h"
-#include "netstack/event_loop.h"
-#include "netstack/stream_link.h"
+#include "io/event_loop.h"
+#include "netstack/link/stream_link.h"
 
 namespace abox::netstack {
 namespace {
@@ -185,7 +185,7 @@ class ReadinessReceiver {
 };
 
 // GuestStack's way (on_link_read, take_buffered_frames, post_link_read).
-class RingReceiver final : public EventLoop::Completion {
+class RingReceiver final : public io::EventLoop::Completion {
  public:
   explicit RingReceiver(StreamLink& link) : link_(link), buf_(link.max_receive_size()) {}
   ~RingReceiver() override { loop_.cancel_all(this, in_flight_); }
@@ -220,7 +220,7 @@ class RingReceiver final : public EventLoop::Completion {
   }
   StreamLink& link_;
   std::vector<std::uint8_t> buf_;
-  EventLoop loop_;
+  io::EventLoop loop_;
   std::size_t in_flight_ = 0;
   std::optional<int> done_;
   std::uint64_t reads_ = 0;

@@ -17,7 +17,7 @@
 
 #include "base/drop_privileges.h"
 
-// libseccomp rather than hand-written BPF, as abox-net (netstack/sandbox.cc
+// libseccomp rather than hand-written BPF, as abox-net (netstack/program/sandbox.cc
 // says why: the architecture check, per-ABI syscall numbers, argument
 // comparisons). This list is the broker's own: it runs epoll, BoringSSL and
 // plain sockets, where abox-net runs an io_uring.
@@ -167,7 +167,7 @@ void add_allowed_syscalls(FilterBuilder& f) {
 
 #if defined(ABOX_BROKER_SANDBOX_ASAN)
   // ASan + UBSan builds only (ABOX_SANITIZE=ON), for the sanitizer runtime,
-  // as in netstack/sandbox.cc: LeakSanitizer's check at exit runs in a
+  // as in netstack/program/sandbox.cc: LeakSanitizer's check at exit runs in a
   // clone()d task that ptrace()s this one and reads /proc/self/maps and
   // /proc/self/task (open, openat, getdents, read-only); reports go through
   // sigaltstack'd handlers and the built-in symbolizer (which reads the

@@ -12,10 +12,11 @@
 // past expiry + grace (they vouch for nothing any more), else the least
 // recently answered one.
 //
-// Life of one flow: admission calls admits() on the first SYN or datagram.
-// Reserved addresses are refused before the table is consulted, so an address
-// recorded by mistake can never admit anything. Then the address's unexpired
-// names are tried, most recently answered first, against the policy's rules.
+// Life of one flow: admission (netstack/stack/admission.cc) refuses reserved
+// addresses before it asks the table, so an address recorded by mistake can
+// never admit anything; then it asks names_for() once and tries the
+// address's unexpired names, most recently answered first, against the
+// policy's rules.
 //
 // Memory: the map starts empty and grows as addresses are recorded; it never
 // holds more than `capacity` entries, so its buckets stay near that bound.
@@ -42,7 +43,7 @@ bool purgeable(base::MonoTime expires, base::Seconds grace, base::MonoTime now) 
 }  // namespace
 
 AnswerTable::AnswerTable(const policy::Policy& policy, std::size_t capacity)
-    : policy_(policy), capacity_(capacity), grace_(policy.dns().grace) {
+    : capacity_(capacity), grace_(policy.dns().grace) {
   if (capacity_ == 0) {
     // A table that can hold nothing would refuse every flow, which reads as a
     // policy denial rather than the bug it is.
@@ -147,24 +148,6 @@ void AnswerTable::make_room(base::MonoTime now) {
   ++counters_.evicted_oldest;
 }
 
-AdmissionDecision AnswerTable::admits(const policy::IpAddress& address, std::uint16_t port,
-                                      policy::Protocol protocol, base::MonoTime now) const {
-  // Before the table: a reserved address must never be admitted, even if an
-  // answer carrying it slipped past the filter.
-  if (policy_.check_address(address).refused()) return {};
-
-  auto it = entries_.find(address);
-  if (it == entries_.end()) return {};
-  const auto& names = it->second.names;
-  for (auto n = names.rbegin(); n != names.rend(); ++n) {
-    if (n->expires <= now) continue;
-    if (const policy::AllowRule* rule = policy_.admits(n->name, port, protocol)) {
-      return AdmissionDecision{rule, n->name, n->expires};
-    }
-  }
-  return {};
-}
-
 base::MonoTime AnswerTable::live_until(const policy::IpAddress& address,
                                        std::string_view canonical_name) const {
   auto it = entries_.find(address);
@@ -177,15 +160,14 @@ base::MonoTime AnswerTable::live_until(const policy::IpAddress& address,
   return base::MonoTime::min();
 }
 
-std::vector<std::string_view> AnswerTable::names_for(const policy::IpAddress& address,
-                                                     base::MonoTime now) const {
-  std::vector<std::string_view> out;
+AnswerTable::AnsweredNames AnswerTable::names_for(const policy::IpAddress& address,
+                                                  base::MonoTime now) const {
+  AnsweredNames out;
   auto it = entries_.find(address);
   if (it == entries_.end()) return out;
-  const auto& names = it->second.names;
-  // Most recently answered first, the order admits() tries them in.
-  for (auto n = names.rbegin(); n != names.rend(); ++n) {
-    if (n->expires > now) out.emplace_back(n->name);
+  const auto& names = it->second.names;  // at most kMaxNamesPerAddress (record())
+  for (auto n = names.rbegin(); n != names.rend() && out.size_ < out.items_.size(); ++n) {
+    if (n->expires > now) out.items_[out.size_++] = AnsweredName{n->name, n->expires};
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // AnswerTable: which addresses the DNS gate answered, for which allowed
-// names, until when. It is the other half of admission: a guest flow is
-// admitted only to an address in this table, for a name whose rule allows
-// the flow's port and protocol. One table per instance, never shared.
+// names, until when. It only answers that: admission
+// (netstack/stack/admission.h) decides, admitting a guest flow only to an
+// address in this table, for a name whose rule allows the flow's port and
+// protocol. One table per instance, never shared.
 //
 // Bounds: at most `capacity` addresses, and at most kMaxNamesPerAddress names
 // per address (a CDN address shared by many allowed names keeps the most
@@ -14,6 +15,7 @@
 // nothing new, but live_until() still vouches for flows already running.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <list>
 #include <string>
@@ -26,13 +28,6 @@
 
 namespace abox::dns {
 
-struct AdmissionDecision {
-  const policy::AllowRule* rule = nullptr;  // null: refused
-  std::string_view name;                    // the answered name that admits it
-  base::MonoTime expires{};                 // when that answer stops admitting new flows
-  bool admitted() const { return rule != nullptr; }
-};
-
 struct AnswerTableCounters {
   std::uint64_t recorded = 0;         // record() calls
   std::uint64_t evicted_expired = 0;  // removed past expiry + grace to make room
@@ -44,7 +39,7 @@ class AnswerTable {
  public:
   static constexpr std::size_t kMaxNamesPerAddress = 16;
 
-  // The policy must outlive the table. capacity >= 1.
+  // Reads the policy's DNS grace once. capacity >= 1.
   AnswerTable(const policy::Policy& policy, std::size_t capacity);
 
   // `address` was answered for `canonical_name` (an allowed name), valid
@@ -53,19 +48,37 @@ class AnswerTable {
   void record(const policy::IpAddress& address, std::string_view canonical_name, base::MonoTime expires,
               base::MonoTime now);
 
-  // Would a new flow to address:port over protocol be admitted at `now`?
-  // Refuses reserved addresses (unless lifted) whatever the table holds.
-  AdmissionDecision admits(const policy::IpAddress& address, std::uint16_t port, policy::Protocol protocol,
-                           base::MonoTime now) const;
-
   // Until when a flow admitted for (address, name) may keep running: the
   // answer's expiry + grace; a time in the past when the table no longer
   // knows the pair.
   base::MonoTime live_until(const policy::IpAddress& address, std::string_view canonical_name) const;
 
-  // Names the address was answered for and that have not expired at `now`
-  // (for SNI/Host checks and explain output).
-  std::vector<std::string_view> names_for(const policy::IpAddress& address, base::MonoTime now) const;
+  // One name an address was answered for, and when that answer stops
+  // admitting new flows.
+  struct AnsweredName {
+    std::string_view name;
+    base::MonoTime expires{};
+  };
+  // At most kMaxNamesPerAddress of them, held by value (no allocation). The
+  // names refer to the table's strings: valid until the next record().
+  class AnsweredNames {
+   public:
+    std::size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    const AnsweredName& operator[](std::size_t i) const { return items_.at(i); }
+    const AnsweredName& front() const { return items_.at(0); }
+    const AnsweredName& back() const { return items_.at(size_ - 1); }
+    const AnsweredName* begin() const { return items_.data(); }
+    const AnsweredName* end() const { return items_.data() + size_; }
+
+   private:
+    friend class AnswerTable;
+    std::array<AnsweredName, kMaxNamesPerAddress> items_{};
+    std::size_t size_ = 0;
+  };
+  // The names the address was answered for that have not expired at `now`,
+  // most recently answered first (the order admission tries them in).
+  AnsweredNames names_for(const policy::IpAddress& address, base::MonoTime now) const;
 
   std::size_t size() const { return entries_.size(); }
   std::size_t capacity() const { return capacity_; }
@@ -84,7 +97,6 @@ class AnswerTable {
 
   void make_room(base::MonoTime now);
 
-  const policy::Policy& policy_;
   std::size_t capacity_;
   base::Seconds grace_;
   std::unordered_map<policy::IpAddress, Entry, policy::IpAddressHash> entries_;

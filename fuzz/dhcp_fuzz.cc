@@ -1,24 +1,30 @@
-// Fuzz target: netstack/dhcp_server and netstack/dhcp_message. Every IPv4
-// frame from the guest goes through DhcpServer::handle() before lwIP, so
-// whatever the bytes: no crash, no read past the input, and:
-//   - as an Ethernet frame: a reply exactly when the outcome is offer, ack
+// Fuzz target: netstack/stack/guest_frame (the one view of a guest frame),
+// netstack/gateway/dhcp_server and dhcp_message. Every frame from the guest
+// is parsed once into a GuestFrame, and a datagram to UDP port 67 goes to
+// DhcpServer::handle() as its payload, before lwIP, so whatever the bytes:
+// no crash, no read past the input, and:
+//   - as an Ethernet frame: the view's fields lie inside the frame and agree
+//     with its bytes (lengths, checksum, ports, the UDP payload's place);
+//     routed to the server, a reply exactly when the outcome is offer, ack
 //     or nak, and then a well-formed one (at least 300 bytes of BOOTP, from
 //     UDP 67 to 68, the IPv4 header checksum and lengths right, the gateway
 //     as source, the guest or 0 as yiaddr); a reason exactly when ignored
 //     or malformed;
 //   - as a bare BOOTP message: parse_dhcp_client_message() succeeds only
-//     with a client message type, and the same bytes wrapped in a valid
-//     Ethernet/IPv4/UDP frame to port 67 are malformed exactly when the
-//     parse fails (the framing adds nothing to decide).
+//     with a client message type, the server calls it malformed exactly
+//     when the parse fails, and the same bytes wrapped in a valid
+//     Ethernet/IPv4/UDP frame to port 67 reach the server unchanged.
 // Seeds (fuzz/corpus/dhcp/): a DISCOVER and a REQUEST captured from busybox
 // udhcpc talking to abox-net, and hand-made nasty messages.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <vector>
 
-#include "netstack/dhcp_message.h"
-#include "netstack/dhcp_server.h"
+#include "netstack/gateway/dhcp_message.h"
+#include "netstack/gateway/dhcp_server.h"
+#include "netstack/stack/guest_frame.h"
 
 namespace {
 
@@ -110,13 +116,37 @@ std::vector<std::uint8_t> wrap(std::span<const std::uint8_t> bootp) {
   return f;
 }
 
+// The stack's routing (guest_stack.cc, take_frame()): the one view of the
+// frame, and a datagram to port 67 goes to the server as its UDP payload.
+// The view's fields must lie inside the frame and agree with its bytes.
+void route(DhcpServer& server, std::span<const std::uint8_t> frame) {
+  const auto view = GuestFrame::parse(frame);
+  if (!view.ok()) {
+    check(!describe(view.error()).empty());
+    return;
+  }
+  if (!view->is_ipv4()) return;
+  check(frame.size() >= 14 + 20 && be(frame, 12, 2) == 0x0800 && (frame[14] >> 4) == 4);
+  const std::size_t ihl = std::size_t{frame[14] & 0x0Fu} * 4;
+  const std::size_t total = be(frame, 16, 2);
+  check(ihl >= 20 && total >= ihl && 14 + total <= frame.size());
+  check(ip_checksum_fold(frame.subspan(14, ihl)) == 0);
+  if (!view->is_udp() && !view->is_tcp()) return;
+  check(!view->ipv4().fragment && view->transport().source_port == be(frame, 14 + ihl, 2));
+  if (!view->is_udp()) return;
+  const auto payload = view->transport().udp_payload;
+  check(payload.data() == frame.data() + 14 + ihl + 8);
+  check(payload.size() + 8 == be(frame, 14 + ihl + 4, 2) && ihl + 8 + payload.size() <= total);
+  if (view->transport().destination_port == DhcpServer::kServerPort) check_result(server.handle(payload));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::span<const std::uint8_t> input(data, size);
   static DhcpServer server(config());
 
-  check_result(server.handle(input));
+  route(server, input);
 
   const auto parsed = parse_dhcp_client_message(input);
   if (parsed.ok()) {
@@ -124,12 +154,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(t == DhcpMessageType::discover || t == DhcpMessageType::request || t == DhcpMessageType::decline ||
           t == DhcpMessageType::release || t == DhcpMessageType::inform);
   }
+  const DhcpResult bare = server.handle(input);
+  check_result(bare);
+  check((bare.outcome == DhcpOutcome::malformed) == !parsed.ok());
   if (size <= 65000) {
+    // Wrapped in a valid frame, the same bytes reach the server as they are.
     const std::vector<std::uint8_t> frame = wrap(input);
-    const DhcpResult wrapped = server.handle(frame);
-    check_result(wrapped);
-    check(wrapped.outcome != DhcpOutcome::not_dhcp);
-    check((wrapped.outcome == DhcpOutcome::malformed) == !parsed.ok());
+    const auto view = GuestFrame::parse(frame);
+    check(view.ok() && view->is_udp() && view->transport().destination_port == DhcpServer::kServerPort);
+    check(view->transport().udp_payload.size() == size &&
+          std::equal(input.begin(), input.end(), view->transport().udp_payload.begin()));
+    route(server, frame);
   }
   return 0;
 }

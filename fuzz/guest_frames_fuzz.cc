@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "base/byte_reader.h"
-#include "netstack/guest_stack.h"
+#include "netstack/stack/guest_stack.h"
 #include "policy/policy_file.h"
 
 namespace {
@@ -87,7 +87,7 @@ struct World {
   policy::Policy policy;
   base::EventLog events;
   base::SeededRandom random;
-  netstack::EventLoop loop;
+  io::EventLoop loop;
   MemoryLink link;
   netstack::GuestStack stack;
 };

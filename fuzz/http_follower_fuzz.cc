@@ -1,4 +1,4 @@
-// Fuzz target: netstack/http_request_follower, which reads every byte a guest
+// Fuzz target: netstack/stack/http_request_follower, which reads every byte a guest
 // sends on a name-checked plain-HTTP flow. The first byte picks how the rest
 // is cut into pieces (as TCP segments would cut it); the rest is the flow.
 // Whatever the input: no crash, no hang, and
@@ -26,8 +26,8 @@
 #include <utility>
 #include <vector>
 
-#include "netstack/http_request_follower.h"
-#include "netstack/name_peek.h"
+#include "netstack/stack/http_request_follower.h"
+#include "netstack/stack/name_peek.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzz target: netstack/name_peek. The first bytes of every guest flow on a
+// Fuzz target: netstack/stack/name_peek. The first bytes of every guest flow on a
 // peeked port reach peek_name(), so whatever the input: no crash, no hang,
 // and, for two limits (the default peek_bytes and one below the input's
 // size, so too_large is reached):
@@ -21,7 +21,7 @@
 #include <span>
 #include <string_view>
 
-#include "netstack/name_peek.h"
+#include "netstack/stack/name_peek.h"
 
 namespace {
 

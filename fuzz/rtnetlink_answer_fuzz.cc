@@ -1,4 +1,4 @@
-// Fuzz target: netstack/rtnetlink's read_answer(), the parser of the
+// Fuzz target: netstack/link/rtnetlink's read_answer(), the parser of the
 // kernel's rtnetlink replies at setup, and read_address_messages(), the
 // parser of its address dumps and notifications (HostAddressWatch). The
 // kernel is trusted, but the parsers must not read past what they were given
@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <span>
 
-#include "netstack/rtnetlink.h"
+#include "netstack/link/rtnetlink.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzz target: netstack/stats_reader. `abox-net stats` parses whatever the
+// Fuzz target: netstack/program/stats_reader. `abox-net stats` parses whatever the
 // process at the socket path sends, so whatever the input: no crash, no
 // hang, and:
 //   - an accepted reply has at most kMaxStatsFields fields, each with a
@@ -12,7 +12,7 @@
 #include <span>
 #include <string>
 
-#include "netstack/stats_reader.h"
+#include "netstack/program/stats_reader.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzz target: StreamLink's framing (netstack/stream_link), read the way
+// Fuzz target: StreamLink's framing (netstack/link/stream_link), read the way
 // GuestStack reads it: through ring_receive_iovecs(), finish_ring_receive()
 // and receive_buffered(). The "kernel" is this driver: it copies the input
 // into the link's iovec in reads of a size the first byte picks, so no
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "base/unique_fd.h"
-#include "netstack/stream_link.h"
+#include "netstack/link/stream_link.h"
 
 namespace {
 

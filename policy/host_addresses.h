@@ -12,7 +12,7 @@
 // from DNS answers as rebinding, and never admitted.
 //
 // The set is owned by whoever reads the addresses (abox-net follows its
-// namespace over rtnetlink, netstack/host_address_watch.h; the broker reads
+// namespace over rtnetlink, netstack/program/host_address_watch.h; the broker reads
 // them for each answer) and changes as they change; everything else only
 // reads it, on the same thread. Bounded: at most kMaxAddresses (past that,
 // add() refuses and says so: the caller fails closed).

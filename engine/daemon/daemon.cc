@@ -741,7 +741,7 @@ void Daemon::op_stats(std::shared_ptr<Client> c, const ApiRequest& r) {
   if (s && stats_path.size() < sizeof addr.sun_path) {
     std::memcpy(addr.sun_path, stats_path.c_str(), stats_path.size() + 1);
     ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    // One request line, then the reply until the server closes (netstack/stats_server.h).
+    // One request line, then the reply until the server closes (netstack/program/stats_server.h).
     if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
         ::send(s.get(), "stats\n", 6, MSG_NOSIGNAL) == 6) {
       ::shutdown(s.get(), SHUT_WR);

@@ -3,7 +3,7 @@
 // Sans-I/O: whole IPv4 packets in and out, because the client talks over an
 // AF_PACKET socket on eth0 before eth0 has an address (the kernel's IP layer
 // would drop a reply unicast to an address it does not have yet; the gateway,
-// netstack/dhcp_server.cc, unicasts to the offered address unless the client
+// netstack/gateway/dhcp_server.cc, unicasts to the offered address unless the client
 // asks for broadcast, and passt always unicasts).
 //
 // What it sends: 0.0.0.0:68 -> 255.255.255.255:67, IPv4 and UDP checksums

@@ -65,7 +65,8 @@ typedef abox_lwip_syn_verdict_t (*abox_lwip_syn_hook_fn)(void* listener_arg, con
    netif->input again and answer ACCEPT (connected) or RESET (refused). The
    guest's own SYN retransmissions arrive meanwhile and are answered DROP. */
 
-/* Installs the SYN hook; NULL (the default) accepts every SYN. */
+/* Installs the SYN hook; NULL (the default) accepts every SYN. The hook
+   counts its verdicts itself: the glue only passes them on. */
 void abox_lwip_set_syn_hook(abox_lwip_syn_hook_fn hook);
 
 /* Called by the patched tcp_listen_input(); not for abox's code. */
@@ -88,8 +89,6 @@ int abox_lwip_ip4_input_hook(struct pbuf* p, struct netif* inp);
 /* Drops that happen inside this glue, for abox-net's counters. */
 typedef struct abox_lwip_counters_t {
   u64_t icmp_not_for_netif; /* ICMP to a foreign address, eaten by the IPv4 hook */
-  u64_t syn_dropped;        /* SYN verdict DROP */
-  u64_t syn_reset;          /* SYN verdict RESET */
 } abox_lwip_counters_t;
 const abox_lwip_counters_t* abox_lwip_counters(void);
 

@@ -130,6 +130,10 @@
    connections are capped by the flow table through the SYN verdict. lwIP's
    backlog counter is a u8, far too small for that listener anyway. */
 #define TCP_LISTEN_BACKLOG 0
+/* One extension argument per pcb: the admission decided at a flow's SYN
+   rides on its pcb until the accept callback takes it, and is freed with the
+   pcb if the handshake never completes (guest_stack.cc). */
+#define LWIP_TCP_PCB_NUM_EXT_ARGS 1
 #define LWIP_TCP_KEEPALIVE 0
 #define LWIP_CALLBACK_API 1
 #define LWIP_EVENT_API 0

@@ -58,6 +58,25 @@ std::string numbered_name(int i) {
   return name;
 }
 
+// What admission (netstack/stack/admission.cc) reads from the table: the
+// first unexpired name, most recently answered first, whose rule allows the
+// port and protocol. (Admission refuses reserved addresses before it asks
+// the table: tests/netstack/stack/admission_test.cc.)
+struct Vouched {
+  const policy::AllowRule* rule = nullptr;
+  std::string_view name;
+  MonoTime expires{};
+  bool admitted() const { return rule != nullptr; }
+};
+Vouched vouches(const AnswerTable& table, const policy::Policy& policy, const IpAddress& address,
+                std::uint16_t port, Protocol protocol, MonoTime now) {
+  for (const auto& n : table.names_for(address, now)) {
+    if (const policy::AllowRule* rule = policy.admits(n.name, port, protocol))
+      return {rule, n.name, n.expires};
+  }
+  return {};
+}
+
 class AnswerTableTest : public ::testing::Test {
  protected:
   policy::Policy policy_ = parse_ok(kPolicy);
@@ -66,20 +85,20 @@ class AnswerTableTest : public ::testing::Test {
 TEST_F(AnswerTableTest, RecordThenAdmit) {
   AnswerTable table(policy_, 16);
   const IpAddress addr = ip("93.184.216.34");
-  EXPECT_FALSE(table.admits(addr, 443, Protocol::tcp, at(0)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, addr, 443, Protocol::tcp, at(0)).admitted());
 
   table.record(addr, "a.example.com", at(60), at(0));
-  auto d = table.admits(addr, 443, Protocol::tcp, at(1));
+  auto d = vouches(table, policy_, addr, 443, Protocol::tcp, at(1));
   ASSERT_TRUE(d.admitted());
   EXPECT_EQ(d.name, "a.example.com");
   EXPECT_EQ(d.expires, at(60));
   EXPECT_EQ(d.rule, &policy_.rules()[0]);
 
   // The rule's port and protocol still apply.
-  EXPECT_FALSE(table.admits(addr, 80, Protocol::tcp, at(1)).admitted());
-  EXPECT_FALSE(table.admits(addr, 443, Protocol::udp, at(1)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, addr, 80, Protocol::tcp, at(1)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, addr, 443, Protocol::udp, at(1)).admitted());
   // Another address was never answered.
-  EXPECT_FALSE(table.admits(ip("93.184.216.35"), 443, Protocol::tcp, at(1)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, ip("93.184.216.35"), 443, Protocol::tcp, at(1)).admitted());
   EXPECT_EQ(table.size(), 1u);
   EXPECT_EQ(table.counters().recorded, 1u);
 }
@@ -88,9 +107,9 @@ TEST_F(AnswerTableTest, Ipv6) {
   AnswerTable table(policy_, 16);
   const IpAddress addr = ip("2606:2800:220:1:248:1893:25c8:1946");
   table.record(addr, "a.example.com", at(60), at(0));
-  EXPECT_TRUE(table.admits(addr, 443, Protocol::tcp, at(1)).admitted());
+  EXPECT_TRUE(vouches(table, policy_, addr, 443, Protocol::tcp, at(1)).admitted());
   // The same bytes read as another family are another address.
-  EXPECT_FALSE(table.admits(ip("2606:2800::"), 443, Protocol::tcp, at(1)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, ip("2606:2800::"), 443, Protocol::tcp, at(1)).admitted());
 }
 
 TEST_F(AnswerTableTest, PortAllowedOnlyForAnotherName) {
@@ -100,25 +119,25 @@ TEST_F(AnswerTableTest, PortAllowedOnlyForAnotherName) {
   table.record(addr, "a.example.com", at(60), at(0));
 
   // 8443 is allowed only for b: admitted, and for b.
-  auto d = table.admits(addr, 8443, Protocol::tcp, at(1));
+  auto d = vouches(table, policy_, addr, 8443, Protocol::tcp, at(1));
   ASSERT_TRUE(d.admitted());
   EXPECT_EQ(d.name, "b.example.com");
   EXPECT_EQ(d.rule, &policy_.rules()[1]);
 
   // 443 is allowed for both: the most recently answered name wins.
-  d = table.admits(addr, 443, Protocol::tcp, at(1));
+  d = vouches(table, policy_, addr, 443, Protocol::tcp, at(1));
   ASSERT_TRUE(d.admitted());
   EXPECT_EQ(d.name, "a.example.com");
 
   // 22 is allowed for neither.
-  EXPECT_FALSE(table.admits(addr, 22, Protocol::tcp, at(1)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, addr, 22, Protocol::tcp, at(1)).admitted());
 }
 
 TEST_F(AnswerTableTest, NameNotInPolicyAdmitsNothing) {
   AnswerTable table(policy_, 16);
   const IpAddress addr = ip("151.101.1.1");
   table.record(addr, "c.example.com", at(60), at(0));
-  EXPECT_FALSE(table.admits(addr, 443, Protocol::tcp, at(1)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, addr, 443, Protocol::tcp, at(1)).admitted());
 }
 
 TEST_F(AnswerTableTest, ExpiredNameDoesNotAdmitForAnotherPort) {
@@ -126,10 +145,10 @@ TEST_F(AnswerTableTest, ExpiredNameDoesNotAdmitForAnotherPort) {
   const IpAddress addr = ip("151.101.1.1");
   table.record(addr, "b.example.com", at(10), at(0));
   table.record(addr, "a.example.com", at(100), at(0));
-  EXPECT_TRUE(table.admits(addr, 8443, Protocol::tcp, at(9)).admitted());
+  EXPECT_TRUE(vouches(table, policy_, addr, 8443, Protocol::tcp, at(9)).admitted());
   // b expired: 8443 is no longer reachable through a, which does not allow it.
-  EXPECT_FALSE(table.admits(addr, 8443, Protocol::tcp, at(10)).admitted());
-  auto d = table.admits(addr, 443, Protocol::tcp, at(10));
+  EXPECT_FALSE(vouches(table, policy_, addr, 8443, Protocol::tcp, at(10)).admitted());
+  auto d = vouches(table, policy_, addr, 443, Protocol::tcp, at(10));
   ASSERT_TRUE(d.admitted());
   EXPECT_EQ(d.name, "a.example.com");
 }
@@ -139,9 +158,9 @@ TEST_F(AnswerTableTest, AdmitsUntilExpiryThenLiveUntilGrace) {
   const IpAddress addr = ip("93.184.216.34");
   table.record(addr, "a.example.com", at(60), at(0));
 
-  EXPECT_TRUE(table.admits(addr, 443, Protocol::tcp, at(59)).admitted());
-  EXPECT_FALSE(table.admits(addr, 443, Protocol::tcp, at(60)).admitted());
-  EXPECT_FALSE(table.admits(addr, 443, Protocol::tcp, at(61)).admitted());
+  EXPECT_TRUE(vouches(table, policy_, addr, 443, Protocol::tcp, at(59)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, addr, 443, Protocol::tcp, at(60)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, addr, 443, Protocol::tcp, at(61)).admitted());
 
   // Running flows are vouched for until expiry + grace.
   EXPECT_EQ(table.live_until(addr, "a.example.com"), at(60 + 30));
@@ -155,11 +174,11 @@ TEST_F(AnswerTableTest, LaterAnswerExtendsOrShortens) {
   const IpAddress addr = ip("93.184.216.34");
   table.record(addr, "a.example.com", at(60), at(0));
   table.record(addr, "a.example.com", at(200), at(50));
-  EXPECT_TRUE(table.admits(addr, 443, Protocol::tcp, at(100)).admitted());
+  EXPECT_TRUE(vouches(table, policy_, addr, 443, Protocol::tcp, at(100)).admitted());
   EXPECT_EQ(table.live_until(addr, "a.example.com"), at(230));
 
   table.record(addr, "a.example.com", at(110), at(100));
-  EXPECT_FALSE(table.admits(addr, 443, Protocol::tcp, at(110)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, addr, 443, Protocol::tcp, at(110)).admitted());
   EXPECT_EQ(table.live_until(addr, "a.example.com"), at(140));
   // Still one name, one entry.
   EXPECT_EQ(table.names_for(addr, at(100)).size(), 1u);
@@ -183,17 +202,17 @@ TEST_F(AnswerTableTest, FullTableEvictsPurgedFirstThenOldest) {
   EXPECT_EQ(table.counters().evicted_expired, 1u);
   EXPECT_EQ(table.counters().evicted_oldest, 0u);
   EXPECT_LT(table.live_until(x3, "a.example.com"), at(0));
-  EXPECT_TRUE(table.admits(x1, 443, Protocol::tcp, at(40)).admitted());
+  EXPECT_TRUE(vouches(table, policy_, x1, 443, Protocol::tcp, at(40)).admitted());
 
   // Answering x1 again makes x2 the least recently answered.
   table.record(x1, "a.example.com", at(1000), at(41));
   EXPECT_EQ(table.size(), 3u);  // a known address takes no new slot
   table.record(x5, "a.example.com", at(1000), at(42));
   EXPECT_EQ(table.counters().evicted_oldest, 1u);
-  EXPECT_FALSE(table.admits(x2, 443, Protocol::tcp, at(42)).admitted());
-  EXPECT_TRUE(table.admits(x1, 443, Protocol::tcp, at(42)).admitted());
-  EXPECT_TRUE(table.admits(x4, 443, Protocol::tcp, at(42)).admitted());
-  EXPECT_TRUE(table.admits(x5, 443, Protocol::tcp, at(42)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, x2, 443, Protocol::tcp, at(42)).admitted());
+  EXPECT_TRUE(vouches(table, policy_, x1, 443, Protocol::tcp, at(42)).admitted());
+  EXPECT_TRUE(vouches(table, policy_, x4, 443, Protocol::tcp, at(42)).admitted());
+  EXPECT_TRUE(vouches(table, policy_, x5, 443, Protocol::tcp, at(42)).admitted());
 
   // Expired but within grace is not purgeable: the oldest goes instead.
   table.record(x6, "a.example.com", at(1000), at(1010));
@@ -213,8 +232,8 @@ TEST_F(AnswerTableTest, ShortenedAnswerIsPurgedFirst) {
   table.record(x3, "a.example.com", at(1000), at(100));
   EXPECT_EQ(table.counters().evicted_expired, 1u);
   EXPECT_EQ(table.counters().evicted_oldest, 0u);
-  EXPECT_TRUE(table.admits(x1, 443, Protocol::tcp, at(100)).admitted());
-  EXPECT_FALSE(table.admits(x2, 443, Protocol::tcp, at(100)).admitted());
+  EXPECT_TRUE(vouches(table, policy_, x1, 443, Protocol::tcp, at(100)).admitted());
+  EXPECT_FALSE(vouches(table, policy_, x2, 443, Protocol::tcp, at(100)).admitted());
 }
 
 TEST_F(AnswerTableTest, OneScanPurgesEveryPurgeableEntry) {
@@ -273,10 +292,13 @@ TEST_F(AnswerTableTest, FloodStaysBoundedAndFast) {
     EXPECT_EQ(table.counters().evicted_oldest, kFlood - capacity);
     EXPECT_EQ(table.counters().evicted_expired, 0u);
     // The most recent addresses are the ones kept.
-    EXPECT_TRUE(table.admits(IpAddress::v4(0x0B00'0000u + kFlood - 1), 443, Protocol::tcp, at(1)).admitted());
+    EXPECT_TRUE(vouches(table, policy_, IpAddress::v4(0x0B00'0000u + kFlood - 1), 443, Protocol::tcp, at(1))
+                    .admitted());
     EXPECT_TRUE(
-        table.admits(IpAddress::v4(0x0B00'0000u + kFlood - capacity), 443, Protocol::tcp, at(1)).admitted());
-    EXPECT_FALSE(table.admits(IpAddress::v4(0x0B00'0000u + kFlood - capacity - 1), 443, Protocol::tcp, at(1))
+        vouches(table, policy_, IpAddress::v4(0x0B00'0000u + kFlood - capacity), 443, Protocol::tcp, at(1))
+            .admitted());
+    EXPECT_FALSE(vouches(table, policy_, IpAddress::v4(0x0B00'0000u + kFlood - capacity - 1), 443,
+                         Protocol::tcp, at(1))
                      .admitted());
     EXPECT_LT(took, std::chrono::seconds(5));
   }
@@ -310,16 +332,16 @@ TEST_F(AnswerTableTest, SeventeenNamesKeepSixteenMostRecent) {
   }
   auto names = table.names_for(addr, at(20));
   ASSERT_EQ(names.size(), AnswerTable::kMaxNamesPerAddress);
-  EXPECT_EQ(names.front(), "n16.example.com");  // most recent first
-  EXPECT_EQ(names.back(), "n1.example.com");
-  for (auto n : names) EXPECT_NE(n, "n0.example.com");
+  EXPECT_EQ(names.front().name, "n16.example.com");  // most recent first
+  EXPECT_EQ(names.back().name, "n1.example.com");
+  for (const auto& n : names) EXPECT_NE(n.name, "n0.example.com");
   EXPECT_EQ(table.counters().names_dropped, 1u);
   EXPECT_LT(table.live_until(addr, "n0.example.com"), at(0));
 
   // Re-answering a name already held drops nothing.
   table.record(addr, "n5.example.com", at(600), at(30));
   EXPECT_EQ(table.counters().names_dropped, 1u);
-  EXPECT_EQ(table.names_for(addr, at(30)).front(), "n5.example.com");
+  EXPECT_EQ(table.names_for(addr, at(30)).front().name, "n5.example.com");
 }
 
 TEST_F(AnswerTableTest, DeadNamesMakeWayBeforeLiveOnes) {
@@ -335,33 +357,8 @@ TEST_F(AnswerTableTest, DeadNamesMakeWayBeforeLiveOnes) {
   EXPECT_EQ(table.counters().names_dropped, 0u);
   auto names = table.names_for(addr, at(40));
   ASSERT_EQ(names.size(), 2u);
-  EXPECT_EQ(names[0], "new.example.com");
-  EXPECT_EQ(names[1], "n0.example.com");
-}
-
-TEST_F(AnswerTableTest, ReservedAddressRecordedByMistakeIsRefused) {
-  AnswerTable table(policy_, 16);
-  for (auto text : {"127.0.0.1", "169.254.169.254", "10.0.0.1", "192.168.1.1", "100.64.0.1", "0.0.0.0",
-                    "224.0.0.1", "::1", "::ffff:93.184.216.34", "64:ff9b::5db8:d822", "fd00::1", "fe80::1"}) {
-    const IpAddress addr = ip(text);
-    table.record(addr, "a.example.com", at(600), at(0));
-    EXPECT_FALSE(table.admits(addr, 443, Protocol::tcp, at(1)).admitted()) << text;
-  }
-}
-
-TEST_F(AnswerTableTest, LiftedAddressIsAdmitted) {
-  const policy::Policy lifted = parse_ok(std::string(kPolicy) + R"(
-[unsafe]
-allow_reserved = ["127.0.0.0/8"]
-)");
-  AnswerTable table(lifted, 16);
-  table.record(ip("127.0.0.1"), "a.example.com", at(600), at(0));
-  table.record(ip("10.0.0.1"), "a.example.com", at(600), at(0));
-  EXPECT_TRUE(table.admits(ip("127.0.0.1"), 443, Protocol::tcp, at(1)).admitted());
-  // Only what [unsafe] names is lifted.
-  EXPECT_FALSE(table.admits(ip("10.0.0.1"), 443, Protocol::tcp, at(1)).admitted());
-  // Lifted still means answered: an address nobody answered stays refused.
-  EXPECT_FALSE(table.admits(ip("127.0.0.2"), 443, Protocol::tcp, at(1)).admitted());
+  EXPECT_EQ(names[0].name, "new.example.com");
+  EXPECT_EQ(names[1].name, "n0.example.com");
 }
 
 TEST_F(AnswerTableTest, NamesFor) {
@@ -372,12 +369,12 @@ TEST_F(AnswerTableTest, NamesFor) {
   table.record(addr, "b.example.com", at(10), at(1));
   auto names = table.names_for(addr, at(5));
   ASSERT_EQ(names.size(), 2u);
-  EXPECT_EQ(names[0], "b.example.com");
-  EXPECT_EQ(names[1], "a.example.com");
+  EXPECT_EQ(names[0].name, "b.example.com");
+  EXPECT_EQ(names[1].name, "a.example.com");
   // Expired names are left out, though live_until still knows them.
   names = table.names_for(addr, at(10));
   ASSERT_EQ(names.size(), 1u);
-  EXPECT_EQ(names[0], "a.example.com");
+  EXPECT_EQ(names[0].name, "a.example.com");
   EXPECT_EQ(table.live_until(addr, "b.example.com"), at(40));
   EXPECT_TRUE(table.names_for(ip("151.101.1.2"), at(5)).empty());
 }

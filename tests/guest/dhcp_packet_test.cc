@@ -1,5 +1,5 @@
 // box-guest's DHCP client packets: what it sends is what the gateway's
-// server (netstack/dhcp_server.cc, used here as the oracle) answers, and the
+// server (netstack/gateway/dhcp_server.cc, used here as the oracle) answers, and the
 // server's OFFER, ACK and NAK parse back; then the nasty cases of a reply,
 // each refused with its own reason: every truncation, lying lengths, bad
 // checksums, fragments, someone else's reply, broken options.
@@ -9,7 +9,8 @@
 
 #include <algorithm>
 
-#include "netstack/dhcp_server.h"
+#include "netstack/gateway/dhcp_server.h"
+#include "netstack/stack/guest_frame.h"
 #include "tests/support/big_endian.h"
 
 namespace abox::guest {
@@ -120,6 +121,15 @@ std::vector<std::uint8_t> ethernet(const std::vector<std::uint8_t>& ip) {
   return f;
 }
 
+// What abox-net hands its DHCP server: the UDP payload of the frame's one
+// validated view (netstack/stack/guest_frame.h), which must be a datagram to
+// port 67. The frame must outlive the span.
+std::span<const std::uint8_t> to_server(const std::vector<std::uint8_t>& frame) {
+  const auto view = netstack::GuestFrame::parse(frame);
+  EXPECT_TRUE(view.ok() && view->is_udp() && view->transport().destination_port == 67);
+  return view.ok() ? view->transport().udp_payload : std::span<const std::uint8_t>{};
+}
+
 TEST(DhcpPacket, DiscoverRequestAckWithTheGatewaysServer) {
   netstack::DhcpServerConfig config;
   config.gateway_mac = {0x52, 0x55, 0x0A, 0x00, 0x02, 0x02};
@@ -128,7 +138,7 @@ TEST(DhcpPacket, DiscoverRequestAckWithTheGatewaysServer) {
 
   std::vector<std::uint8_t> discover;
   build_dhcp_discover(kId, discover);
-  auto offered = server.handle(ethernet(discover));
+  auto offered = server.handle(to_server(ethernet(discover)));
   ASSERT_EQ(offered.outcome, netstack::DhcpOutcome::offer) << offered.reason;
   std::vector<std::uint8_t> offer_ip(offered.reply.begin() + 14, offered.reply.end());
   auto offer = parse_dhcp_reply(offer_ip, kId);
@@ -139,7 +149,7 @@ TEST(DhcpPacket, DiscoverRequestAckWithTheGatewaysServer) {
 
   std::vector<std::uint8_t> request;
   build_dhcp_request(kId, offer->your_address, offer->server_id, request);
-  auto acked = server.handle(ethernet(request));
+  auto acked = server.handle(to_server(ethernet(request)));
   ASSERT_EQ(acked.outcome, netstack::DhcpOutcome::ack) << acked.reason;
   std::vector<std::uint8_t> ack_ip(acked.reply.begin() + 14, acked.reply.end());
   auto ack = parse_dhcp_reply(ack_ip, kId);
@@ -155,7 +165,7 @@ TEST(DhcpPacket, DiscoverRequestAckWithTheGatewaysServer) {
   // Another address asked for: the server says NAK, and the client reads it.
   std::vector<std::uint8_t> wrong;
   build_dhcp_request(kId, 0x0A00'0263, 0x0A00'0202, wrong);
-  auto naked = server.handle(ethernet(wrong));
+  auto naked = server.handle(to_server(ethernet(wrong)));
   ASSERT_EQ(naked.outcome, netstack::DhcpOutcome::nak);
   auto nak = parse_dhcp_reply(std::vector<std::uint8_t>(naked.reply.begin() + 14, naked.reply.end()), kId);
   ASSERT_TRUE(nak.ok());

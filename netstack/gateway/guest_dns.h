@@ -1,0 +1,81 @@
+// GuestDns: the DNS gate served to the guest on the gateway's port 53, over
+// lwIP (UDP, and TCP with RFC 7766 framing). The gate itself is dns::DnsGate;
+// upstream queries go out on host sockets (DnsUpstreamClient).
+//
+// Bounds: TCP clients at most kMaxTcpClients, each with at most
+// kTcpBufferLimit bytes of unread queries or unsent answers; past either, the
+// connection is closed and counted. UDP needs no state per client: the reply
+// address travels in the GuestRef token.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dns/answer_table.h"
+#include "dns/gate.h"
+#include "dns/tcp_stream.h"
+#include "io/event_loop.h"
+#include "netstack/gateway/dns_upstream_client.h"
+
+struct pbuf;
+struct tcp_pcb;
+struct udp_pcb;
+
+namespace abox::netstack {
+
+struct GuestDnsCounters {
+  std::uint64_t udp_queries = 0;
+  std::uint64_t tcp_accepted = 0;
+  std::uint64_t tcp_refused = 0;
+  std::uint64_t tcp_overflow = 0;
+  std::uint64_t send_failed = 0;
+};
+
+class GuestDns final : public dns::GateSink {
+ public:
+  static constexpr std::size_t kMaxTcpClients = 64;
+  static constexpr std::size_t kTcpBufferLimit = 128 * 1024;
+
+  // gateway: the address (network order, as lwIP keeps it) port 53 is served on.
+  // host: this host's addresses, filtered out of every answer (the owner
+  // keeps it current).
+  GuestDns(io::EventLoop& loop, const policy::Policy& policy, const policy::HostAddresses& host,
+           std::vector<policy::Endpoint> upstreams, dns::AnswerTable& table, base::EventLog& events,
+           base::RandomSource& random, std::uint32_t gateway);
+  ~GuestDns() override;
+
+  const dns::DnsGate& gate() const { return gate_; }
+  const GuestDnsCounters& counters() const { return counters_; }
+
+  void send_to_guest(const dns::GuestRef& to, std::span<const std::uint8_t> msg) override;
+  void send_upstream(std::uint32_t slot, const policy::Endpoint& upstream, dns::Transport transport,
+                     std::span<const std::uint8_t> msg) override;
+  void cancel_upstream(std::uint32_t slot) override;
+
+  // lwIP callbacks (trampolines in guest_dns.cc).
+  void on_udp(pbuf* p, std::uint32_t src_ip, std::uint16_t src_port);
+  // False when it aborted pcb (lwIP must then hear ERR_ABRT).
+  bool on_accept(tcp_pcb* pcb);
+  bool on_tcp_data(std::uint32_t index, pbuf* p);  // false: the connection was aborted
+  void on_tcp_error(std::uint32_t index);
+
+ private:
+  struct TcpClient {
+    tcp_pcb* pcb = nullptr;
+    std::uint32_t gen = 0;
+    dns::DnsTcpReader in{kTcpBufferLimit};
+  };
+  void close_tcp(std::uint32_t index, bool abort);
+
+  io::EventLoop& loop_;
+  DnsUpstreamClient upstream_;
+  dns::DnsGate gate_;
+  udp_pcb* udp_ = nullptr;
+  tcp_pcb* listener_ = nullptr;
+  std::vector<TcpClient> tcp_;
+  std::size_t tcp_open_ = 0;
+  GuestDnsCounters counters_;
+};
+
+}  // namespace abox::netstack

@@ -1,0 +1,151 @@
+#include "netstack/program/stats_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "base/json.h"
+#include "io/unix_listener.h"
+
+namespace abox::netstack {
+
+namespace {
+
+std::string error_reply(std::string_view message) {
+  std::string js;
+  base::JsonWriter w(js);
+  w.begin_object().field("error", message).end_object();
+  return js;
+}
+
+}  // namespace
+
+base::Result<std::unique_ptr<StatsServer>, std::string> StatsServer::create(io::EventLoop& loop,
+                                                                            const std::string& path,
+                                                                            RenderStats render_stats,
+                                                                            AnswerExplain answer_explain) {
+  auto fd = io::listen_unix(path, 16, "stats socket");
+  if (!fd.ok()) return base::Err{std::move(fd).error()};
+  return std::unique_ptr<StatsServer>(
+      new StatsServer(loop, std::move(fd).value(), std::move(render_stats), std::move(answer_explain)));
+}
+
+StatsServer::StatsServer(io::EventLoop& loop, base::UniqueFd listener, RenderStats render_stats,
+                         AnswerExplain answer_explain)
+    : loop_(loop),
+      listener_(std::move(listener)),
+      render_stats_(std::move(render_stats)),
+      answer_explain_(std::move(answer_explain)) {
+  handle_ = loop_.watch(listener_.get(), POLLIN, this);
+}
+
+StatsServer::~StatsServer() {
+  for (auto& w : waiting_) {
+    if (w->handle != io::EventLoop::kNoHandle) loop_.unwatch(w->handle);
+  }
+  if (handle_ != io::EventLoop::kNoHandle) loop_.unwatch(handle_);
+}
+
+bool StatsServer::read_request(int fd, std::string& request) {
+  char buf[512];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0) {
+      // The client sent all it will: an empty request is a stats request.
+      reply(fd, request);
+      return true;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno != EAGAIN && errno != EWOULDBLOCK;  // broken: drop it
+    }
+    request.append(buf, static_cast<std::size_t>(n));
+    if (auto nl = request.find('\n'); nl != std::string::npos) {
+      request.resize(nl);
+      if (!request.empty() && request.back() == '\r') request.pop_back();
+      reply(fd, request);
+      return true;
+    }
+    if (request.size() > kMaxRequest) {
+      ++counters_.bad_requests;
+      std::string r = error_reply("the request is longer than 1024 bytes") + "\n";
+      ::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      return true;
+    }
+  }
+}
+
+void StatsServer::reply(int fd, std::string_view request) {
+  std::string out;
+  if (request.empty() || request == "stats") {
+    out = render_stats_();
+  } else if (request == "explain" || request.starts_with("explain ")) {
+    std::string_view args = request.substr(std::min<std::size_t>(request.size(), 8));
+    out = answer_explain_
+              ? answer_explain_(args)
+              : error_reply("this abox-net admits no flows (abox-net dns): ask an 'abox-net run'");
+  } else {
+    ++counters_.bad_requests;
+    out = error_reply("unknown request (expected 'stats' or 'explain TARGET')");
+  }
+  out += '\n';
+  const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != static_cast<ssize_t>(out.size())) ++counters_.replies_cut;
+  ++counters_.served;
+}
+
+void StatsServer::finish(Waiting& w) {
+  if (w.handle != io::EventLoop::kNoHandle) loop_.unwatch(w.handle);
+  w.handle = io::EventLoop::kNoHandle;
+  w.fd.reset();
+  w.done = true;
+}
+
+void StatsServer::Waiting::on_ready(std::uint32_t) {
+  if (done) return;
+  if (server->read_request(fd.get(), request)) server->finish(*this);
+}
+
+void StatsServer::sweep(base::MonoTime now) {
+  for (auto& w : waiting_) {
+    if (!w->done && now >= w->deadline) {
+      ++counters_.timed_out;
+      finish(*w);
+    }
+  }
+  std::erase_if(waiting_, [](const std::unique_ptr<Waiting>& w) { return w->done; });
+}
+
+void StatsServer::on_ready(std::uint32_t) {
+  sweep(loop_.now());
+  for (int i = 0; i < kAcceptsPerTurn; ++i) {
+    base::UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!conn) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      ++counters_.accept_errors;  // EMFILE and the like: try again next turn
+      return;
+    }
+    // Usually the request is already there: answered at once.
+    std::string request;
+    if (read_request(conn.get(), request)) continue;
+    if (waiting_.size() >= kMaxWaiting) {
+      ++counters_.refused_busy;
+      continue;  // closed
+    }
+    auto w = std::make_unique<Waiting>();
+    w->server = this;
+    w->fd = std::move(conn);
+    w->request = std::move(request);
+    w->deadline = loop_.now() + kRequestDeadline;
+    w->handle = loop_.watch(w->fd.get(), POLLIN, w.get());
+    waiting_.push_back(std::move(w));
+  }
+  // More may be waiting: come back next turn instead of starving the guest.
+  loop_.wake_next_turn(handle_);
+}
+
+}  // namespace abox::netstack

@@ -1,0 +1,70 @@
+// FlowServices: what a TCP or UDP flow gets from the stack that owns it,
+// and nothing more: the loop, the policy, the event log, the answer table,
+// this host's addresses, the counters, the stack's configuration, and the
+// ways a flow ends (retire()) or hands a ring receive over. GuestStack is
+// the one implementation; a flow includes this header, never the stack's,
+// so tcp_flow and guest_stack no longer include each other and a test may
+// drive a flow with a stack of its own making.
+//
+// Everything runs on the loop's thread. What the accessors return lives as
+// long as the stack.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "base/event_log.h"
+#include "dns/answer_table.h"
+#include "io/event_loop.h"
+#include "netstack/stack/guest_config.h"
+#include "netstack/stack/stack_counters.h"
+#include "policy/host_addresses.h"
+#include "policy/policy.h"
+
+struct netif;
+struct udp_pcb;
+
+namespace abox::io {
+class ReceiveBufferPool;
+class RingWriter;
+}  // namespace abox::io
+
+namespace abox::netstack {
+
+class TcpFlow;
+class UdpFlow;
+class HostReceive;
+
+class FlowServices {
+ public:
+  virtual io::EventLoop& loop() = 0;
+  virtual const policy::Policy& policy() const = 0;
+  virtual base::EventLog& events() = 0;
+  virtual dns::AnswerTable& answer_table() = 0;
+  virtual const policy::HostAddresses& host_addresses() const = 0;
+  virtual StackCounters& mutable_counters() = 0;
+  virtual const GuestConfig& config() const = 0;
+
+  // A flow is finished: destroy it at the end of this loop turn (it may be
+  // inside its own callback now).
+  virtual void retire(TcpFlow* flow) = 0;
+  virtual void retire(UdpFlow* flow) = 0;
+
+  // UDP flows: the guest's lwIP interface; the pcb that answers the guest
+  // from dst (network order) and port, shared by every flow to it and
+  // counted (released by each flow); ring writes and receives for host
+  // sockets (null when the stack does them by system calls); and where a
+  // receive still in the kernel waits for its last completion.
+  virtual netif* guest_netif() = 0;
+  virtual udp_pcb* acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port) = 0;
+  virtual void release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) = 0;
+  virtual io::RingWriter* host_datagram_writer() = 0;
+  virtual bool host_sends_on_ring() const = 0;
+  virtual io::ReceiveBufferPool* host_receive_pool() = 0;
+  virtual void keep_until_complete(std::unique_ptr<HostReceive> receive) = 0;
+
+ protected:
+  ~FlowServices() = default;
+};
+
+}  // namespace abox::netstack

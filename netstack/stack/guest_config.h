@@ -1,0 +1,38 @@
+// GuestConfig: how a GuestStack is set up (addresses, the broker, whether
+// the link and host sockets go through the ring). Read by the stack and by
+// its flows (flow_services.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "policy/ip_address.h"
+
+namespace abox::netstack {
+
+struct GuestConfig {
+  policy::IpAddress gateway = policy::IpAddress::v4(0x0A000202);  // 10.0.2.2
+  policy::IpAddress guest = policy::IpAddress::v4(0x0A00020F);    // 10.0.2.15
+  unsigned prefix_len = 24;
+  std::array<std::uint8_t, 6> gateway_mac{0x02, 0xAB, 0x0C, 0x5E, 0x00, 0x02};
+  // Where flows to [[broker]] names go (a unix stream socket), and the
+  // instance name they are handed off under. Empty: brokered names are
+  // refused (never sent out directly).
+  std::string broker_path;
+  std::string instance = "guest";
+  // Read and write the link through the loop's ring when it can (link.h):
+  // one completion per frame read instead of a readiness wake-up, the read,
+  // and a read that finds nothing; small frames written with the turn's
+  // wait instead of a writev each (io::RingWriter). Off: receive() on
+  // readiness and send_frame().
+  bool link_on_ring = true;
+  // Host sockets on the ring: guest bytes go to a TCP flow's socket by a
+  // sendmsg request handed over with the turn's wait, guest datagrams of up
+  // to io::RingWriter::kSlotBytes to their UDP sockets likewise, and host
+  // datagrams come by a multishot receive into a shared io::ReceiveBufferPool
+  // instead of readiness and recvmmsg. Off: the system calls.
+  bool host_io_on_ring = true;
+};
+
+}  // namespace abox::netstack

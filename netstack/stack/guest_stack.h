@@ -1,0 +1,281 @@
+// GuestStack: one guest's side of abox-net. How a frame goes through:
+//
+//   Link ──a read posted on the ring (on_link_read), or receive() on
+//          readiness (receive_ready_frames) ──▶ take_frame(): GuestFrame::parse(),
+//          the one validated view of the frame's headers (guest_frame.h)
+//     refused by the view ── counted (frames_dropped_malformed), dropped
+//     IPv4 UDP to port 67 ── DhcpServer gets the UDP payload (the fixed lease),
+//                            reply straight to the Link
+//     IPv4 fragments, sources other than the guest ── counted, dropped
+//     IPv6 (and anything not IPv4/ARP) ── counted, dropped, logged once per kind
+//     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
+//        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
+//        UDP ──▶ on_udp():  gateway:53 → GuestDns (the DNS gate)
+//                           else       → admission → UdpFlow (a host UDP socket)
+//        TCP SYN ──▶ on_syn(): gateway:53 → GuestDns's listener (an ordinary lwIP listener)
+//                              else       → limits, admission → accept or RST
+//        TCP accepted ──▶ TcpFlow (peek SNI/Host if the rule asks, then a host socket)
+//   lwIP ──linkoutput──▶ an io::RingWriter slot (frames up to 2 KiB, written with
+//                        the turn's wait) or Link::send_frame (the pbuf
+//                        chain's pieces, uncopied; TCP/UDP checksums left to
+//                        the link when it offers that)
+//
+// Everything runs on the io::EventLoop's thread. lwIP is process-global state, so
+// there is at most one GuestStack per process (abox-net serves one instance).
+// Limits come from the policy: flows (TCP + UDP), half-open TCP, DNS in flight.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/event_log.h"
+#include "base/random.h"
+#include "dns/answer_table.h"
+#include "io/event_loop.h"
+#include "io/ring_writer.h"
+#include "netstack/gateway/dhcp_server.h"
+#include "netstack/link/link.h"
+#include "netstack/stack/drop_reason.h"
+#include "netstack/stack/flow_services.h"
+#include "netstack/stack/guest_config.h"
+#include "netstack/stack/stack_counters.h"
+#include "policy/policy.h"
+
+struct netif;
+struct pbuf;
+struct tcp_pcb;
+struct udp_pcb;
+
+namespace abox::io {
+class ReceiveBufferPool;
+}  // namespace abox::io
+
+namespace abox::netstack {
+
+class GuestFrame;
+class TcpFlow;
+class UdpFlow;
+class HostReceive;
+class GuestDns;
+
+// What happens to a new SYN at the accept-all listener (lwIP's verdicts).
+enum class SynVerdict : std::uint8_t { accept, drop, reset };
+
+// Live flows by state, counted when asked (GuestStack::flow_gauges()).
+// tcp_* partition tcp_flows(); udp_open is udp_flows(). tcp_half_open and
+// tcp_time_wait are lwIP pcbs that are not (or no longer) flows: handshakes
+// in progress, and connections lwIP holds after a close it did not hand
+// to a flow (DNS over TCP; TcpFlow frees its own, see tcp_flow.cc).
+struct FlowGauges {
+  std::uint64_t tcp_peeking = 0;     // waiting for the first bytes (SNI/Host)
+  std::uint64_t tcp_connecting = 0;  // host connect in flight
+  std::uint64_t tcp_open = 0;        // proxying both ways
+  std::uint64_t tcp_closing = 0;     // one side shut, draining
+  std::uint64_t tcp_brokered = 0;    // handed to the broker
+  std::uint64_t tcp_half_open = 0;
+  std::uint64_t tcp_time_wait = 0;
+  std::uint64_t udp_open = 0;
+};
+
+class GuestStack final : public FlowServices {
+ public:
+  // Everything passed must outlive the stack. Throws std::runtime_error when
+  // a second stack is made in one process.
+  GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& policy,
+             std::vector<policy::Endpoint> upstreams, base::EventLog& events, base::RandomSource& random,
+             GuestConfig config = {});
+  ~GuestStack();
+  GuestStack(const GuestStack&) = delete;
+  GuestStack& operator=(const GuestStack&) = delete;
+
+  const StackCounters& counters() const { return counters_; }
+  const dns::AnswerTable& table() const { return table_; }
+  const GuestDns& dns() const { return *dns_; }
+  // The addresses of the host abox-net runs on: reserved for the DNS gate
+  // and admission (policy/host_addresses.h). Empty until its owner fills it
+  // (abox-net run: a HostAddressWatch); the stack only reads it.
+  policy::HostAddresses& host_addresses() { return host_addresses_; }
+  const GuestConfig& config() const override { return config_; }
+  std::size_t tcp_flows() const { return tcp_flows_.size(); }
+  std::size_t udp_flows() const { return udp_flows_.size(); }
+  // What lwIP's glue (netstack/lwip/abox_lwip.h) dropped: ICMP to a foreign
+  // address, for the stats.
+  struct LwipDrops {
+    std::uint64_t icmp_not_for_gateway = 0;
+  };
+  static LwipDrops lwip_drops();
+  // Walks the flow table and lwIP's pcb lists: O(flows), every one bounded
+  // (limits.flows, kMaxTimeWait), for the stats, never the packet path.
+  FlowGauges flow_gauges() const;
+  // False once the link has failed for good (the guest's namespace or VM is gone).
+  bool link_alive() const { return link_alive_; }
+
+  // Reads and handles every frame the link has waiting now, without
+  // blocking, however the link is read (at most 256 reads): for tests and
+  // the frames fuzzer, which drive the stack by hand instead of turning the
+  // loop. On readiness that is receive() until nothing is waiting (what the
+  // loop itself calls when the fd is readable). On the ring it takes the
+  // read in flight if the kernel has finished it (io::EventLoop::complete_ready(),
+  // which leaves every other completion for the next turn), the frames that
+  // read brought, and posts the next read, until a read finds nothing.
+  void poll_link();
+  // True when the link's frames come by ring reads (GuestConfig).
+  bool link_read_on_ring() const { return ring_reader_ != nullptr; }
+
+  // For flows: FlowServices (flow_services.h).
+  io::EventLoop& loop() override { return loop_; }
+  const policy::Policy& policy() const override { return policy_; }
+  base::EventLog& events() override { return events_; }
+  dns::AnswerTable& answer_table() override { return table_; }
+  const policy::HostAddresses& host_addresses() const override { return host_addresses_; }
+  StackCounters& mutable_counters() override { return counters_; }
+  netif* guest_netif() override { return netif_.get(); }
+  // The lwIP pcb that answers the guest from dst (network order) and port:
+  // one per destination, shared by every flow to it (lwIP lets only one pcb
+  // bind a foreign address and port), and it hands datagrams it catches to
+  // the same dispatch as the accept-all pcb. Counted; released by each flow.
+  udp_pcb* acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port) override;
+  void release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) override;
+  // Writes small datagrams to host UDP sockets through the ring (null when
+  // GuestConfig says not to). Results are not reported: UDP loses a
+  // datagram a full socket refuses, as sendmsg would.
+  io::RingWriter* host_datagram_writer() override { return host_datagram_writer_.get(); }
+  bool host_sends_on_ring() const override { return config_.host_io_on_ring; }
+  // Buffers for UDP flows' ring receives (null when GuestConfig says not to).
+  io::ReceiveBufferPool* host_receive_pool() override { return host_receive_pool_.get(); }
+  // A flow that ends with its ring receive still in the kernel (cancelled)
+  // leaves it here until its last completion.
+  void keep_until_complete(std::unique_ptr<HostReceive> receive) override;
+
+  // A flow is finished: destroy it at the end of this loop turn (it may be
+  // inside its own callback now).
+  void retire(TcpFlow* flow) override;
+  void retire(UdpFlow* flow) override;
+
+ private:
+  friend struct StackGlue;
+  class LinkWatcher;
+  class LinkReader;
+
+  struct ChecksumOffload {
+    std::uint16_t start = 0;        // from the start of the frame
+    std::uint16_t offset = 0;       // of the checksum field, from start
+    std::size_t field_end = 0;      // 0: no offload for this frame
+    std::uint16_t pseudo_sum = 0;   // what the field starts from
+    std::uint16_t tcp_headers = 0;  // TCP: Ethernet + IP + TCP header bytes; 0 otherwise
+  };
+  static ChecksumOffload checksum_offload_of(std::span<const std::uint8_t> head, std::size_t frame_size);
+  static constexpr std::size_t kMaxFramePieces = 16;
+  // The loop's calls into the stack (set up by the constructor).
+  void on_ring_frame_written(int res, std::size_t frame_size);
+  std::optional<base::MonoTime> next_lwip_timeout() const;
+  void sweep(base::MonoTime now);
+  void end_turn();
+  void output_frame(pbuf* p);
+  // The pbuf frames are read into (rx_pbuf_), made if needed; false when
+  // out of memory.
+  bool ready_rx_pbuf();
+  // Readiness: receive() until the link has nothing waiting (LinkWatcher).
+  void receive_ready_frames();
+  // Handles the n-byte frame just read into rx_pbuf_.
+  void take_frame(std::size_t n);
+  // Ring reads: one read in flight at a time, posted again as each completes.
+  void post_link_read();
+  void on_link_read(int res);
+  // The other whole frames a ring read brought (a stream link's, link.h).
+  void take_buffered_frames();
+  void flush_link();
+  void link_failed(int err);
+  void watch_link_output();
+  void count(DhcpOutcome outcome);
+  // The admission decided at a SYN, carried on its pcb (an lwIP ext arg)
+  // until on_accept() takes it; lwIP frees it with a pcb whose handshake
+  // never completes. The name is a copy: the table may drop its own.
+  struct SynAdmission {
+    std::string name;
+    const policy::BrokerBinding* broker = nullptr;
+    const policy::ReservedRange* lifted = nullptr;
+    bool needs_name = false;
+    base::MonoTime answer_expires{};
+  };
+  // Counts and logs one drop or refusal as its row in drop_reason.h says.
+  // proto: "tcp", "udp", "ipv6", or empty for a frame (counted as TCP's).
+  void drop(DropReason reason, std::string_view proto = {}, const policy::Endpoint* dst = nullptr,
+            std::string_view name = {});
+  // The SYN hook: decide_syn() once, its verdict counted once.
+  SynVerdict on_syn(const policy::IpAddress& dst, std::uint16_t dst_port);
+  SynVerdict decide_syn(const policy::IpAddress& dst, std::uint16_t dst_port);
+  // The handshake is done: the flow starts with its SYN's admission. False
+  // when the pcb was aborted (lwIP must then be answered ERR_ABRT).
+  bool on_accept(tcp_pcb* pcb);
+  void on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port, const policy::IpAddress& dst,
+              std::uint16_t dst_port);
+  std::size_t half_open_now() const;
+  // TIME_WAIT pcbs lwIP holds, at most (see bound_time_wait()).
+  static constexpr std::size_t kMaxTimeWait = 1024;
+  void bound_time_wait();
+  // Checks on a valid IPv4 frame before lwIP sees it (fragments, spoofed
+  // sources, handshakes to the gateway's DNS); true drops it (counted).
+  bool drop_before_lwip(const GuestFrame& frame);
+  static constexpr std::size_t kMaxDnsHalfOpen = 32;
+  void reap();
+
+  io::EventLoop& loop_;
+  Link& link_;
+  const policy::Policy& policy_;
+  base::EventLog& events_;
+  GuestConfig config_;
+  policy::HostAddresses host_addresses_;  // before dns_, which reads it
+  dns::AnswerTable table_;
+  DhcpServer dhcp_;
+  std::unique_ptr<netif> netif_;
+  std::unique_ptr<LinkWatcher> link_watcher_;
+  std::unique_ptr<LinkReader> ring_reader_;  // set when the link is read on the ring
+  std::size_t ring_reads_in_flight_ = 0;
+  std::unique_ptr<io::RingWriter> ring_writer_;  // set when the link is written on the ring
+  std::unique_ptr<io::RingWriter> host_datagram_writer_;
+  // 32 buffers of the largest datagram: 2 MiB reserved, resident as used.
+  static constexpr std::uint16_t kHostReceiveBuffers = 32;
+  static constexpr std::size_t kHostReceiveBufferBytes = 65536;
+  std::unique_ptr<io::ReceiveBufferPool> host_receive_pool_;
+  std::vector<std::unique_ptr<HostReceive>> ending_receives_;
+  io::EventLoop::Handle link_handle_ = io::EventLoop::kNoHandle;
+  std::uint32_t link_events_ = 0;  // what the link's watch asks for (POLLIN, + POLLOUT)
+  tcp_pcb* listener_ = nullptr;
+  udp_pcb* udp_all_ = nullptr;
+  std::unique_ptr<GuestDns> dns_;
+  std::unique_ptr<SynAdmission> syn_admission_;  // the last SYN's, until lwIP makes its pcb
+  std::uint8_t syn_admission_arg_ = 0;           // lwIP ext arg id (one per process)
+  std::unordered_map<TcpFlow*, std::unique_ptr<TcpFlow>> tcp_flows_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<UdpFlow>> udp_flows_;  // key: see udp_key()
+  struct ReplyPcb {
+    udp_pcb* pcb = nullptr;
+    std::uint32_t users = 0;
+  };
+  std::unordered_map<std::uint64_t, ReplyPcb> reply_pcbs_;  // key: dst << 16 | port
+  std::vector<TcpFlow*> sweep_tcp_;                         // reused by the once-a-second sweep
+  std::vector<UdpFlow*> sweep_udp_;
+  std::vector<tcp_pcb*> sweep_time_wait_;
+  std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
+  std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
+  // The pbuf the next frame is read into (see receive_ready_frames()), and its size.
+  pbuf* rx_pbuf_ = nullptr;
+  std::uint16_t rx_size_;
+  std::vector<std::uint8_t> rx_out_;  // a frame lwIP hands out, made contiguous when it must be
+  // lwIP's checksum flags for this link: all on, or TCP/UDP generation left
+  // to the link (tx_checksum_offload()).
+  std::uint16_t tx_checksum_flags_ = 0xFFFF;
+  base::MonoTime next_sweep_{};
+  bool link_alive_ = true;
+  bool link_full_ = false;                        // the link's fd took only part of a flush: wait for POLLOUT
+  std::array<bool, kDropReasons> logged_once_{};  // DropLog::once reasons already logged
+  StackCounters counters_;
+};
+
+}  // namespace abox::netstack

@@ -1,0 +1,77 @@
+// StackCounters: what a GuestStack counts, every field a count that only
+// grows. Each is written out by the stats (netstack/program/stats.cc); the
+// list below names them all, and its size is checked against the struct, so
+// a counter added here without its name does not build
+// (tests/netstack/program/run_stats_test.cc checks that each reaches the
+// stats output under that name).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace abox::netstack {
+
+struct StackCounters {
+  std::uint64_t frames_in = 0;  // frames the stack took from the link (stats: stack_frames_in)
+  std::uint64_t frames_dropped_ipv6 = 0;
+  std::uint64_t frames_dropped_other = 0;      // ethertypes we do not speak
+  std::uint64_t frames_dropped_malformed = 0;  // refused by GuestFrame::parse() (guest_frame.h)
+  std::uint64_t frames_dropped_spoofed = 0;    // IPv4 from a source that is not the guest
+  std::uint64_t frames_dropped_fragment = 0;   // IPv4 fragments: no reassembly, by design
+  std::uint64_t tcp_admitted = 0;
+  std::uint64_t tcp_refused = 0;
+  std::uint64_t tcp_brokered = 0;  // admitted flows handed to the broker
+  std::uint64_t udp_admitted = 0;
+  std::uint64_t udp_refused = 0;
+  std::uint64_t limit_flows = 0;
+  std::uint64_t limit_half_open = 0;
+  std::uint64_t syn_dropped = 0;   // SYN verdicts (on_syn()): silence, the guest retries
+  std::uint64_t syn_reset = 0;     //   and RST (refusals, limits, the gateway)
+  std::uint64_t name_refused = 0;  // SNI/Host did not match
+  std::uint64_t connect_failed = 0;
+  std::uint64_t time_wait_dropped = 0;  // lwIP TIME_WAIT pcbs freed early (bound_time_wait())
+  std::uint64_t dhcp_offers = 0;
+  std::uint64_t dhcp_acks = 0;
+  std::uint64_t dhcp_naks = 0;
+  std::uint64_t dhcp_ignored = 0;    // DECLINE, RELEASE, to another server, relayed
+  std::uint64_t dhcp_malformed = 0;  // UDP to port 67 that is not a valid client message
+  // UDP flows whose ring receive kept ending without a datagram, read on
+  // readiness from then on (udp_flow.cc).
+  std::uint64_t udp_ring_receive_fallbacks = 0;
+};
+
+struct StackCounterField {
+  std::string_view name;  // in the stats output
+  std::uint64_t StackCounters::*member;
+};
+inline constexpr std::array<StackCounterField, 24> kStackCounterFields = {{
+    {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
+    {"frames_dropped_other", &StackCounters::frames_dropped_other},
+    {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
+    {"frames_dropped_spoofed", &StackCounters::frames_dropped_spoofed},
+    {"frames_dropped_fragment", &StackCounters::frames_dropped_fragment},
+    {"tcp_admitted", &StackCounters::tcp_admitted},
+    {"tcp_refused", &StackCounters::tcp_refused},
+    {"tcp_brokered", &StackCounters::tcp_brokered},
+    {"udp_admitted", &StackCounters::udp_admitted},
+    {"udp_refused", &StackCounters::udp_refused},
+    {"limit_flows", &StackCounters::limit_flows},
+    {"limit_half_open", &StackCounters::limit_half_open},
+    {"syn_dropped", &StackCounters::syn_dropped},
+    {"syn_reset", &StackCounters::syn_reset},
+    {"name_refused", &StackCounters::name_refused},
+    {"connect_failed", &StackCounters::connect_failed},
+    {"tcp_time_wait_dropped", &StackCounters::time_wait_dropped},
+    {"dhcp_offers", &StackCounters::dhcp_offers},
+    {"dhcp_acks", &StackCounters::dhcp_acks},
+    {"dhcp_naks", &StackCounters::dhcp_naks},
+    {"dhcp_ignored", &StackCounters::dhcp_ignored},
+    {"dhcp_malformed", &StackCounters::dhcp_malformed},
+    {"udp_ring_receive_fallbacks", &StackCounters::udp_ring_receive_fallbacks},
+    {"stack_frames_in", &StackCounters::frames_in},
+}};
+static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
+              "every StackCounters field has its name in kStackCounterFields");
+
+}  // namespace abox::netstack

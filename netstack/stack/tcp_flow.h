@@ -1,0 +1,166 @@
+// TcpFlow: one admitted guest TCP connection spliced to a host socket.
+//
+// Life of a flow:
+//   peeking     (only when the rule requires a name) the guest's first bytes
+//               are held, not acknowledged to the host side, until a TLS SNI
+//               or HTTP Host is read (name_peek.h) and checked against the
+//               AnswerTable (admission.h); a mismatch, a timeout or
+//               peek_bytes without a decision resets the guest. A flow whose
+//               first bytes are an HTTP request is followed from then on
+//               (http_request_follower.h): each piece of guest bytes is read
+//               before it is sent, and every request head's Host is checked
+//               the same way; a mismatch, or bytes that cannot be followed,
+//               reset both sides before the piece that ends the head goes.
+//   connecting  a non-blocking connect to the original destination, bounded
+//               by timeouts.connect_ms; failure resets the guest. A flow to
+//               a [[broker]] name connects to the broker's unix socket
+//               instead and sends the hand-off line (base/broker_handoff.h)
+//               ahead of the guest's first byte; it is never peeked (the
+//               broker checks the SNI itself).
+//   open        bytes flow both ways with backpressure:
+//                 guest → host: lwIP pbufs are held until send() takes them;
+//                   only then tcp_recved() opens the guest's window. The
+//                   send is a sendmsg request on the loop's ring (one in
+//                   flight at a time; it runs when the turn's wait hands it
+//                   over and never waits: a full socket takes part or
+//                   nothing, and POLLOUT resumes), or a sendmsg call when
+//                   the stack keeps host I/O off the ring.
+//                 host → guest: the host socket is read only while lwIP has
+//                   send buffer (tcp_sndbuf); otherwise POLLIN is not watched
+//                   until lwIP's sent callback frees room. Bytes are read
+//                   into a GuestSendBuffer and queued without copying; the
+//                   sent callback releases what the guest acknowledged.
+//   Half-close is carried across (guest FIN → shutdown(SHUT_WR) once the
+//   queue drains; host EOF → FIN to the guest), resets too (guest RST → the
+//   host socket closes with SO_LINGER 0; host reset → tcp_abort, an RST).
+//   Idle flows are closed after timeouts.tcp_idle_s.
+// A finished flow asks the stack to retire it (deferred deletion: it may be
+// inside one of its own callbacks).
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/unique_fd.h"
+#include "io/event_loop.h"
+#include "netstack/stack/guest_send_buffer.h"
+#include "netstack/stack/http_request_follower.h"
+#include "policy/ip_address.h"
+#include "policy/policy.h"
+
+struct pbuf;
+struct tcp_pcb;
+
+namespace abox::netstack {
+
+class FlowServices;
+
+class TcpFlow final : public io::EventLoop::Watcher {
+ public:
+  // pcb: the accepted lwIP pcb (its local address/port is the destination).
+  // needs_name: peek SNI/Host before connecting. `name` is the admitting name.
+  // broker: set when the flow goes to the broker (needs_name is then false).
+  TcpFlow(FlowServices& stack, tcp_pcb* pcb, bool needs_name, std::string name,
+          const policy::BrokerBinding* broker = nullptr);
+  ~TcpFlow() override;
+  TcpFlow(const TcpFlow&) = delete;
+  TcpFlow& operator=(const TcpFlow&) = delete;
+
+  void start();
+  // Periodic check: connect, peek and idle deadlines.
+  void check_deadlines(base::MonoTime now);
+
+  // lwIP callbacks (static trampolines in tcp_flow.cc call these).
+  void on_guest_data(pbuf* p);
+  // The guest acknowledged `acked` more bytes of what the host sent.
+  void on_guest_sent(std::size_t acked);
+  void on_guest_error();
+  // True once this flow has aborted its pcb: an lwIP callback that did so
+  // must return ERR_ABRT.
+  bool aborted() const { return aborted_; }
+
+  // What the stats report a live flow as (GuestStack::flow_gauges()). One
+  // each: a flow handed to the broker is `brokered` whatever its progress;
+  // `closing` is an open flow one of whose sides has shut (FIN either way),
+  // draining what is left.
+  enum class Phase : std::uint8_t { peeking, connecting, open, closing, brokered };
+  Phase phase() const;
+
+  void on_ready(std::uint32_t events) override;
+
+ private:
+  enum class State : std::uint8_t { peeking, connecting, open, done };
+
+  void connect_host();
+  bool open_broker_socket();
+  void on_connected();
+  void flush_to_host();
+  // What the host socket took of an offer (a ring send's result, or a
+  // sendmsg's): frees it and opens the guest's window by as much.
+  void took_from_guest(std::size_t bytes);
+  void on_host_sent(int res);
+  void read_from_host();
+  void update_watch();
+  void finish_if_done();
+  void abort_both(const char* reason);
+  void close_clean();
+  void peek();
+  // Reads the guest bytes of `chain` (and the pbufs after it) through the
+  // follower; false when it refused them (the flow is then aborted).
+  bool follow(const pbuf* chain);
+  void refuse_name(std::string_view why, std::string_view shown);
+  void detach_pcb();
+
+  FlowServices& stack_;
+  tcp_pcb* pcb_;
+  policy::Endpoint dst_;
+  policy::Endpoint src_;
+  std::string name_;
+  const policy::BrokerBinding* broker_;
+  std::string handoff_;  // the hand-off line still to send to the broker
+  State state_;
+  base::UniqueFd host_;
+  io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
+  std::uint32_t watching_ = 0;
+
+  // The ring send in flight (at most one): its msghdr and iovecs point into
+  // handoff_ and to_host_, which keep those bytes until it completes.
+  class HostSend final : public io::EventLoop::Completion {
+   public:
+    explicit HostSend(TcpFlow& f) : flow_(f) {}
+    void on_complete(int res, std::uint32_t /*cqe_flags*/) override { flow_.on_host_sent(res); }
+
+   private:
+    TcpFlow& flow_;
+  };
+  HostSend host_send_{*this};
+  std::size_t sends_in_flight_ = 0;
+  std::array<iovec, 64> send_iov_{};
+  msghdr send_msg_{};
+  pbuf* to_host_ = nullptr;  // guest bytes not yet taken by the host socket
+  std::size_t to_host_bytes_ = 0;
+  std::vector<std::uint8_t> peeked_;  // copy of the first bytes while peeking
+  // Every request of a plain-HTTP flow on a name-checked port (set when the
+  // peek found one); null for every other flow.
+  std::unique_ptr<HttpRequestFollower> follower_;
+  GuestSendBuffer to_guest_;  // host bytes lwIP's segments point into
+
+  bool guest_fin_ = false;      // the guest sent FIN
+  bool host_shut_wr_ = false;   // we shut the host socket's write side
+  bool host_eof_ = false;       // the host closed its side
+  bool guest_shut_wr_ = false;  // we sent FIN to the guest
+  bool host_paused_ = false;    // not reading the host: lwIP's send buffer is full
+  bool host_closing_ = false;   // the poll saw POLLRDHUP/POLLHUP/POLLERR: read to the end
+  bool aborted_ = false;
+  base::MonoTime deadline_{};  // peek or connect deadline
+  base::MonoTime last_activity_{};
+};
+
+}  // namespace abox::netstack

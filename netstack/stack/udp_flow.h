@@ -1,0 +1,97 @@
+// UdpFlow: one admitted guest UDP flow (guest port → destination address and
+// port), carried by a host UDP socket connect()ed to the destination.
+//
+// Guest datagrams reach the flow through the stack's dispatch (a lookup by
+// guest port, destination and port). Host datagrams go back to the guest
+// from the destination's address and port, through a pcb the stack shares
+// among all flows to that destination.
+// The flow is forgotten after timeouts.udp_idle_s without traffic, or when
+// the answer that admitted it has expired for longer than [dns] grace.
+//
+// Host datagrams come by a multishot receive on the loop's ring into the
+// stack's io::ReceiveBufferPool (one completion per datagram, no readiness
+// wake-up and no recvmmsg), or, when the stack has no pool or the receive
+// keeps ending without data, by recvmmsg on readiness. A receive still in
+// the kernel when the flow goes is cancelled and handed to the stack
+// (HostReceive), which keeps it until its last completion.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "base/clock.h"
+#include "base/unique_fd.h"
+#include "io/event_loop.h"
+#include "policy/ip_address.h"
+
+struct pbuf;
+struct udp_pcb;
+
+namespace abox::io {
+class ReceiveBufferPool;
+}  // namespace abox::io
+
+namespace abox::netstack {
+
+class FlowServices;
+class UdpFlow;
+
+// A flow's multishot receive on the ring. Owned by its flow, then by the
+// stack from the flow's end until its last completion (in_flight 0).
+class HostReceive final : public io::EventLoop::Completion {
+ public:
+  HostReceive(UdpFlow* flow, io::ReceiveBufferPool& pool) : flow_(flow), pool_(pool) {}
+  void on_complete(int res, std::uint32_t cqe_flags) override;
+  // Posts the multishot receive on fd (the flow's host socket).
+  void post(int fd);
+  void orphan() { flow_ = nullptr; }
+  std::size_t in_flight = 0;  // 0 or 1: a receive is posted
+
+ private:
+  UdpFlow* flow_;
+  io::ReceiveBufferPool& pool_;
+};
+
+class UdpFlow final : public io::EventLoop::Watcher {
+ public:
+  // name: the answered name that admitted the flow.
+  UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
+          const policy::Endpoint& dst, std::string name);
+  ~UdpFlow() override;
+  UdpFlow(const UdpFlow&) = delete;
+  UdpFlow& operator=(const UdpFlow&) = delete;
+
+  // False when the host socket or the pcb could not be made.
+  bool start();
+  // A datagram from the guest (consumes p).
+  void from_guest(pbuf* p);
+  void on_ready(std::uint32_t events) override;
+  // From HostReceive: a datagram from the destination; the receive ended
+  // (its last completion's result).
+  void from_host(std::span<const std::uint8_t> datagram);
+  void receive_ended(int res);
+  void check_idle(base::MonoTime now);
+  std::uint64_t key() const { return key_; }
+
+ private:
+  FlowServices& stack_;
+  std::uint64_t key_;
+  std::uint32_t guest_ip_;  // network order
+  std::uint16_t guest_port_;
+  policy::Endpoint dst_;
+  std::string name_;
+  base::UniqueFd host_;
+  io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
+  udp_pcb* pcb_ = nullptr;  // shared, owned by the stack
+  std::uint32_t dst_net_ = 0;
+  base::MonoTime last_activity_{};
+  bool retired_ = false;
+  bool queued_on_ring_ = false;           // a datagram went to the host writer (see ~UdpFlow)
+  std::unique_ptr<HostReceive> receive_;  // null: read on readiness
+  unsigned receives_without_data_ = 0;    // consecutive ends of the ring receive
+};
+
+}  // namespace abox::netstack
