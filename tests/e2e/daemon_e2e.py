@@ -594,7 +594,7 @@ def helper_binary(abox):
 
 
 def processes_of_uid(uid):
-    """{pid: argv} of every process whose real uid is uid."""
+    """{pid: argv (a list of str)} of every process whose real uid is uid."""
     out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -604,7 +604,7 @@ def processes_of_uid(uid):
                 real = next(int(l.split()[1]) for l in f if l.startswith("Uid:"))
             if real == uid:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    out[int(pid)] = f.read().split(b"\0")[0].decode(errors="replace")
+                    out[int(pid)] = f.read().decode(errors="replace").split("\0")
         except (OSError, StopIteration, ValueError):
             pass
     return out
@@ -691,8 +691,7 @@ def case_unprivileged(h):
         code, out, _ = h.run("inspect", "--json", "unpriv", user=str(OPERATOR), env=env)
         procs = json.loads(out).get("processes", {}) if code == 0 else {}
         mine = processes_of_uid(OPERATOR)
-        daemons = [pid for pid, argv in mine.items() if argv.endswith("abox") and
-                   open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[1:2] == [b"daemon"]]
+        daemons = [pid for pid, argv in mine.items() if argv[0].endswith("abox") and argv[1:2] == ["daemon"]]
         pids = {k: v.get("pid") for k, v in procs.items() if isinstance(v, dict)}
         h.check("unprivileged_daemon_and_instance_processes_are_the_operators",
                 len(daemons) == 1 and pids.get("vmm") in mine and pids.get("abox-net") in mine and
@@ -745,7 +744,7 @@ def case_unprivileged(h):
         for p, log in helper_procs:
             stop_helper(p, log)
         for pid, argv in processes_of_uid(OPERATOR).items():
-            if argv.endswith("abox"):
+            if argv[0].endswith("abox"):
                 try:
                     os.kill(pid, signal.SIGTERM)
                 except ProcessLookupError:
