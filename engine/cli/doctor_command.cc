@@ -10,11 +10,8 @@
 #include "engine/daemon/daemon_paths.h"
 #include "engine/doctor/host_checks.h"
 #include "engine/image/image_store.h"
+#include "engine/version.h"
 #include "helper/client.h"
-
-#ifndef ABOX_VERSION
-#define ABOX_VERSION "unknown"
-#endif
 
 namespace abox::engine {
 
@@ -57,7 +54,7 @@ int run_doctor_command(std::span<const std::string_view> args, std::ostream& out
   in.images_root = ImageStore::default_root();
   in.helper_socket = helper::helper_socket_path(::getuid());
   in.daemon_dir = daemon_runtime_dir();
-  in.abox_version = ABOX_VERSION;
+  in.abox_version = abox_version();
   const auto items = run_host_checks(in);
 
   std::size_t missing = 0, degraded = 0;

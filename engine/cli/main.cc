@@ -20,12 +20,9 @@
 #include "engine/cli/policy_command.h"
 #include "engine/cli/run_command.h"
 #include "engine/daemon/shim.h"
+#include "engine/version.h"
 
 namespace {
-
-#ifndef ABOX_VERSION
-#define ABOX_VERSION "unknown"
-#endif
 
 constexpr std::string_view kUsage =
     "usage: abox <command> [options]\n"
@@ -83,7 +80,7 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     if (args[0] == "-V" || args[0] == "--version") {
-      std::cout << "abox " << ABOX_VERSION << '\n';
+      std::cout << "abox " << abox::engine::abox_version() << '\n';
       return kExitOk;
     }
     if (args[0] == "help") {

@@ -35,6 +35,7 @@
 #include "engine/instance/state_folder.h"
 #include "engine/process/child_process.h"
 #include "engine/process/pipe_reader.h"
+#include "engine/version.h"
 
 namespace abox::engine {
 
@@ -48,7 +49,6 @@ constexpr auto kStopBound = 30s;     // SIGTERM to SIGKILL of a shim (the superv
 constexpr auto kFollowTick = 200ms;  // how often a follower looks at its file again
 constexpr std::size_t kChunk = 48 * 1024;
 constexpr std::size_t kMaxEventLine = 64 * 1024;
-constexpr std::string_view kDaemonVersion = "0.1.0";
 
 bool terminal_state(std::string_view s) {
   return s == "stopped" || s == "failed";
@@ -535,7 +535,7 @@ void Daemon::op_ping(std::shared_ptr<Client> c, const ApiRequest& r) {
     ::closedir(d);
   }
   json::object o = ok_reply(r.id);
-  o["version"] = kDaemonVersion;
+  o["version"] = abox_version();
   o["api"] = kApiVersion;
   json::array ops;
   for (auto op : api_op_names()) ops.emplace_back(op);

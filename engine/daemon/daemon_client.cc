@@ -65,7 +65,9 @@ bool start_daemon(const DaemonPaths& paths) {
 }  // namespace
 
 base::Result<DaemonClient, std::string> DaemonClient::connect(bool autostart, std::ostream& err) {
-  auto paths = daemon_paths();
+  // Only a client that may start the daemon makes its folder: one that asks
+  // whether a daemon runs leaves the host as it found it.
+  auto paths = autostart ? daemon_paths() : existing_daemon_paths();
   if (!paths.ok()) return base::Err{paths.error()};
   int error = 0;
   base::UniqueFd fd = connect_to(paths->socket, error);

@@ -6,7 +6,8 @@
 // connect(autostart) starts the daemon when none answers on daemon.sock:
 // `abox daemon` detached (setsid, its stdio on daemon.log), then waits up to
 // 10 s for the socket; it says so on err, once. Two clients racing to start
-// it are fine: the second daemon finds the lock held and exits.
+// it are fine: the second daemon finds the lock held and exits. Without
+// autostart it makes nothing: no daemon folder is created when none exists.
 #pragma once
 
 #include <boost/json/object.hpp>

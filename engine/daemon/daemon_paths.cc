@@ -19,11 +19,12 @@ std::string daemon_runtime_dir() {
   return "/tmp/abox-" + uid;
 }
 
-base::Result<DaemonPaths, std::string> daemon_paths() {
+namespace {
+
+// The paths in dir, once dir is checked: a real folder of this uid, 0700.
+base::Result<DaemonPaths, std::string> checked_paths(const std::string& dir) {
   std::string uid = std::to_string(::getuid());
-  std::string dir = daemon_runtime_dir();
   struct stat st {};
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return base::Err{dir + ": " + std::strerror(errno)};
   if (::lstat(dir.c_str(), &st) != 0) return base::Err{dir + ": " + std::strerror(errno)};
   if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
     return base::Err{dir + ": must be a folder of uid " + uid + " with mode 0700; refusing to use it"};
@@ -34,6 +35,18 @@ base::Result<DaemonPaths, std::string> daemon_paths() {
   p.log = dir + "/daemon.log";
   if (p.socket.size() > 107) return base::Err{p.socket + ": too long for a unix socket"};
   return p;
+}
+
+}  // namespace
+
+base::Result<DaemonPaths, std::string> daemon_paths() {
+  std::string dir = daemon_runtime_dir();
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return base::Err{dir + ": " + std::strerror(errno)};
+  return checked_paths(dir);
+}
+
+base::Result<DaemonPaths, std::string> existing_daemon_paths() {
+  return checked_paths(daemon_runtime_dir());
 }
 
 }  // namespace abox::engine

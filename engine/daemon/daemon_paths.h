@@ -5,9 +5,13 @@
 //     daemon.lock   held (flock) by the one running daemon
 //     daemon.log    its stderr when `abox` started it
 //
-// runtime_dir() makes the folder 0700 when missing and refuses one that is
-// not a real folder owned by this uid with no access for group or others (a
-// folder in /tmp someone else made first would let them swap the socket).
+// daemon_paths() makes the folder 0700 when missing (the daemon, and a
+// client about to start one, need it); existing_daemon_paths() makes
+// nothing, for a client that only asks whether a daemon runs (`abox
+// credentials ls`): a read-only command leaves no folder behind. Both refuse
+// a folder that is not a real folder owned by this uid with no access for
+// group or others (a folder in /tmp someone else made first would let them
+// swap the socket).
 #pragma once
 
 #include <string>
@@ -21,6 +25,9 @@ struct DaemonPaths {
 };
 
 base::Result<DaemonPaths, std::string> daemon_paths();
+// The same without making the folder: an error naming ENOENT when it is not
+// there (so no daemon runs).
+base::Result<DaemonPaths, std::string> existing_daemon_paths();
 
 // The folder daemon_paths() would use, chosen the same way, made and checked
 // by nothing: for a reader that must not create it (abox doctor).

@@ -136,8 +136,12 @@ CheckItem check_kvm(const HostCheckInputs& in) {
   const std::string cost = "guests run under TCG emulation: boots and commands are many times slower";
   base::UniqueFd kvm(::open("/dev/kvm", O_RDWR | O_CLOEXEC));
   if (!kvm) {
-    const bool absent = errno == ENOENT;
-    return degraded("kvm", "KVM", "/dev/kvm: " + errno_text(), cost,
+    // Kept before anything else runs: user_name() (getpwuid) below may set
+    // errno, and argument order is unspecified ("/dev/kvm: Success" for a uid
+    // with no passwd entry).
+    const int open_error = errno;
+    const bool absent = open_error == ENOENT;
+    return degraded("kvm", "KVM", "/dev/kvm: " + std::string(std::strerror(open_error)), cost,
                     absent ? "enable virtualization in the firmware and load kvm_intel or kvm_amd"
                            : "add yourself to the kvm group: sudo usermod -aG kvm " + user_name());
   }

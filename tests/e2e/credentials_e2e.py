@@ -10,7 +10,8 @@ key is in no output of any command; a store owned by someone else (root) or
 open to the group is refused by every command and by the broker, and left
 as it was; ls names the bindings of the instances' policies (with their
 states: as recorded, or the real daemon's answer when it runs) and of
---policy files, and the ones missing; rm is all or none; the broker starts with what
+--policy files, and the ones missing, and makes no daemon folder when none
+runs; rm is all or none; the broker starts with what
 `set` wrote.
 
 Usage: credentials_e2e.py PATH/TO/abox
@@ -160,6 +161,9 @@ def case_ls(t):
     t.check("ls: the --policy file's binding", by_name.get("github", {}).get("bindings") == [
         {"source": "policy", "policy": extra, "binding": "api.example.test:443"}], out)
     t.check("ls never started a daemon", not os.path.exists(os.path.join(t.home, "run", "abox", "daemon.sock")))
+    # Asking whether a daemon runs is a read: no daemon folder is made for it.
+    t.check("ls made no daemon folder", not os.path.exists(os.path.join(t.home, "run", "abox")),
+            os.listdir(os.path.join(t.home, "run")))
     rc, out, err = t.run("credentials", "ls", "--policy", extra)
     t.check("ls: github MISSING in the table", rc == 0 and "github    MISSING  policy " + extra in out, out)
 

@@ -33,6 +33,22 @@ Cases:
   its broker's argv, environment and fds hold no key and no path to the store,
   its memory holds its key and not the store's key that no binding of B uses;
   `abox credentials ls` names both instances as running and binding the key;
+- lifecycle_classes: THREATS.md's "Lifecycle and helper" battery classes
+  through the daemon, each with its control: a box-guest frame MACed under
+  the previous boot's key after `abox start` (hostile_vmm.py as the daemon's
+  QEMU) is dropped as forged and its exit not believed (control: under the
+  boot's own key it is); a `started` before go fails the instance (control:
+  the honest boot's start counts); a real guest's command's first act reaches
+  only the policy's name (control: a policy allowing both);
+- unprivileged: the daemon as a uid of its own (a bare uid, no account, no
+  /dev/kvm: TCG), its own XDG folders: run -d over --stream end to end (the
+  command's output in logs), ls right; the daemon, shim, abox-net and QEMU
+  all of that uid; its runtime and state folders 0700, every file in them
+  0600 or tighter, all owned by it; root is refused by its daemon; abox-helper
+  as root configured for another operator refuses this uid (and serves it once
+  configured for it: the control); stop, rm, and nothing of that uid left.
+  The daemon calls the helper for nothing today (engine/ only probes it in
+  `abox doctor`), so doctor is the client here;
 - churn: N run -d/stop/rm cycles (ABOX_CHURN, default 10): afterwards no process,
   socket or state folder of them, the daemon's fds as before and its memory
   within 2 MiB of where it was.
@@ -40,6 +56,7 @@ Every wait is bounded. Everything the test makes is removed at the end.
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -115,8 +132,8 @@ class Harness:
         pre = ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups"] if user else []
         return ["ip", "netns", "exec", self.rig.outside, *pre, self.abox, *args]
 
-    def run(self, *args, timeout=CMD_TIMEOUT, user=None):
-        p = subprocess.run(self.abox_cmd(*args, user=user), capture_output=True, timeout=timeout, env=self.env,
+    def run(self, *args, timeout=CMD_TIMEOUT, user=None, env=None):
+        p = subprocess.run(self.abox_cmd(*args, user=user), capture_output=True, timeout=timeout, env=env or self.env,
                            stdin=subprocess.DEVNULL)
         return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
 
@@ -565,8 +582,299 @@ def case_churn(h):
           f"fds {before['fds']} -> {after['fds']}")
 
 
+OPERATOR = 64128  # a bare uid, no passwd entry: the unprivileged operator of case_unprivileged
+OTHER_OPERATOR = 64129
+
+
+def helper_binary(abox):
+    """abox-helper: ABOX_HELPER_BIN (CMake sets it), else the build tree's, beside abox's."""
+    path = os.environ.get("ABOX_HELPER_BIN") or os.path.join(os.path.dirname(os.path.dirname(abox)), "helper",
+                                                             "abox-helper")
+    return path if os.access(path, os.X_OK) else None
+
+
+def processes_of_uid(uid):
+    """{pid: argv (a list of str)} of every process whose real uid is uid."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                real = next(int(l.split()[1]) for l in f if l.startswith("Uid:"))
+            if real == uid:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    out[int(pid)] = f.read().decode(errors="replace").split("\0")
+        except (OSError, StopIteration, ValueError):
+            pass
+    return out
+
+
+def loose_entries(top, uid):
+    """Every entry under top (top included) not owned by uid, or a folder not
+    0700, or a file or socket with any access for group or others."""
+    bad = []
+    for dirpath, dirs, files in os.walk(top):
+        for path in [dirpath] + [os.path.join(dirpath, f) for f in files]:
+            st = os.lstat(path)
+            mode = st.st_mode & 0o777
+            if st.st_uid != uid or (os.path.isdir(path) and mode != 0o700) or (mode & 0o077):
+                bad.append(f"{path} uid {st.st_uid} mode {mode:o}")
+    return bad
+
+
+def start_helper(h, binary, operator, sock):
+    log = open(h.rig.path(f"helper-{operator}.log"), "a")
+    p = subprocess.Popen([binary, "--operator", str(operator), "--group", str(OPERATOR), "--socket", sock,
+                          "--cgroup-root", "none"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not os.path.exists(sock) and p.poll() is None:
+        time.sleep(0.05)
+    return p, log
+
+
+def stop_helper(p, log):
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=10)
+    log.close()
+
+
+def case_unprivileged(h):
+    """The daemon as an unprivileged operator, the helper as root."""
+    helper = helper_binary(h.abox)
+    h.check("unprivileged_has_abox_helper", helper is not None, "set ABOX_HELPER_BIN")
+    home = h.rig.path("operator")
+    for sub in ("state", "cache", "config", "run"):
+        os.makedirs(os.path.join(home, sub), mode=0o700)
+    # The images root built: the operator's own copy (abox image build as
+    # them would build the same bytes again, minutes on TCG).
+    shutil.copytree(os.path.join(h.rig.path("cache"), "abox", "images"), os.path.join(home, "cache", "abox", "images"),
+                    symlinks=True)
+    subprocess.run(["chown", "-R", f"{OPERATOR}:{OPERATOR}", home], check=True, timeout=30)
+    env = dict(os.environ, HOME=home, XDG_STATE_HOME=os.path.join(home, "state"),
+               XDG_CACHE_HOME=os.path.join(home, "cache"), XDG_CONFIG_HOME=os.path.join(home, "config"),
+               XDG_RUNTIME_DIR=os.path.join(home, "run"), LANG="C.UTF-8",
+               ABOX_HELPER_SOCKET=h.rig.path("helper/helper.sock"))
+    for k in ("ABOX_CREDENTIALS", "TERM"):
+        env.pop(k, None)
+    policy = os.path.join(home, "policy.toml")
+    with open(policy, "w") as f:
+        f.write(policy_text([WEB]))
+    os.chown(policy, OPERATOR, OPERATOR)
+    rundir = os.path.join(home, "run", "abox")
+    sock = os.path.join(rundir, "daemon.sock")
+    folder = os.path.join(home, "state", "abox", "instances", "unpriv")
+    old_mode = os.stat(h.rig.dir).st_mode & 0o777
+    os.chmod(h.rig.dir, 0o711)  # the operator may pass through the rig's folder to their own
+    helper_procs = []
+    try:
+        script = ("echo unpriv-up; timeout 5 wget -q -O - http://" + WEB + "/ | grep -q web && echo reach-web-ok; "
+                  + TICK)
+        code, out, err = h.run("run", "-d", "--policy", policy, "--name", "unpriv", "--no-selftest", "--", "sh",
+                               "-c", script, user=str(OPERATOR), env=env)
+        h.check("unprivileged_run_d", code == 0 and out.strip() == "unpriv" and "started it" in err,
+                f"exit {code}: {out} {err}")
+        code, out, err = h.run("ls", "--json", user=str(OPERATOR), env=env)
+        listing = json.loads(out)["instances"] if code == 0 else []
+        h.check("unprivileged_ls_shows_it_running",
+                [(i["name"], i["state"]) for i in listing] == [("unpriv", "running")], f"{out} {err}")
+        deadline, logs = time.monotonic() + 120, ""
+        while time.monotonic() < deadline and "tick 1" not in logs:
+            logs = h.run("logs", "unpriv", user=str(OPERATOR), env=env)[1]
+            time.sleep(0.5)
+        h.check("unprivileged_instance_runs_its_command_over_stream", "unpriv-up" in logs and "reach-web-ok" in logs,
+                logs[-400:])
+        code, out, _ = h.run("inspect", "--json", "unpriv", user=str(OPERATOR), env=env)
+        procs = json.loads(out).get("processes", {}) if code == 0 else {}
+        mine = processes_of_uid(OPERATOR)
+        daemons = [pid for pid, argv in mine.items() if argv[0].endswith("abox") and argv[1:2] == ["daemon"]]
+        pids = {k: v.get("pid") for k, v in procs.items() if isinstance(v, dict)}
+        h.check("unprivileged_daemon_and_instance_processes_are_the_operators",
+                len(daemons) == 1 and pids.get("vmm") in mine and pids.get("abox-net") in mine and
+                all(p in mine for p in pids.values() if p), f"daemons {daemons}, instance {pids}, uid's {mine}")
+        st = os.stat(sock)
+        h.check("unprivileged_socket_0600_of_the_operator", st.st_uid == OPERATOR and (st.st_mode & 0o777) == 0o600,
+                f"uid {st.st_uid} mode {st.st_mode & 0o777:o}")
+        loose = loose_entries(rundir, OPERATOR) + loose_entries(folder, OPERATOR)
+        h.check("unprivileged_runtime_and_state_folders_0700_files_0600_all_the_operators", not loose, loose)
+        # Root is not this daemon's operator either.
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(sock)
+        c.sendall(b'{"v":1,"id":1,"op":"ls","all":true}\n')
+        answer = b""
+        while len(answer) < 65536:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        c.close()
+        h.check("unprivileged_daemon_refuses_root", b"refused: uid 0" in answer and b"instances" not in answer,
+                answer[-300:])
+        # The helper as root, for another operator, reachable by this one's group: SO_PEERCRED refuses it.
+        if helper:
+            hdir = h.rig.path("helper")
+            os.makedirs(hdir, mode=0o755, exist_ok=True)
+            p, log = start_helper(h, helper, OTHER_OPERATOR, env["ABOX_HELPER_SOCKET"])
+            helper_procs.append((p, log))
+            code, out, err = h.run("doctor", "--json", user=str(OPERATOR), env=env, timeout=120)
+            items = {i["id"]: i for i in json.loads(out).get("items", [])} if out.startswith("{") else {}
+            h.check("helper_for_another_operator_refuses_this_daemons_uid",
+                    items.get("helper", {}).get("status") == "DEGRADED" and
+                    f"uid {OPERATOR} is not this helper's operator" in items["helper"].get("detail", ""),
+                    items.get("helper", out + err))
+            stop_helper(*helper_procs.pop())
+            p, log = start_helper(h, helper, OPERATOR, env["ABOX_HELPER_SOCKET"])
+            helper_procs.append((p, log))
+            code, out, err = h.run("doctor", "--json", user=str(OPERATOR), env=env, timeout=120)
+            items = {i["id"]: i for i in json.loads(out).get("items", [])} if out.startswith("{") else {}
+            h.check("helper_for_this_operator_serves_it (the control)",
+                    items.get("helper", {}).get("status") == "OK" and
+                    items.get("daemon", {}).get("status") == "OK", [items.get("helper"), items.get("daemon")])
+            stop_helper(*helper_procs.pop())
+        code, _, err = h.run("stop", "unpriv", user=str(OPERATOR), env=env)
+        h.check("unprivileged_stop", code == 0, err)
+        code, _, err = h.run("rm", "unpriv", user=str(OPERATOR), env=env)
+        h.check("unprivileged_rm", code == 0 and not os.path.exists(folder), err)
+    finally:
+        for p, log in helper_procs:
+            stop_helper(p, log)
+        for pid, argv in processes_of_uid(OPERATOR).items():
+            if argv[0].endswith("abox"):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and processes_of_uid(OPERATOR):
+            time.sleep(0.2)
+        left = processes_of_uid(OPERATOR)
+        h.check("unprivileged_leaves_no_process_of_the_operator", not left, left)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        os.chmod(h.rig.dir, old_mode)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+HOSTILE_VMM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile_vmm.py")
+
+
+def events_of(h, name, env=None):
+    out = h.run("events", "--json", name, env=env)[1]
+    return [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+
+
+def wait_ended(h, name, env, timeout=90):
+    """The instance's `ls -a --json` entry once its state is stopped or failed."""
+    deadline, entry = time.monotonic() + timeout, {}
+    while time.monotonic() < deadline:
+        code, out, _ = h.run("ls", "-a", "--json", env=env)
+        entry = next((i for i in (json.loads(out)["instances"] if code == 0 else []) if i["name"] == name), {})
+        if entry.get("state") in ("stopped", "failed"):
+            break
+        time.sleep(0.3)
+    return entry
+
+
+def case_lifecycle_classes(h):
+    """THREATS.md's battery, "Lifecycle and helper", through the daemon.
+
+    A box-guest event with a wrong key: a daemon of its own runs hostile_vmm.py
+    as its QEMU (the daemon, shim, supervisor and abox-net are the real ones).
+    After `abox start`, the guest sends `exited 0` MACed under the previous
+    boot's key: dropped as forged (an event), the honest exit 3 recorded. The
+    control: the same frame under the boot's own key is believed (exit 0), so
+    the refusal is the key's doing. A `started` before go (the agent before
+    the self-test and the policy check): the instance fails, no command ever
+    counts as started; the control is the honest boot's command_started.
+
+    The agent cannot start before the policy is active: in a real guest, the
+    command's very first act reaches a name the policy does not allow and one
+    it does: only the allowed one answers, and the denial is an event. The
+    control: the same command under a policy that allows both reaches both."""
+    env = dict(h.env, XDG_RUNTIME_DIR=h.rig.path("run-hv"), XDG_STATE_HOME=h.rig.path("state-hv"),
+               ABOX_QEMU=HOSTILE_VMM)
+    os.makedirs(env["XDG_RUNTIME_DIR"], mode=0o700)
+    hv = ["run", "-d", "--accel", "tcg", "--policy", h.policy, "--no-selftest", "--name"]
+    try:
+        h.run(*hv, "hv-replay", "--", "true", env=env)
+        first = wait_ended(h, "hv-replay", env)
+        kinds = [e.get("kind") for e in events_of(h, "hv-replay", env)]
+        h.check("hv_honest_boot_exits_3_and_counts_as_started (the control of early)",
+                first.get("exit", {}).get("value") == 3 and "command_started" in kinds and
+                "control_forged_frame" not in kinds, f"{first} {kinds}")
+        code, _, err = h.run("start", "hv-replay", env=env)
+        second = wait_ended(h, "hv-replay", env)
+        ev = events_of(h, "hv-replay", env)
+        forged = [e for e in ev if e.get("kind") == "control_forged_frame"]
+        h.check("a_frame_under_the_previous_boots_key_is_dropped_as_forged",
+                len(forged) == 1 and sum(1 for e in ev if e.get("kind") == "command_started") == 2, ev[-8:])
+        h.check("the_forged_exit_is_not_believed", second.get("exit", {}).get("value") == 3, second)
+        h.run(*hv, "hv-current", "--", "true", env=env)
+        current = wait_ended(h, "hv-current", env)
+        kinds = [e.get("kind") for e in events_of(h, "hv-current", env)]
+        h.check("control: the same frame under the boots own key is believed",
+                current.get("exit", {}).get("value") == 0 and "control_forged_frame" not in kinds,
+                f"{current} {kinds}")
+        # With self-test probes, so that go waits for their report (without
+        # them go follows setup at once, and a start right after is in order).
+        h.run("run", "-d", "--accel", "tcg", "--policy", h.policy, *SELFTEST, "--name", "hv-early", "--", "true",
+              env=env)
+        early = wait_ended(h, "hv-early", env)
+        ev = events_of(h, "hv-early", env)
+        h.check("a_command_started_before_go_is_refused_and_never_counts",
+                early.get("state") == "failed" and "exit" not in early and
+                not any(e.get("kind") == "command_started" for e in ev) and
+                "started out of order" in json.dumps(ev), f"{early} {ev[-6:]}")
+    finally:
+        code, out, _ = h.run("ls", "-a", "--json", env=env)
+        for i in (json.loads(out)["instances"] if code == 0 else []):
+            h.run("rm", "-f", i["name"], env=env)
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(os.path.join(env["XDG_RUNTIME_DIR"], "abox", "daemon.sock"))
+            s.sendall(b'{"v":1,"id":1,"op":"ping"}\n')
+            os.kill(json.loads(s.recv(65536).split(b"\n")[0])["pid"], signal.SIGTERM)
+            s.close()
+        except (OSError, ValueError, KeyError) as e:
+            print(f"     cleanup of the hostile_vmm daemon: {e}")
+
+    # The first instant of a real guest's command.
+    # The target is site1, not the self-test's denied name (secret): a policy
+    # allowing that one fails the self-test, and the control would not start.
+    target = SITES[0]
+    first_act = (f"timeout 5 wget -q -O - http://{target}/host 2>/dev/null | grep -q host= && echo target-reached "
+                 f"|| echo target-refused; timeout 5 wget -q -O - http://{WEB}/host 2>/dev/null | grep -q host= && "
+                 f"echo web-reached; echo checks-done")
+    both = h.rig.path("policy-both.toml")
+    with open(both, "w") as f:
+        f.write(policy_text([WEB, target]))
+    for name, policy, want in (("first", h.policy, ["target-refused", "web-reached"]),
+                               ("firstctl", both, ["target-reached", "web-reached"])):
+        code, _, err = h.run("run", "-d", "--policy", policy, "--name", name, *SELFTEST, "--", "sh", "-c",
+                             first_act + "; sleep 600")
+        out = h.wait_output(name, "checks-done", timeout=90)
+        label = "the_agents_first_act_reaches_only_the_policys_names" if name == "first" else \
+            "control: under a policy allowing both its first act reaches both"
+        h.check(label, code == 0 and all(w in out for w in want), f"exit {code}: {err[-300:]} {out[-300:]}")
+        if name == "first":
+            ev = events_of(h, name)
+            order = [e.get("kind") for e in ev]
+            h.check("the_denial_is_an_event_and_the_self_test_came_before_the_command",
+                    any(e.get("kind") == "deny" and target.rstrip(".") in e.get("name", "") for e in ev) and
+                    "selftest" in order and
+                    order.index("selftest") < order.index("command_started"), order)
+        h.run("rm", "-f", name)
+        h.gone(f"lifecycle_{name}", name)
+
+
 CASES = [case_lifecycle, case_attach, case_peers, case_bad_requests, case_daemon_killed, case_four, case_nonce_of_another,
-         case_churn]
+         case_lifecycle_classes, case_unprivileged, case_churn]
 
 
 def main(argv):

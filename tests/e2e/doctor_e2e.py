@@ -193,6 +193,9 @@ def case_missing_parts(t):
 
 def case_helper_flips(t):
     rc, items, _ = t.doctor(OPERATOR)
+    if os.path.exists("/dev/kvm") and os.stat("/dev/kvm").st_mode & 0o006 != 0o006:
+        t.check("KVM for the operator: why /dev/kvm does not open", items.get("kvm", {}).get("detail") ==
+                "/dev/kvm: Permission denied" and items["kvm"]["status"] == "DEGRADED", items.get("kvm"))
     t.check("as the operator, no helper: DEGRADED with the fix",
             items.get("helper", {}).get("status") == "DEGRADED" and
             "abox-helper --operator" in items["helper"]["fix"], items.get("helper"))

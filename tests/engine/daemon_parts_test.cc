@@ -1,18 +1,23 @@
 // Small parts of the daemon: base64 of the logs stream, the rotating
-// output.log, the files of a state folder read back (bounded, typed).
+// output.log, the files of a state folder read back (bounded, typed), the
+// runtime folder (made only by who may start a daemon), the version it
+// reports.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "engine/daemon/base64.h"
+#include "engine/daemon/daemon_paths.h"
 #include "engine/daemon/instance_files.h"
 #include "engine/daemon/rotating_log.h"
 #include "engine/process/child_process.h"
+#include "engine/version.h"
 #include "tests/support/temp_dir.h"
 
 namespace abox::engine {
@@ -144,6 +149,60 @@ TEST(InstanceFiles, AShimIsNamedByPidAndStartTime) {
   EXPECT_FALSE(process_alive(::getpid(), 1));
   EXPECT_TRUE(process_alive(::getpid(), process_start_ticks(::getpid())));
   EXPECT_GT(process_rss_kib(::getpid()), 0u);
+}
+
+// XDG_RUNTIME_DIR pointed at a temp folder for one test, restored after.
+class RuntimeDirEnv {
+ public:
+  explicit RuntimeDirEnv(const std::string& dir) {
+    if (const char* old = std::getenv("XDG_RUNTIME_DIR")) old_ = old;
+    ::setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
+  }
+  ~RuntimeDirEnv() {
+    if (old_.empty()) {
+      ::unsetenv("XDG_RUNTIME_DIR");
+    } else {
+      ::setenv("XDG_RUNTIME_DIR", old_.c_str(), 1);
+    }
+  }
+  RuntimeDirEnv(const RuntimeDirEnv&) = delete;
+  RuntimeDirEnv& operator=(const RuntimeDirEnv&) = delete;
+
+ private:
+  std::string old_;
+};
+
+TEST(DaemonPaths, OnlyAClientThatMayStartTheDaemonMakesItsFolder) {
+  abox::testing::TempDir tmp("daemon_paths");
+  RuntimeDirEnv env(tmp.path());
+  const std::string dir = tmp.path() + "/abox";
+  struct stat st {};
+  // Asking whether a daemon runs: an error, and no folder made.
+  auto existing = existing_daemon_paths();
+  ASSERT_FALSE(existing.ok());
+  EXPECT_NE(existing.error().find("No such file"), std::string::npos) << existing.error();
+  EXPECT_NE(::lstat(dir.c_str(), &st), 0);
+  // The daemon (or a client about to start it) makes it, 0700.
+  auto made = daemon_paths();
+  ASSERT_TRUE(made.ok()) << made.error();
+  EXPECT_EQ(made->socket, dir + "/daemon.sock");
+  ASSERT_EQ(::lstat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  // Once it exists, both name the same paths.
+  auto again = existing_daemon_paths();
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->socket, made->socket);
+  // A folder others may enter is refused by both, and left as it is.
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  EXPECT_FALSE(existing_daemon_paths().ok());
+  EXPECT_FALSE(daemon_paths().ok());
+  ASSERT_EQ(::lstat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+}
+
+TEST(Version, IsTheProjectsVersion) {
+  // ABOX_PROJECT_VERSION: CMake's PROJECT_VERSION, given to this test alone.
+  EXPECT_EQ(abox_version(), ABOX_PROJECT_VERSION);
 }
 
 }  // namespace
