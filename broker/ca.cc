@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/private_file.h"
 #include "base/unique_fd.h"
 
 namespace abox::broker {
@@ -47,27 +48,12 @@ base::Result<void, std::string> write_file_atomic(const std::string& path, std::
   return {};
 }
 
+// The CA's files: at most 1 MiB, no symlink; the key only its owner's.
 base::Result<std::string, std::string> read_small_file(const std::string& path, bool must_be_private) {
-  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd) return base::Err{path + ": " + errno_text()};
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return base::Err{path + ": " + errno_text()};
-  if (!S_ISREG(st.st_mode)) return base::Err{path + ": not a regular file"};
-  if (must_be_private && (st.st_mode & 077) != 0) {
-    return base::Err{path + ": readable by group or others: chmod 600 it"};
-  }
-  if (must_be_private && st.st_uid != ::geteuid()) return base::Err{path + ": owned by another user"};
-  if (st.st_size > 1 << 20) return base::Err{path + ": too large"};
-  std::string text(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::read(fd.get(), text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  text.resize(done);
-  return text;
+  auto read = base::read_private_file(path, 1 << 20,
+                                      must_be_private ? base::Readers::owner_only : base::Readers::anyone);
+  if (!read.ok()) return base::Err{std::move(read.error().message)};
+  return std::move(*read);
 }
 
 bool add_extension(X509* cert, X509* issuer, int nid, const char* value) {

@@ -2,15 +2,16 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <toml++/toml.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "base/private_file.h"
 #include "base/unique_fd.h"
 #include "broker/key_scrubber.h"
 #include "policy/policy.h"
+#include "policy/toml_tables.h"
 
 namespace abox::broker {
 
@@ -44,8 +45,7 @@ bool write_all(int fd, std::string_view text) {
 }  // namespace
 
 void wipe(std::string& s) {
-  volatile char* p = s.data();
-  for (std::size_t i = 0; i < s.size(); ++i) p[i] = 0;
+  base::wipe(s);
   s.clear();
 }
 
@@ -64,67 +64,49 @@ CredentialFile::~CredentialFile() {
 }
 
 base::Result<CredentialFile, CredentialFileError> CredentialFile::read(const std::string& path) {
-  auto refuse = [](std::string m) { return base::Err{CredentialFileError{false, std::move(m)}}; };
-  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-  if (!fd) {
-    if (errno == ENOENT) return base::Err{CredentialFileError{true, errno_text(path)}};
-    if (errno == ELOOP) return refuse(path + ": is a symlink: give the file itself");
-    return refuse(errno_text(path));
+  auto read = base::read_private_file(path, kMaxCredentialFile);
+  if (!read.ok()) {
+    return base::Err{CredentialFileError{read.error().fault == base::PrivateFileError::Fault::missing,
+                                         std::move(read.error().message)}};
   }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return refuse(errno_text(path));
-  if (!S_ISREG(st.st_mode)) return refuse(path + ": not a regular file");
-  if (st.st_uid != ::geteuid()) {
-    return refuse(path + ": owned by uid " + std::to_string(st.st_uid) + ", not by you (uid " +
-                  std::to_string(::geteuid()) + ")");
-  }
-  if ((st.st_mode & 077) != 0)
-    return refuse(path + ": group or others may read or write it: chmod 600 " + path);
-  if (st.st_size > static_cast<off_t>(kMaxCredentialFile)) return refuse(path + ": larger than 1 MiB");
-  std::string text(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::read(fd.get(), text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  text.resize(done);
+  std::string& text = *read;
   auto parsed = parse(text, path);
   wipe(text);
-  if (!parsed.ok()) return refuse(parsed.error());
+  if (!parsed.ok()) return base::Err{CredentialFileError{false, std::move(parsed.error())}};
   return std::move(*parsed);
 }
 
 base::Result<CredentialFile, std::string> CredentialFile::parse(std::string_view text,
                                                                 const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    // The message quotes no value: toml++ reports position and reason only.
-    return base::Err{source + ":" + std::to_string(e.source().begin.line) + ": " +
-                     std::string(e.description())};
-  }
+  auto tables = policy::read_toml_tables(text, source);
+  if (!tables.ok()) return base::Err{std::move(tables.error())};
+  // Every key read is wiped wherever this returns: the file keeps copies
+  // (a move would leave a short key's bytes in the moved-from string).
+  struct Wiper {
+    std::vector<policy::TomlTable>& tables;
+    ~Wiper() {
+      for (auto& t : tables) {
+        for (auto& e : t.entries) {
+          if (e.text) wipe(*e.text);
+        }
+      }
+    }
+  } wiper{*tables};
   CredentialFile file;
-  for (auto& [k, v] : root) {
-    if (k.str() != "credentials") return base::Err{source + ": unknown key '" + std::string(k.str()) + "'"};
-    const toml::table* t = v.as_table();
-    if (t == nullptr) return base::Err{source + ": [credentials] must be a table"};
-    for (auto& [name, value] : *t) {
-      const std::string n(name.str());
+  for (auto& t : *tables) {
+    if (t.name != "credentials") return base::Err{source + ": unknown key '" + t.name + "'"};
+    if (!t.is_table) return base::Err{source + ": [credentials] must be a table"};
+    for (auto& [n, value] : t.entries) {
       if (!policy::valid_credential_name(n)) {
         return base::Err{source + ": credentials: the name '" + n +
                          "' is not 1 to 128 letters, digits, '-', '_' or '.'"};
       }
-      auto s = value.value<std::string>();
-      if (!s) return base::Err{source + ": credentials." + n + " must be a string"};
-      if (!valid_credential_key(*s)) {
-        wipe(*s);
+      if (!value) return base::Err{source + ": credentials." + n + " must be a string"};
+      if (!valid_credential_key(*value)) {
         return base::Err{source + ": credentials." + n +
                          " is not 1-4096 visible ASCII characters other than '*'"};
       }
-      file.entries_.emplace(n, std::move(*s));
+      file.entries_.emplace(n, *value);
     }
   }
   return file;

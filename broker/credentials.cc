@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/private_file.h"
 #include "broker/credential_file.h"
 
 namespace abox::broker {
@@ -44,28 +45,17 @@ base::Result<Credentials, std::string> Credentials::from_file(const CredentialFi
 }
 
 base::Result<Credentials, std::string> Credentials::read_fd(int fd, const policy::Policy& policy) {
-  std::string text;
+  auto read = base::read_all_bounded(fd, kMaxCredentialFile);
+  if (!read.ok()) {
+    const bool too_large = read.error().fault == base::PrivateFileError::Fault::too_large;
+    return base::Err{(too_large ? "the credentials fd holds " : "reading the credentials fd: ") +
+                     read.error().message};
+  }
+  std::string& text = *read;
   struct Wiper {
     std::string& s;
     ~Wiper() { wipe(s); }
   } wiper{text};
-  text.reserve(4096);
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      std::memset(buf, 0, sizeof buf);
-      return base::Err{std::string("reading the credentials fd: ") + std::strerror(errno)};
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > kMaxCredentialFile) {
-      std::memset(buf, 0, sizeof buf);
-      return base::Err{"the credentials fd holds more than " + std::to_string(kMaxCredentialFile) + " bytes"};
-    }
-  }
-  std::memset(buf, 0, sizeof buf);
   return parse_instance_text(text, policy);
 }
 

@@ -1,6 +1,6 @@
-// Instance secret file. How this works: open without following symlinks,
-// check what fstat says about the open file (not the path, so nothing can be
-// swapped in between), read exactly 32 bytes. A missing file is created with
+// Instance secret file. How this works: read it as a private file
+// (base/private_file.h: no symlink, a regular file, the owner's alone, what
+// fstat says about the open file, not the path), exactly 32 bytes. A missing file is created with
 // O_EXCL from RAND_bytes, written and fsync'd before it is read back the same
 // way; if another process created it first, its file is the one read.
 #include "broker/instance_secret.h"
@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/private_file.h"
 #include "base/unique_fd.h"
 
 namespace abox::broker {
@@ -54,25 +55,16 @@ base::Result<InstanceSecret, std::string> InstanceSecret::load_or_create(const s
   const std::string path = state_dir + "/" + kFileName;
   if (auto created = create_secret_file(path); !created) return base::Err{created.error()};
 
-  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd) return base::Err{path + ": " + errno_text()};
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return base::Err{path + ": " + errno_text()};
-  if (!S_ISREG(st.st_mode)) return base::Err{path + ": not a regular file"};
-  if (st.st_uid != ::geteuid()) return base::Err{path + ": owned by another user"};
-  if ((st.st_mode & 077) != 0)
-    return base::Err{path + ": readable or writable by group or others: chmod 600 it"};
-  if (st.st_size != static_cast<off_t>(kInstanceSecretBytes)) {
+  auto read = base::read_private_file(path, kInstanceSecretBytes);
+  if (!read.ok()) return base::Err{std::move(read.error().message)};
+  std::string& text = *read;
+  if (text.size() != kInstanceSecretBytes) {
+    base::wipe(text);
     return base::Err{path + ": not " + std::to_string(kInstanceSecretBytes) + " bytes long"};
   }
   InstanceSecret secret;
-  std::size_t done = 0;
-  while (done < secret.bytes_.size()) {
-    ssize_t n = ::read(fd.get(), secret.bytes_.data() + done, secret.bytes_.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return base::Err{path + ": short read"};
-    done += static_cast<std::size_t>(n);
-  }
+  std::memcpy(secret.bytes_.data(), text.data(), kInstanceSecretBytes);
+  base::wipe(text);
   return secret;
 }
 

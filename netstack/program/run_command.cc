@@ -147,7 +147,7 @@ std::string usage_line(std::string_view message) {
 
 }  // namespace
 
-int run_run_command(std::span<const std::string_view> args) {
+base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std::string_view> args) {
   static constexpr base::OptionSpec kOptions[] = {
       {"policy", 'p', true},       {"netns", 0, true},        {"tap-fd", 0, true},
       {"stream", 0, true},         {"events", 0, true},       {"instance", 0, true},
@@ -161,27 +161,26 @@ int run_run_command(std::span<const std::string_view> args) {
   const auto dash_dash = std::find(args.begin(), args.end(), std::string_view("--"));
   const bool command_given = dash_dash != args.end() && dash_dash + 1 != args.end();
   auto parsed = base::parse_options(args, kOptions, /*stop_at_positional=*/true);
-  if (!parsed.ok()) {
-    std::cerr << usage_line(parsed.error());
-    return command_given ? kRunCommandCouldNotStart : 2;
-  }
+  if (!parsed.ok())
+    return base::Err{RunUsageError{parsed.error(), command_given ? kRunCommandCouldNotStart : 2}};
+  RunInvocation run;
   if (parsed->help) {
-    std::cout << kUsage;
-    return 0;
+    run.help = true;
+    return run;
   }
   const base::ParsedArgs& a = *parsed;
-  const std::vector<std::string>& command = a.positionals;
+  run.command = a.positionals;
+  const std::vector<std::string>& command = run.command;
   const int usage_exit = command.empty() ? 2 : kRunCommandCouldNotStart;
-  auto usage_error = [&](std::string_view message) {
-    std::cerr << usage_line(message);
-    return usage_exit;
+  auto usage_error = [&](std::string message) {
+    return base::Err{RunUsageError{std::move(message), usage_exit}};
   };
   auto bad = [&](std::string_view option, std::string_view value, std::string_view what) {
     return usage_error("--" + std::string(option) + " '" + std::string(value) + "': expected " +
                        std::string(what));
   };
 
-  ApplianceOptions o;
+  ApplianceOptions& o = run.options;
   o.sandbox = !a.has("no-sandbox");
   o.events_path = a.last("events").value_or("");
   o.pcap_path = a.last("pcap");
@@ -252,6 +251,21 @@ int run_run_command(std::span<const std::string_view> args) {
     // another link would be silently ignored.
     return usage_error("--ifname applies only with --netns or a CMD");
   }
+  return run;
+}
+
+int run_run_command(std::span<const std::string_view> args) {
+  auto run = parse_run_options(args);
+  if (!run.ok()) {
+    std::cerr << usage_line(run.error().message);
+    return run.error().exit_code;
+  }
+  if (run->help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  const ApplianceOptions& o = run->options;
+  const std::vector<std::string>& command = run->command;
   auto loaded = load_policy_for("abox-net run", o.policy_path);
   if (!loaded) return command.empty() ? 3 : kRunCommandCouldNotStart;
   if (!command.empty()) return run_in_new_namespace(o, *loaded, command);

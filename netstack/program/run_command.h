@@ -8,7 +8,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "base/result.h"
 #include "netstack/link/tap_link.h"
 #include "netstack/program/process_setup.h"
 
@@ -38,6 +40,24 @@ struct ApplianceOptions {
   // stderr is CMD's).
   bool stats_at_exit = true;
 };
+
+// What `abox-net run ARGS` asks for, read without running anything (so that
+// every usage mistake is testable): --help, or the appliance's options and
+// the CMD to run behind it (empty: the appliance for an existing link).
+struct RunInvocation {
+  bool help = false;
+  ApplianceOptions options;
+  std::vector<std::string> command;
+};
+// A usage mistake: the one-line message (without the "abox-net run: "
+// prefix and the pointer to --help, which usage_error_line() adds) and the
+// exit status: 2, or kRunCommandCouldNotStart (125) when a CMD was given.
+struct RunUsageError {
+  std::string message;
+  int exit_code = 2;
+};
+// The policy file is only named here, not read (run_run_command() loads it).
+base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std::string_view> args);
 
 // Runs the appliance until a signal, the guest namespace going away or the
 // VMM leaving: 0; or 3 when it could not start (the reason on stderr).

@@ -34,6 +34,7 @@
 
 #include "base/unique_fd.h"
 #include "tests/support/asan.h"
+#include "tests/support/needs_root.h"
 
 namespace abox::broker {
 namespace {
@@ -203,8 +204,7 @@ TEST(BrokerSandbox, AbortStillEndsInSigabrt) {
 // What /proc/self/status says of a sandboxed broker (the e2e suites read the
 // same lines of the real one): NoNewPrivs 1, Seccomp 2, CapEff 0.
 TEST(BrokerSandbox, StatusShowsNoNewPrivsSeccompAndNoCapabilities) {
-  if (::geteuid() != 0)
-    GTEST_SKIP() << "needs root to hold capabilities in the first place (CI runs as root)";
+  ABOX_NEEDS_ROOT("needs root to hold capabilities in the first place (CI runs as root)");
   int p[2];
   ASSERT_EQ(::pipe(p), 0);
   const pid_t pid = ::fork();

@@ -1,7 +1,8 @@
 // The Link contract: one typed suite that every Link implementation joins
 // with a factory returning the link and a peer for its far end (LinkPeer in
 // link_test_support.h). The tap joins twice (create_in_netns and from_fd,
-// each in a namespace of the test's own: skipped only when not root); the
+// each in a namespace of the test's own: skipped when not root, a failure
+// where every test must run, tests/support/needs_root.h); the
 // QEMU stream link joins over a real unix socket, a StreamListener at a path
 // of the test's own with the test as the VMM.
 //
@@ -12,7 +13,8 @@
 // EMSGSIZE, which does not end the link); a gone peer wakes the
 // loop and is an error, not EAGAIN. The tap joins twice more and the stream
 // link once more, read through an event loop's ring (RingRead: GuestStack's
-// way, link.h). Sent frames are checked after flush() (the end of the
+// way, link.h), and the recording link (--pcap) joins around a stream link.
+// Sent frames are checked after flush() (the end of the
 // sender's turn): a link may batch its output until then.
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -35,9 +37,12 @@
 
 #include "base/unique_fd.h"
 #include "io/event_loop.h"
+#include "netstack/link/pcap_writer.h"
+#include "netstack/link/recording_link.h"
 #include "netstack/link/stream_link.h"
 #include "netstack/link/tap_link.h"
 #include "tests/netstack/link/link_test_support.h"
+#include "tests/support/needs_root.h"
 #include "tests/support/temp_dir.h"
 
 namespace abox::netstack {
@@ -292,11 +297,63 @@ struct StreamFactory {
   }
 };
 
+// RecordingLink (--pcap) around a stream link: it must keep every promise
+// of the link it wraps. The peer owns what the wrapper borrows (the stream
+// link, the pcap writer and its folder), and outlives the wrapper.
+class RecordingPeer final : public LinkPeer {
+ public:
+  RecordingPeer(LinkUnderTest inner, abox::testing::TempDir dir, PcapWriter writer)
+      : dir_(std::move(dir)), writer_(std::move(writer)), inner_(std::move(inner)) {}
+
+  void inject(std::span<const std::uint8_t> frame) override { inner_.peer->inject(frame); }
+  std::optional<Frame> next_sent(std::chrono::milliseconds timeout) override {
+    return inner_.peer->next_sent(timeout);
+  }
+  void kill() override { inner_.peer->kill(); }
+  bool inject_in_pieces(std::span<const std::uint8_t> frame, const std::function<void()>& between) override {
+    return inner_.peer->inject_in_pieces(frame, between);
+  }
+  void inject_batch(const std::vector<Frame>& frames) override { inner_.peer->inject_batch(frames); }
+  bool inject_runt(std::span<const std::uint8_t> frame) override { return inner_.peer->inject_runt(frame); }
+
+  Link& inner_link() { return *inner_.link; }
+  PcapWriter& writer() { return writer_; }
+
+ private:
+  abox::testing::TempDir dir_;
+  PcapWriter writer_;
+  LinkUnderTest inner_;
+};
+
+struct RecordingStreamFactory {
+  static constexpr const char* kName = "RecordingStream";
+  static const char* skip_reason() { return nullptr; }
+  // The stream link inside the wrapper made last (one test at a time).
+  static inline const StreamLink* inner = nullptr;
+  static std::uint64_t runts(const Link&) { return inner->dropped_runt(); }
+  static LinkUnderTest make() {
+    LinkUnderTest stream = StreamFactory::make();
+    if (!stream.link) return {};
+    abox::testing::TempDir dir("abox-rec-contract");
+    auto writer = PcapWriter::create(dir.file("c.pcap"), 1 << 20);
+    if (!writer.ok()) {
+      ADD_FAILURE() << writer.error();
+      return {};
+    }
+    auto peer = std::make_unique<RecordingPeer>(std::move(stream), std::move(dir), std::move(writer).value());
+    inner = static_cast<const StreamLink*>(&peer->inner_link());
+    LinkUnderTest out;
+    out.link = std::make_unique<RecordingLink>(peer->inner_link(), peer->writer());
+    out.peer = std::move(peer);
+    return out;
+  }
+};
+
 template <class Factory>
 class LinkContract : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (const char* reason = Factory::skip_reason()) GTEST_SKIP() << reason;
+    if (const char* reason = Factory::skip_reason()) ABOX_NEEDS_ROOT(reason);
     pair_ = Factory::make();
     ASSERT_TRUE(pair_.link && pair_.peer);
   }
@@ -321,8 +378,9 @@ struct StreamRingFactory : RingReadFactory<StreamFactory, StreamLink> {
   static constexpr const char* kName = "StreamRing";
 };
 
-using LinkFactories = ::testing::Types<TapInNetnsFactory, TapFromFdFactory, TapInNetnsRingFactory,
-                                       TapFromFdRingFactory, StreamFactory, StreamRingFactory>;
+using LinkFactories =
+    ::testing::Types<TapInNetnsFactory, TapFromFdFactory, TapInNetnsRingFactory, TapFromFdRingFactory,
+                     StreamFactory, StreamRingFactory, RecordingStreamFactory>;
 TYPED_TEST_SUITE(LinkContract, LinkFactories, FactoryNames);
 
 TYPED_TEST(LinkContract, PeerFramesArriveWholeAndCounted) {

@@ -41,6 +41,7 @@
 #include "netstack/link/link.h"
 #include "policy/ip_address.h"
 #include "tests/support/big_endian.h"
+#include "tests/support/needs_root.h"  // ABOX_NEEDS_ROOT, for the tests that use kNeedRoot
 
 namespace abox::netstack::link_test {
 

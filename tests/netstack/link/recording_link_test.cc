@@ -73,7 +73,7 @@ class RecordingLinkRingTest : public ::testing::Test {
 // A tap read and written through the ring behind a RecordingLink, as
 // GuestStack does it with --pcap.
 TEST_F(RecordingLinkRingTest, TapRingReadsAndWritesAreRecordedInOrder) {
-  if (!is_root()) GTEST_SKIP() << kNeedRoot;
+  ABOX_NEEDS_ROOT(kNeedRoot);
   auto ns = std::make_unique<ScopedNetns>();
   base::UniqueFd fd = open_tap_in(ns->path(), "eth0", IFF_TAP | IFF_NO_PI);
   ASSERT_TRUE(fd);

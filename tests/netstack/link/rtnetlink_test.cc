@@ -304,7 +304,7 @@ void in_fresh_netns(Body body) {
 }
 
 TEST(RouteSocket, ConfiguresLoInAFreshNamespace) {
-  if (!link_test::is_root()) GTEST_SKIP() << link_test::kNeedRoot;
+  ABOX_NEEDS_ROOT(link_test::kNeedRoot);
   in_fresh_netns([] {
     auto rs = RouteSocket::open();
     ASSERT_TRUE(rs.ok()) << std::strerror(rs.error());

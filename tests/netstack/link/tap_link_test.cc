@@ -51,9 +51,7 @@ using namespace link_test;  // NOLINT(google-build-using-namespace): the helpers
 
 class TapLinkTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (!is_root()) GTEST_SKIP() << kNeedRoot;
-  }
+  void SetUp() override { ABOX_NEEDS_ROOT(kNeedRoot); }
   static std::unique_ptr<TapLink> create(const ScopedNetns& ns, const GuestNetConfig& config = {}) {
     auto link = TapLink::create_in_netns(ns.name(), config);
     if (!link) {

@@ -36,7 +36,7 @@ bool turn_until(io::EventLoop& loop, Pred done) {
 }
 
 TEST(HostAddressWatch, ReadsTheNamespacesAddressesAndFollowsThem) {
-  if (!link_test::is_root()) GTEST_SKIP() << link_test::kNeedRoot;
+  ABOX_NEEDS_ROOT(link_test::kNeedRoot);
   std::thread t([] {
     // A namespace of this thread's own (commands it runs are in it too).
     if (::unshare(CLONE_NEWNET) != 0) {

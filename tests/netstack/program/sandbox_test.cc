@@ -31,6 +31,7 @@
 
 #include "base/unique_fd.h"
 #include "tests/support/asan.h"
+#include "tests/support/needs_root.h"
 
 namespace abox::netstack {
 namespace {
@@ -171,8 +172,7 @@ TEST(Sandbox, AbortStillEndsInSigabrt) {
 }
 
 TEST(Sandbox, DropsEveryCapabilityAndSetsNoNewPrivs) {
-  if (::geteuid() != 0)
-    GTEST_SKIP() << "needs root to hold capabilities in the first place (CI runs as root)";
+  ABOX_NEEDS_ROOT("needs root to hold capabilities in the first place (CI runs as root)");
   ChildEnd end = in_child([] {
     if (auto r = drop_privileges(); !r.ok()) return 10;
     __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
