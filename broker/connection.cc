@@ -4,7 +4,7 @@
 #include "broker/connection.h"
 
 #include <openssl/ssl.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -69,6 +69,12 @@ Connection::Connection(InstanceRuntime& rt, base::UniqueFd fd, std::uint64_t id)
 }
 
 Connection::~Connection() {
+  // A connection destroyed open (the service going, a start() that failed
+  // after its watch) leaves no handler behind that names it.
+  if (state_ != State::closed) {
+    if (upstream_fd_number_ >= 0) rt_.loop.unwatch(upstream_fd_number_);
+    rt_.loop.unwatch(guest_fd_number_);
+  }
   if (timer_ != 0) rt_.loop.cancel(timer_);
   if (resolve_ticket_ != 0) rt_.resolver.cancel(resolve_ticket_);
   if (counted_handshake_) --rt_.accounting.service().handshakes_in_progress;
@@ -78,7 +84,7 @@ Connection::~Connection() {
 bool Connection::start() {
   ++rt_.accounting.service().handshakes_in_progress;
   counted_handshake_ = true;
-  if (!rt_.loop.watch(guest_fd_number_, EPOLLIN, [this](std::uint32_t) { drive(); })) return false;
+  if (!rt_.loop.watch(guest_fd_number_, POLLIN, [this](std::uint32_t) { drive(); })) return false;
   arm_timer(rt_.limits.handshake_timeout);
   // A deadline too: every byte of a trickled ClientHello resets the idle timer.
   set_deadline(Deadline::handshake, rt_.limits.handshake_timeout);
@@ -551,28 +557,28 @@ void Connection::update_interest() {
     case State::handshake:
     case State::body:
     case State::tunnel:
-      guest_events = EPOLLIN;
+      guest_events = POLLIN;
       break;
     case State::head:
       // Not while a response is still queued: reading waits for the flush.
-      guest_events = EPOLLIN;
+      guest_events = POLLIN;
       break;
     default:
       break;
   }
-  if (guest_ && guest_->wants_read_event()) guest_events |= EPOLLIN;
-  if (guest_ && guest_->wants_write_event()) guest_events |= EPOLLOUT;
+  if (guest_ && guest_->wants_read_event()) guest_events |= POLLIN;
+  if (guest_ && guest_->wants_write_event()) guest_events |= POLLOUT;
   rt_.loop.modify(guest_fd_number_, guest_events);
   if (upstream_fd_number_ >= 0) {
     std::uint32_t up_events = 0;
-    if (state_ == State::connect) up_events = EPOLLOUT;
+    if (state_ == State::connect) up_events = POLLOUT;
     if (upstream_) {
       if (state_ == State::upstream_handshake) {
-        up_events = upstream_->wants_read_event() ? std::uint32_t{EPOLLIN} : 0u;
-        if (upstream_->wants_write_event()) up_events |= EPOLLOUT;
+        up_events = upstream_->wants_read_event() ? std::uint32_t{POLLIN} : 0u;
+        if (upstream_->wants_write_event()) up_events |= POLLOUT;
       } else {
-        if (guest_->queued_bytes() < rt_.limits.max_buffered_bytes) up_events |= EPOLLIN;
-        if (upstream_->wants_write_event()) up_events |= EPOLLOUT;
+        if (guest_->queued_bytes() < rt_.limits.max_buffered_bytes) up_events |= POLLIN;
+        if (upstream_->wants_write_event()) up_events |= POLLOUT;
       }
     }
     rt_.loop.modify(upstream_fd_number_, up_events);

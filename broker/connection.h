@@ -81,12 +81,12 @@
 
 namespace abox::broker {
 
-class Connection {
+class Connection final : public io::EventLoop::Deletable {
  public:
   // `fd` is an accepted, non-blocking guest socket. `port` is the local
   // port it was accepted on (used only without a hand-off line).
   Connection(InstanceRuntime& rt, base::UniqueFd fd, std::uint64_t id);
-  ~Connection();
+  ~Connection() override;
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 

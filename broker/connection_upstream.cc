@@ -3,7 +3,7 @@
 // request, and streaming the response back through the scrubber (see
 // connection.h for the whole state machine).
 #include <openssl/ssl.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -28,7 +28,7 @@ void Connection::start_upstream() {
   if (auto pooled = rt_.pool.take(binding_index_)) {
     upstream_ = std::move(pooled);
     upstream_fd_number_ = upstream_->fd();
-    if (rt_.loop.watch(upstream_fd_number_, EPOLLIN | EPOLLOUT, [this](std::uint32_t) { drive(); })) {
+    if (rt_.loop.watch(upstream_fd_number_, POLLIN | POLLOUT, [this](std::uint32_t) { drive(); })) {
       reused_upstream_ = true;
       ++rt_.accounting.service().upstream_reused;
       on_upstream_handshake_done();
@@ -79,7 +79,7 @@ void Connection::try_next_address() {
     connecting_fd_ = connect_nonblocking(a, binding_->port);
     if (!connecting_fd_) continue;
     upstream_fd_number_ = connecting_fd_.get();
-    if (!rt_.loop.watch(upstream_fd_number_, EPOLLOUT, [this](std::uint32_t) { drive(); })) {
+    if (!rt_.loop.watch(upstream_fd_number_, POLLOUT, [this](std::uint32_t) { drive(); })) {
       connecting_fd_.reset();
       continue;
     }

@@ -1,6 +1,6 @@
 #include "broker/upstream_pool.h"
 
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -50,7 +50,7 @@ void UpstreamPool::give(std::size_t binding, std::unique_ptr<TlsStream> stream) 
   std::uint64_t serial = next_serial_++;
   int fd = stream->fd();
   // Anything readable on an idle connection is its end (or junk): drop it.
-  if (!loop_.watch(fd, EPOLLIN, [this, binding, serial](std::uint32_t) { drop(binding, serial); })) return;
+  if (!loop_.watch(fd, POLLIN, [this, binding, serial](std::uint32_t) { drop(binding, serial); })) return;
   Idle i;
   i.stream = std::move(stream);
   i.serial = serial;
