@@ -84,7 +84,8 @@ Connection::~Connection() {
 bool Connection::start() {
   ++rt_.accounting.service().handshakes_in_progress;
   counted_handshake_ = true;
-  if (!rt_.loop.watch(guest_fd_number_, POLLIN, [this](std::uint32_t) { drive(); })) return false;
+  if (!rt_.loop.watch(guest_fd_number_, POLLIN, [this](std::uint32_t ev) { on_guest_events(ev); }))
+    return false;
   arm_timer(rt_.limits.handshake_timeout);
   // A deadline too: every byte of a trickled ClientHello resets the idle timer.
   set_deadline(Deadline::handshake, rt_.limits.handshake_timeout);
@@ -150,6 +151,16 @@ int Connection::on_servername(SSL* ssl, int* alert) {
 }
 
 // ---- driving ----
+
+void Connection::on_guest_events(std::uint32_t events) {
+  if ((events & ~std::uint32_t{POLLOUT}) != 0) guest_quiet_ = false;
+  drive();
+}
+
+void Connection::on_upstream_events(std::uint32_t events) {
+  if ((events & ~std::uint32_t{POLLOUT}) != 0) upstream_quiet_ = false;
+  drive();
+}
 
 void Connection::drive() {
   if (state_ == State::closed) return;
@@ -350,6 +361,7 @@ bool Connection::step_head() {
   }
   std::size_t limit = rt_.head_limits.max_head_bytes + 1;
   if (in_.size() >= limit) return false;  // the parser decides at the limit
+  if (guest_quiet_ && !guest_->has_pending()) return false;
   bool read = read_guest(limit - in_.size());
   if (state_ == State::head) start_head_deadline_at_first_byte();  // also a record that did not decrypt yet
   return read;

@@ -197,6 +197,17 @@ class Connection final : public io::EventLoop::Deletable {
   std::string upstream_request_;
   bool request_counted_ = false;
   bool reused_upstream_ = false;
+  // A read that could only find nothing is not tried (each is a system
+  // call): the provider's answer cannot come before the loop sees its
+  // socket readable after the request went out, nor the guest's next
+  // request before its answer was queued (a pipelined one the loop reports
+  // too: the guest watch always has POLLIN in the head state). Set then;
+  // cleared by any event on that fd but POLLOUT. TLS bytes already
+  // decrypted (has_pending()) are read regardless.
+  bool upstream_quiet_ = false;
+  bool guest_quiet_ = false;
+  void on_guest_events(std::uint32_t events);
+  void on_upstream_events(std::uint32_t events);
   std::optional<BodyDecoder> body_;
   NonceMarkerScanner body_scanner_;
   std::size_t body_offset_ = 0;  // where the body starts in in_
