@@ -75,7 +75,7 @@ Connection::~Connection() {
     if (upstream_fd_number_ >= 0) rt_.loop.unwatch(upstream_fd_number_);
     rt_.loop.unwatch(guest_fd_number_);
   }
-  if (timer_ != 0) rt_.loop.cancel(timer_);
+  rt_.loop.io().cancel(timer_);
   if (resolve_ticket_ != 0) rt_.resolver.cancel(resolve_ticket_);
   if (counted_handshake_) --rt_.accounting.service().handshakes_in_progress;
   wipe_string(upstream_request_);
@@ -551,10 +551,7 @@ void Connection::close_now() {
   state_ = State::closed;
   drop_upstream();
   rt_.loop.unwatch(guest_fd_number_);
-  if (timer_ != 0) {
-    rt_.loop.cancel(timer_);
-    timer_ = 0;
-  }
+  rt_.loop.io().cancel(timer_);
   if (resolve_ticket_ != 0) {
     rt_.resolver.cancel(resolve_ticket_);
     resolve_ticket_ = 0;
@@ -612,14 +609,10 @@ void Connection::set_deadline(Deadline what, base::Millis after) {
 void Connection::schedule_timer() {
   base::MonoTime due = last_activity_ + timeout_;
   if (deadline_what_ != Deadline::none && deadline_ < due) due = deadline_;
-  if (timer_ != 0) {
-    // A timer due no later re-checks both clocks when it fires; a later one
-    // (an idle time-out when a shorter one is armed) is moved up.
-    if (timer_due_ <= due) return;
-    rt_.loop.cancel(timer_);
-  }
-  timer_due_ = due;
-  timer_ = rt_.loop.schedule(due, [this] { on_timer(); });
+  // A timer due no later re-checks both clocks when it fires; a later one
+  // (an idle time-out when a shorter one is armed) is moved up.
+  if (timer_.scheduled() && timer_.due() <= due) return;
+  rt_.loop.io().schedule(timer_, due);
 }
 
 void Connection::on_deadline() {
@@ -647,7 +640,6 @@ void Connection::on_deadline() {
 }
 
 void Connection::on_timer() {
-  timer_ = 0;
   if (state_ == State::closed) return;
   const base::MonoTime now = rt_.loop.now();
   if (deadline_what_ != Deadline::none && now >= deadline_) {

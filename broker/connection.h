@@ -239,8 +239,14 @@ class Connection final : public io::EventLoop::Deletable {
   std::string relayed_;  // the relay's output, queued for the guest by send_relayed()
   std::uint64_t scrubbed_reported_ = 0;
 
-  BrokerLoop::TimerId timer_ = 0;
-  base::MonoTime timer_due_;
+  // The one timer (deadline or time-out, whichever is due first), a loop
+  // Timer of its own: moving it is a heap update, not an allocation.
+  struct DueTimer final : io::EventLoop::Timer {
+    explicit DueTimer(Connection& c) : owner(c) {}
+    void on_timer() override { owner.on_timer(); }
+    Connection& owner;
+  };
+  DueTimer timer_{*this};
   base::MonoTime last_activity_;
   base::Millis timeout_{0};
   Deadline deadline_what_ = Deadline::none;
