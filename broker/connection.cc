@@ -4,7 +4,7 @@
 #include "broker/connection.h"
 
 #include <openssl/ssl.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -69,7 +69,13 @@ Connection::Connection(InstanceRuntime& rt, base::UniqueFd fd, std::uint64_t id)
 }
 
 Connection::~Connection() {
-  if (timer_ != 0) rt_.loop.cancel(timer_);
+  // A connection destroyed open (the service going, a start() that failed
+  // after its watch) leaves no handler behind that names it.
+  if (state_ != State::closed) {
+    if (upstream_fd_number_ >= 0) rt_.loop.unwatch(upstream_fd_number_);
+    rt_.loop.unwatch(guest_fd_number_);
+  }
+  rt_.loop.io().cancel(timer_);
   if (resolve_ticket_ != 0) rt_.resolver.cancel(resolve_ticket_);
   if (counted_handshake_) --rt_.accounting.service().handshakes_in_progress;
   wipe_string(upstream_request_);
@@ -78,7 +84,8 @@ Connection::~Connection() {
 bool Connection::start() {
   ++rt_.accounting.service().handshakes_in_progress;
   counted_handshake_ = true;
-  if (!rt_.loop.watch(guest_fd_number_, EPOLLIN, [this](std::uint32_t) { drive(); })) return false;
+  if (!rt_.loop.watch(guest_fd_number_, POLLIN, [this](std::uint32_t ev) { on_guest_events(ev); }))
+    return false;
   arm_timer(rt_.limits.handshake_timeout);
   // A deadline too: every byte of a trickled ClientHello resets the idle timer.
   set_deadline(Deadline::handshake, rt_.limits.handshake_timeout);
@@ -144,6 +151,16 @@ int Connection::on_servername(SSL* ssl, int* alert) {
 }
 
 // ---- driving ----
+
+void Connection::on_guest_events(std::uint32_t events) {
+  if ((events & ~std::uint32_t{POLLOUT}) != 0) guest_quiet_ = false;
+  drive();
+}
+
+void Connection::on_upstream_events(std::uint32_t events) {
+  if ((events & ~std::uint32_t{POLLOUT}) != 0) upstream_quiet_ = false;
+  drive();
+}
 
 void Connection::drive() {
   if (state_ == State::closed) return;
@@ -344,6 +361,7 @@ bool Connection::step_head() {
   }
   std::size_t limit = rt_.head_limits.max_head_bytes + 1;
   if (in_.size() >= limit) return false;  // the parser decides at the limit
+  if (guest_quiet_ && !guest_->has_pending()) return false;
   bool read = read_guest(limit - in_.size());
   if (state_ == State::head) start_head_deadline_at_first_byte();  // also a record that did not decrypt yet
   return read;
@@ -533,10 +551,7 @@ void Connection::close_now() {
   state_ = State::closed;
   drop_upstream();
   rt_.loop.unwatch(guest_fd_number_);
-  if (timer_ != 0) {
-    rt_.loop.cancel(timer_);
-    timer_ = 0;
-  }
+  rt_.loop.io().cancel(timer_);
   if (resolve_ticket_ != 0) {
     rt_.resolver.cancel(resolve_ticket_);
     resolve_ticket_ = 0;
@@ -551,28 +566,28 @@ void Connection::update_interest() {
     case State::handshake:
     case State::body:
     case State::tunnel:
-      guest_events = EPOLLIN;
+      guest_events = POLLIN;
       break;
     case State::head:
       // Not while a response is still queued: reading waits for the flush.
-      guest_events = EPOLLIN;
+      guest_events = POLLIN;
       break;
     default:
       break;
   }
-  if (guest_ && guest_->wants_read_event()) guest_events |= EPOLLIN;
-  if (guest_ && guest_->wants_write_event()) guest_events |= EPOLLOUT;
+  if (guest_ && guest_->wants_read_event()) guest_events |= POLLIN;
+  if (guest_ && guest_->wants_write_event()) guest_events |= POLLOUT;
   rt_.loop.modify(guest_fd_number_, guest_events);
   if (upstream_fd_number_ >= 0) {
     std::uint32_t up_events = 0;
-    if (state_ == State::connect) up_events = EPOLLOUT;
+    if (state_ == State::connect) up_events = POLLOUT;
     if (upstream_) {
       if (state_ == State::upstream_handshake) {
-        up_events = upstream_->wants_read_event() ? std::uint32_t{EPOLLIN} : 0u;
-        if (upstream_->wants_write_event()) up_events |= EPOLLOUT;
+        up_events = upstream_->wants_read_event() ? std::uint32_t{POLLIN} : 0u;
+        if (upstream_->wants_write_event()) up_events |= POLLOUT;
       } else {
-        if (guest_->queued_bytes() < rt_.limits.max_buffered_bytes) up_events |= EPOLLIN;
-        if (upstream_->wants_write_event()) up_events |= EPOLLOUT;
+        if (guest_->queued_bytes() < rt_.limits.max_buffered_bytes) up_events |= POLLIN;
+        if (upstream_->wants_write_event()) up_events |= POLLOUT;
       }
     }
     rt_.loop.modify(upstream_fd_number_, up_events);
@@ -594,14 +609,10 @@ void Connection::set_deadline(Deadline what, base::Millis after) {
 void Connection::schedule_timer() {
   base::MonoTime due = last_activity_ + timeout_;
   if (deadline_what_ != Deadline::none && deadline_ < due) due = deadline_;
-  if (timer_ != 0) {
-    // A timer due no later re-checks both clocks when it fires; a later one
-    // (an idle time-out when a shorter one is armed) is moved up.
-    if (timer_due_ <= due) return;
-    rt_.loop.cancel(timer_);
-  }
-  timer_due_ = due;
-  timer_ = rt_.loop.schedule(due, [this] { on_timer(); });
+  // A timer due no later re-checks both clocks when it fires; a later one
+  // (an idle time-out when a shorter one is armed) is moved up.
+  if (timer_.scheduled() && timer_.due() <= due) return;
+  rt_.loop.io().schedule(timer_, due);
 }
 
 void Connection::on_deadline() {
@@ -629,7 +640,6 @@ void Connection::on_deadline() {
 }
 
 void Connection::on_timer() {
-  timer_ = 0;
   if (state_ == State::closed) return;
   const base::MonoTime now = rt_.loop.now();
   if (deadline_what_ != Deadline::none && now >= deadline_) {

@@ -81,12 +81,12 @@
 
 namespace abox::broker {
 
-class Connection {
+class Connection final : public io::EventLoop::Deletable {
  public:
   // `fd` is an accepted, non-blocking guest socket. `port` is the local
   // port it was accepted on (used only without a hand-off line).
   Connection(InstanceRuntime& rt, base::UniqueFd fd, std::uint64_t id);
-  ~Connection();
+  ~Connection() override;
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
@@ -197,6 +197,17 @@ class Connection {
   std::string upstream_request_;
   bool request_counted_ = false;
   bool reused_upstream_ = false;
+  // A read that could only find nothing is not tried (each is a system
+  // call): the provider's answer cannot come before the loop sees its
+  // socket readable after the request went out, nor the guest's next
+  // request before its answer was queued (a pipelined one the loop reports
+  // too: the guest watch always has POLLIN in the head state). Set then;
+  // cleared by any event on that fd but POLLOUT. TLS bytes already
+  // decrypted (has_pending()) are read regardless.
+  bool upstream_quiet_ = false;
+  bool guest_quiet_ = false;
+  void on_guest_events(std::uint32_t events);
+  void on_upstream_events(std::uint32_t events);
   std::optional<BodyDecoder> body_;
   NonceMarkerScanner body_scanner_;
   std::size_t body_offset_ = 0;  // where the body starts in in_
@@ -228,8 +239,14 @@ class Connection {
   std::string relayed_;  // the relay's output, queued for the guest by send_relayed()
   std::uint64_t scrubbed_reported_ = 0;
 
-  BrokerLoop::TimerId timer_ = 0;
-  base::MonoTime timer_due_;
+  // The one timer (deadline or time-out, whichever is due first), a loop
+  // Timer of its own: moving it is a heap update, not an allocation.
+  struct DueTimer final : io::EventLoop::Timer {
+    explicit DueTimer(Connection& c) : owner(c) {}
+    void on_timer() override { owner.on_timer(); }
+    Connection& owner;
+  };
+  DueTimer timer_{*this};
   base::MonoTime last_activity_;
   base::Millis timeout_{0};
   Deadline deadline_what_ = Deadline::none;

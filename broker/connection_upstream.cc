@@ -3,7 +3,7 @@
 // request, and streaming the response back through the scrubber (see
 // connection.h for the whole state machine).
 #include <openssl/ssl.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -28,7 +28,8 @@ void Connection::start_upstream() {
   if (auto pooled = rt_.pool.take(binding_index_)) {
     upstream_ = std::move(pooled);
     upstream_fd_number_ = upstream_->fd();
-    if (rt_.loop.watch(upstream_fd_number_, EPOLLIN | EPOLLOUT, [this](std::uint32_t) { drive(); })) {
+    if (rt_.loop.watch(upstream_fd_number_, POLLIN | POLLOUT,
+                       [this](std::uint32_t ev) { on_upstream_events(ev); })) {
       reused_upstream_ = true;
       ++rt_.accounting.service().upstream_reused;
       on_upstream_handshake_done();
@@ -79,7 +80,7 @@ void Connection::try_next_address() {
     connecting_fd_ = connect_nonblocking(a, binding_->port);
     if (!connecting_fd_) continue;
     upstream_fd_number_ = connecting_fd_.get();
-    if (!rt_.loop.watch(upstream_fd_number_, EPOLLOUT, [this](std::uint32_t) { drive(); })) {
+    if (!rt_.loop.watch(upstream_fd_number_, POLLOUT, [this](std::uint32_t ev) { on_upstream_events(ev); })) {
       connecting_fd_.reset();
       continue;
     }
@@ -148,6 +149,7 @@ void Connection::on_upstream_handshake_done() {
   }
   request_bytes_up_ = upstream_request_.size();
   upstream_->queue(upstream_request_);
+  upstream_quiet_ = true;  // until the request is out and the loop says so
   response_raw_.clear();
   response_head_done_ = false;
   response_started_ = false;
@@ -169,6 +171,7 @@ bool Connection::step_exchange() {
   if (process_response()) progress = true;
   if (state_ != State::exchange) return true;
   if (guest_->queued_bytes() >= rt_.limits.max_buffered_bytes) return progress;
+  if (upstream_quiet_ && !upstream_->has_pending()) return progress;
   switch (upstream_->read(response_raw_, 64 * 1024)) {
     case TlsIo::done:
       return true;
@@ -363,6 +366,7 @@ void Connection::finish_response() {
     begin_closing();
     return;
   }
+  guest_quiet_ = true;  // its next request comes after this answer (or the loop says so)
   enter_head_state();
 }
 

@@ -1,77 +1,85 @@
-// BrokerLoop: the broker's one event loop (epoll, level-triggered), single
-// threaded. broker/ may not include netstack/, so it has its own small loop.
+// BrokerLoop: the broker's view of the data plane's one event loop
+// (io::EventLoop, io/event_loop.h), which it owns. Single threaded.
 //
-// What it owns: the epoll fd, a table of fd -> handler, one-shot timers
-// (ordered by deadline), and deferred work that runs after the current turn's
-// callbacks (so an object may ask for its own deletion from inside its own
-// callback: Envoy's deferredDelete, lwIP's err callbacks).
+// The broker's objects are written against fds and functions: a handler per
+// fd (level-triggered, as the connection state machine expects: an fd still
+// ready after its handler runs calls it again the next turn) and one-shot
+// timers by id. This class maps those onto the loop's Watcher and Timer
+// objects; the waiting, the clock, the timer heap and the deferred work and
+// deferred deletion are the loop's own.
 //
-// A turn: wait for readiness or the earliest timer, read the clock once
-// (now()), run every ready handler, then every due timer, then the deferred
-// work. A handler removed during the turn is not called afterwards (the
-// fd's generation is checked), so fds may be closed and reused freely.
+// A turn (the loop's): wait for readiness or the earliest timer, read the
+// clock once (now()), run every ready handler, then every due timer, then
+// the deferred work. A handler unwatched during the turn is not called
+// afterwards, and its function lives until the turn ends (it may unwatch
+// itself), so fds may be closed and reused freely.
+//
+// The ring is created disabled: the sandbox restricts it (enable_ring(),
+// broker/sandbox.h) before the first turn; without a sandbox the first
+// turn enables it unrestricted.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <map>
+#include <memory>
 #include <unordered_map>
-#include <vector>
 
 #include "base/clock.h"
-#include "base/unique_fd.h"
+#include "io/event_loop.h"
 
 namespace abox::broker {
 
 class BrokerLoop {
  public:
-  // events: EPOLLIN / EPOLLOUT / EPOLLERR / EPOLLHUP bits that fired.
+  // events: POLLIN / POLLOUT / POLLERR / POLLHUP bits that fired.
   using Handler = std::function<void(std::uint32_t events)>;
   using TimerId = std::uint64_t;
 
-  // Throws std::runtime_error when epoll cannot be created (startup).
-  BrokerLoop();
+  // Throws std::runtime_error when io_uring cannot be set up (startup).
+  // clock: empty reads the monotonic clock (tests inject theirs).
+  explicit BrokerLoop(io::EventLoop::Clock clock = {});
+  ~BrokerLoop();
   BrokerLoop(const BrokerLoop&) = delete;
   BrokerLoop& operator=(const BrokerLoop&) = delete;
 
-  // Watches fd for `events` (EPOLLIN and/or EPOLLOUT; 0 = errors only).
-  // Returns false when epoll refuses (the caller drops the fd).
+  // Watches fd for `events` (POLLIN and/or POLLOUT; 0 = errors and hang-ups
+  // only). An fd the kernel cannot poll reports POLLERR at the next turn.
+  // False when fd is already watched (the caller drops the fd).
   [[nodiscard]] bool watch(int fd, std::uint32_t events, Handler h);
   void modify(int fd, std::uint32_t events);
   // Stops watching; safe from inside that fd's own handler.
   void unwatch(int fd);
 
-  // Calls fn once at or after `at`. Ids are never reused.
+  // Calls fn once in the first turn at or after `at`. Ids are never reused;
+  // 0 is never an id.
   TimerId schedule(base::MonoTime at, std::function<void()> fn);
   void cancel(TimerId id);
 
-  // Runs fn after the current turn's callbacks.
-  void defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+  // Runs fn after the current turn's callbacks and timers.
+  void defer(std::function<void()> fn) { loop_.defer(std::move(fn)); }
+  // Destroys object after the current turn's callbacks and timers.
+  void delete_later(std::unique_ptr<io::EventLoop::Deletable> object) {
+    loop_.delete_later(std::move(object));
+  }
 
-  void run();
-  void run_once(base::Millis max_wait);
-  void stop() { stopping_ = true; }
-  bool stopping() const { return stopping_; }
-  base::MonoTime now() const { return now_; }
+  void run() { loop_.run(); }
+  void run_once(base::Millis max_wait) { loop_.run_once(max_wait); }
+  void stop() { loop_.stop(); }
+  bool stopping() const { return loop_.stopping(); }
+  base::MonoTime now() const { return loop_.now(); }
+
+  // The loop itself: for the sandbox (enable_ring) and for objects written
+  // against io::EventLoop directly.
+  io::EventLoop& io() { return loop_; }
 
  private:
-  struct Watch {
-    Handler handler;
-    std::uint32_t events = 0;
-    std::uint64_t generation = 0;
-  };
-
-  base::UniqueFd epoll_;
-  std::unordered_map<int, Watch> watches_;
-  std::multimap<base::MonoTime, TimerId> timers_;
-  std::unordered_map<TimerId,
-                     std::pair<std::multimap<base::MonoTime, TimerId>::iterator, std::function<void()>>>
-      timer_fns_;
-  std::vector<std::function<void()>> deferred_;
-  std::uint64_t next_generation_ = 1;
+  struct FdWatch;
+  struct FnTimer;
+  // Declared first: destroyed last, after every registration in it.
+  io::EventLoop loop_;
+  std::unordered_map<int, std::unique_ptr<FdWatch>> watches_;
+  std::unordered_map<TimerId, std::unique_ptr<FnTimer>> timers_;
   TimerId next_timer_ = 1;
-  base::MonoTime now_ = base::MonoClock::now();
-  bool stopping_ = false;
 };
 
 }  // namespace abox::broker

@@ -8,13 +8,15 @@
 // The marker search ("abox-nonce-" in any case) is a Knuth-Morris-Pratt
 // automaton over the lower-cased bytes, compiled into a transition table: one
 // table load per byte, no look-back, so a body can be scanned in pieces with
-// one integer of state.
+// one integer of state. A body scan skips from the start state straight to
+// the next 'a'/'A' with memchr (the rest of the bytes would not move it).
 #include "broker/nonce.h"
 
 #include <openssl/hmac.h>
 #include <openssl/mem.h>
 
 #include <array>
+#include <cstring>
 
 namespace abox::broker {
 
@@ -151,10 +153,36 @@ std::optional<std::size_t> NonceTable::binding_of(std::string_view candidate) co
   return found;
 }
 
+namespace {
+
+// Where the marker could begin: the first 'a' or 'A' in [p, end), or end.
+// From the automaton's start state every other byte leads back to it, so
+// the bytes skipped are the ones step() would have read without moving.
+// memchr reads a vector at a time; step() one byte per dependent load.
+const std::uint8_t* next_marker_start(const std::uint8_t* p, const std::uint8_t* end) {
+  static_assert(kNoncePrefix[0] == 'a');
+  const auto n = static_cast<std::size_t>(end - p);
+  const auto* lower_a = static_cast<const std::uint8_t*>(std::memchr(p, 'a', n));
+  const std::size_t before = lower_a == nullptr ? n : static_cast<std::size_t>(lower_a - p);
+  const auto* upper_a = static_cast<const std::uint8_t*>(std::memchr(p, 'A', before));
+  if (upper_a != nullptr) return upper_a;
+  return lower_a == nullptr ? end : lower_a;
+}
+
+}  // namespace
+
 bool NonceMarkerScanner::feed(std::span<const std::uint8_t> piece) {
   if (found_) return true;
   std::size_t m = matched_;
-  for (std::uint8_t b : piece) m = step(m, b);  // kFound absorbs: no early exit needed
+  const std::uint8_t* p = piece.data();
+  const std::uint8_t* const end = p + piece.size();
+  while (p != end && m != kFound) {
+    if (m == 0) {
+      p = next_marker_start(p, end);
+      if (p == end) break;
+    }
+    m = step(m, *p++);
+  }
   matched_ = m;
   found_ = m == kFound;
   return found_;

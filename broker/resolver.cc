@@ -2,7 +2,7 @@
 
 #include <ifaddrs.h>
 #include <netinet/in.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -160,7 +160,7 @@ void UpstreamResolver::start_attempt(Query& q) {
   std::string name = q.name;
   if (!q.socket || ::connect(q.socket.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
       ::send(q.socket.get(), msg.data(), msg.size(), 0) < 0 ||
-      !loop_.watch(q.socket.get(), EPOLLIN, [this, name](std::uint32_t) { on_readable(name); })) {
+      !loop_.watch(q.socket.get(), POLLIN, [this, name](std::uint32_t) { on_readable(name); })) {
     q.socket.reset();
   } else {
     ++queries_sent_;

@@ -14,13 +14,16 @@
 #include <ctime>
 #include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include "base/drop_privileges.h"
+#include "io/event_loop.h"
 
 // libseccomp rather than hand-written BPF, as abox-net (netstack/program/sandbox.cc
 // says why: the architecture check, per-ABI syscall numbers, argument
-// comparisons). This list is the broker's own: it runs epoll, BoringSSL and
-// plain sockets, where abox-net runs an io_uring.
+// comparisons). This list is the broker's own: it runs the same io_uring
+// loop as abox-net (io/event_loop.h) but does its I/O with BoringSSL on
+// plain sockets, so its ring does far less (broker_ring_restrictions()).
 
 #if defined(__SANITIZE_ADDRESS__)
 #define ABOX_BROKER_SANDBOX_ASAN 1
@@ -75,12 +78,11 @@ class FilterBuilder {
 
 // The allowlist. Each entry names who needs it; keep it that way when adding.
 void add_allowed_syscalls(FilterBuilder& f) {
-  // The event loop (event_loop.cc): epoll_wait (glibc may use epoll_pwait),
-  // epoll_ctl to watch, modify and unwatch fds. Not epoll_create: one loop,
-  // made at startup.
-  f.allow(SCMP_SYS(epoll_wait));
-  f.allow(SCMP_SYS(epoll_pwait));
-  f.allow(SCMP_SYS(epoll_ctl));
+  // The event loop (io/event_loop.cc): io_uring_enter hands over what is
+  // queued and waits (io_uring_submit_and_wait_timeout). Not io_uring_setup
+  // (one ring, made at startup) nor io_uring_register (the ring is locked by
+  // its restrictions, registered before this filter).
+  f.allow(SCMP_SYS(io_uring_enter));
 
   // Bytes on fds the broker has: TLS to the guest and to the provider
   // (BoringSSL's fd BIO: read, write), the hand-off line (recv with MSG_PEEK,
@@ -221,7 +223,35 @@ base::Result<void, std::string> install_filter() {
 
 }  // namespace
 
-base::Result<void, std::string> enter_broker_sandbox() {
+std::vector<io_uring_restriction> broker_ring_restrictions() {
+  std::vector<io_uring_restriction> out;
+  auto op = [&out](std::uint8_t code) {
+    io_uring_restriction r{};
+    r.opcode = IORING_RESTRICTION_SQE_OP;
+    r.sqe_op = code;
+    out.push_back(r);
+  };
+  // What io::EventLoop does for the broker: one-shot polls on fds
+  // (POLL_ADD), their removal and replacement (POLL_REMOVE), and the timeout
+  // that older kernels need for io_uring_submit_and_wait_timeout (TIMEOUT).
+  // Nothing that reads, writes, opens or makes anything: the broker's bytes
+  // go through read/write system calls the seccomp list names.
+  op(IORING_OP_POLL_ADD);
+  op(IORING_OP_POLL_REMOVE);
+  op(IORING_OP_TIMEOUT);
+  // No SQE flags at all (no fixed files: none can be registered).
+  io_uring_restriction flags{};
+  flags.opcode = IORING_RESTRICTION_SQE_FLAGS_ALLOWED;
+  flags.sqe_flags = 0;
+  out.push_back(flags);
+  return out;
+}
+
+base::Result<void, std::string> enter_broker_sandbox(io::EventLoop& loop) {
+  const auto restrictions = broker_ring_restrictions();
+  if (int rc = loop.enable_ring(restrictions); rc < 0) {
+    return base::Err{errno_text("cannot restrict the io_uring (IORING_REGISTER_RESTRICTIONS)", -rc)};
+  }
   if (auto r = base::drop_privileges(); !r.ok()) return r;
   return install_filter();
 }

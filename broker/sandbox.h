@@ -6,6 +6,10 @@
 // keys and nothing more: no capability, no new file, no exec, no new kind of
 // socket. In order:
 //
+//  0. The event loop's io_uring (made disabled, io/event_loop.h) is
+//     restricted (IORING_REGISTER_RESTRICTIONS) to what the loop does for
+//     the broker: polls, their removal, the wait's timeout; no flags. Then
+//     it is enabled, and no register call is allowed after (step 2).
 //  1. base::drop_privileges(): every capability, the securebits locked,
 //     PR_SET_NO_NEW_PRIVS (base/drop_privileges.h, shared with abox-net).
 //  2. A seccomp filter (libseccomp) allowing only the system calls listed in
@@ -29,14 +33,22 @@
 // (service.h). `abox broker --no-sandbox` skips this, for debugging only.
 #pragma once
 
+#include <liburing.h>
+
 #include <string>
+#include <vector>
 
 #include "base/result.h"
+#include "io/event_loop.h"
 
 namespace abox::broker {
 
-// Steps 1 and 2. Irreversible; on an error the process may be partly
-// confined and the caller exits (status 3) rather than run on.
-base::Result<void, std::string> enter_broker_sandbox();
+// The ring restrictions of step 0.
+std::vector<io_uring_restriction> broker_ring_restrictions();
+
+// Steps 0, 1 and 2, for the broker's loop (not yet run). Irreversible; on
+// an error the process may be partly confined and the caller exits
+// (status 3) rather than run on.
+base::Result<void, std::string> enter_broker_sandbox(io::EventLoop& loop);
 
 }  // namespace abox::broker

@@ -6,8 +6,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <signal.h>
-#include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -250,12 +250,15 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
       impl->server_ctx.get(), impl->upstream_ctx.get(), *impl->resolver, *impl->pool, *impl->accounting,
       *impl->backoffs, events, impl->loop, HeadLimits::from(pol.limits()), body_limits(pol.limits()), limits,
       options.listen.starts_with("unix:"), [raw](Connection* c) {
-        std::uint64_t id = c->id();
         --raw->accounting->service().connections_open;
-        raw->loop.defer([raw, id] { raw->connections.erase(id); });
+        // Destroyed at the end of the turn: c is inside one of its own callbacks.
+        auto it = raw->connections.find(c->id());
+        if (it == raw->connections.end()) return;
+        raw->loop.delete_later(std::move(it->second));
+        raw->connections.erase(it);
       }});
 
-  if (!impl->loop.watch(impl->listener.fd.get(), EPOLLIN, [raw](std::uint32_t) { raw->on_accept(); })) {
+  if (!impl->loop.watch(impl->listener.fd.get(), POLLIN, [raw](std::uint32_t) { raw->on_accept(); })) {
     return base::Err{std::string("cannot watch the listening socket")};
   }
   sigset_t mask;
@@ -267,7 +270,7 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
   ::signal(SIGPIPE, SIG_IGN);
   impl->signals.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!impl->signals ||
-      !impl->loop.watch(impl->signals.get(), EPOLLIN, [raw](std::uint32_t) { raw->on_signal(); })) {
+      !impl->loop.watch(impl->signals.get(), POLLIN, [raw](std::uint32_t) { raw->on_signal(); })) {
     return base::Err{std::string("cannot watch signals: ") + errno_text()};
   }
   return std::unique_ptr<BrokerService>(new BrokerService(std::move(impl)));
@@ -277,13 +280,16 @@ BrokerService::BrokerService(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 
 BrokerService::~BrokerService() {
   impl_->connections.clear();
+  // Connections closed in the last turn refer to the runtime, which goes
+  // before the loop.
+  impl_->loop.io().delete_retired_now();
   // A confined broker may not unlink: its socket file stays, and the next
   // broker on that path replaces it (nobody accepts on it any more).
   if (!impl_->unix_path.empty() && !impl_->confined) ::unlink(impl_->unix_path.c_str());
 }
 
 base::Result<void, std::string> BrokerService::enter_sandbox() {
-  auto r = enter_broker_sandbox();
+  auto r = enter_broker_sandbox(impl_->loop.io());
   if (r.ok()) impl_->confined = true;
   return r;
 }

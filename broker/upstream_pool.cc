@@ -1,19 +1,20 @@
 #include "broker/upstream_pool.h"
 
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace abox::broker {
 
-UpstreamPool::UpstreamPool(BrokerLoop& loop, std::size_t bindings) : loop_(loop), idle_(bindings) {}
+UpstreamPool::UpstreamPool(BrokerLoop& loop, std::size_t bindings) : loop_(loop.io()), idle_(bindings) {}
 
 UpstreamPool::~UpstreamPool() {
   for (auto& list : idle_) {
     for (auto& i : list) {
-      loop_.unwatch(i.stream->fd());
-      loop_.cancel(i.timer);
+      loop_.unwatch(i->handle);
+      loop_.cancel(static_cast<io::EventLoop::Timer&>(*i));
     }
   }
 }
@@ -21,19 +22,23 @@ UpstreamPool::~UpstreamPool() {
 std::unique_ptr<TlsStream> UpstreamPool::take(std::size_t binding) {
   auto& list = idle_.at(binding);
   while (!list.empty()) {
-    Idle i = std::move(list.back());
+    std::unique_ptr<Idle> i = std::move(list.back());
     list.pop_back();
-    loop_.unwatch(i.stream->fd());
-    loop_.cancel(i.timer);
+    loop_.unwatch(i->handle);
+    loop_.cancel(static_cast<io::EventLoop::Timer&>(*i));
     // The watch drops a connection that turned readable, but only when the
     // loop gets to that event: one that came in the same turn as the request
     // taking it is seen here. An idle connection has nothing to say.
-    if (!quiet(i.stream->fd())) {
-      loop_.defer([s = std::shared_ptr<TlsStream>(std::move(i.stream))] {});
+    if (!quiet(i->stream->fd())) {
+      loop_.delete_later(std::move(i));
       continue;
     }
     ++reused_;
-    return std::move(i.stream);
+    std::unique_ptr<TlsStream> stream = std::move(i->stream);
+    // Not inside one of its own callbacks (those are unwatched and
+    // cancelled above): kept for the next give().
+    if (spare_.size() < kPerBinding) spare_.push_back(std::move(i));
+    return stream;
   }
   return nullptr;
 }
@@ -46,29 +51,29 @@ bool UpstreamPool::quiet(int fd) {
 
 void UpstreamPool::give(std::size_t binding, std::unique_ptr<TlsStream> stream) {
   auto& list = idle_.at(binding);
-  if (list.size() >= kPerBinding) drop(binding, list.front().serial);
-  std::uint64_t serial = next_serial_++;
-  int fd = stream->fd();
-  // Anything readable on an idle connection is its end (or junk): drop it.
-  if (!loop_.watch(fd, EPOLLIN, [this, binding, serial](std::uint32_t) { drop(binding, serial); })) return;
-  Idle i;
-  i.stream = std::move(stream);
-  i.serial = serial;
-  i.timer = loop_.schedule(loop_.now() + kIdleTimeout, [this, binding, serial] { drop(binding, serial); });
+  if (list.size() >= kPerBinding) drop(*list.front());
+  std::unique_ptr<Idle> i;
+  if (!spare_.empty()) {
+    i = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    i = std::make_unique<Idle>(*this);
+  }
+  i->binding = binding;
+  i->stream = std::move(stream);
+  i->handle = loop_.watch(i->stream->fd(), POLLIN, i.get(), io::EventLoop::Trigger::level);
+  loop_.schedule(*i, loop_.now() + kIdleTimeout);
   list.push_back(std::move(i));
 }
 
-void UpstreamPool::drop(std::size_t binding, std::uint64_t serial) {
-  auto& list = idle_.at(binding);
-  for (auto it = list.begin(); it != list.end(); ++it) {
-    if (it->serial != serial) continue;
-    loop_.unwatch(it->stream->fd());
-    loop_.cancel(it->timer);
-    // Closed after the turn: its own handler may be what called us.
-    loop_.defer([s = std::shared_ptr<TlsStream>(std::move(it->stream))] {});
-    list.erase(it);
-    return;
-  }
+void UpstreamPool::drop(Idle& idle) {
+  auto& list = idle_.at(idle.binding);
+  auto it = std::find_if(list.begin(), list.end(), [&idle](const auto& i) { return i.get() == &idle; });
+  if (it == list.end()) return;
+  loop_.unwatch(idle.handle);
+  loop_.cancel(static_cast<io::EventLoop::Timer&>(idle));
+  loop_.delete_later(std::move(*it));
+  list.erase(it);
 }
 
 std::size_t UpstreamPool::idle() const {

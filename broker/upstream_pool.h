@@ -44,18 +44,28 @@ class UpstreamPool {
   std::uint64_t reused() const { return reused_; }
 
  private:
-  struct Idle {
+  // One idle connection: its stream, its readability watch and its idle
+  // deadline in one object (no allocation per watch or timer). Entries are
+  // kept for reuse once their stream is handed out.
+  struct Idle final : io::EventLoop::Watcher, io::EventLoop::Timer, io::EventLoop::Deletable {
+    explicit Idle(UpstreamPool& p) : pool(p) {}
+    // Anything readable on an idle connection is its end (or junk).
+    void on_ready(std::uint32_t) override { pool.drop(*this); }
+    void on_timer() override { pool.drop(*this); }
+    UpstreamPool& pool;
+    std::size_t binding = 0;
     std::unique_ptr<TlsStream> stream;
-    BrokerLoop::TimerId timer = 0;
-    std::uint64_t serial = 0;
+    io::EventLoop::Handle handle = io::EventLoop::kNoHandle;
   };
-  void drop(std::size_t binding, std::uint64_t serial);
+  // Stops watching i and forgets it; its stream closes after the turn (its
+  // own callback may be what called this).
+  void drop(Idle& i);
   // Nothing to read and no end seen on fd (an idle connection's only state).
   static bool quiet(int fd);
 
-  BrokerLoop& loop_;
-  std::vector<std::deque<Idle>> idle_;  // per binding, oldest first
-  std::uint64_t next_serial_ = 1;
+  io::EventLoop& loop_;
+  std::vector<std::deque<std::unique_ptr<Idle>>> idle_;  // per binding, oldest first
+  std::vector<std::unique_ptr<Idle>> spare_;             // entries whose stream was taken
   std::uint64_t reused_ = 0;
 };
 

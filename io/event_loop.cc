@@ -315,6 +315,15 @@ void EventLoop::run_deferred() {
   }
 }
 
+void EventLoop::delete_retired_now() {
+  // A destructor may retire another object: until none is left.
+  while (!dying_.empty()) {
+    auto objects = std::move(dying_);
+    dying_.clear();
+    objects.clear();
+  }
+}
+
 void EventLoop::run() {
   while (!stopping_) run_once(base::Millis(1000));
 }

@@ -172,6 +172,10 @@ class EventLoop {
   // Destroys `object` after this turn's callbacks and timers: for an object
   // that must go from inside one of its own callbacks.
   void delete_later(std::unique_ptr<Deletable> object) { dying_.push_back(std::move(object)); }
+  // Destroys now every object handed to delete_later() and not yet gone:
+  // for an owner about to go whose retired objects still refer to it (a
+  // stack's flows). Never from inside a callback of one of those objects.
+  void delete_retired_now();
 
   // Runs until stop() is called (from a callback) or a signal watcher stops it.
   void run();

@@ -227,8 +227,8 @@ GuestStack::~GuestStack() {
   ring_writer_.reset();
   tcp_flows_.clear();
   udp_flows_.clear();
-  tcp_graveyard_.clear();
-  udp_graveyard_.clear();
+  // Flows retired this turn wait in the loop and refer to this stack.
+  loop_.delete_retired_now();
   // After the flows, which hand what they queued to the kernel as they go
   // and leave their receives here, cancelled; the pool goes once none is left.
   host_datagram_writer_.reset();
@@ -275,11 +275,12 @@ void GuestStack::sweep(base::MonoTime now) {
   bound_time_wait();
 }
 
-// The end of every loop turn: retired flows go, the link's batch is
+// The end of every loop turn (after the loop destroyed the flows retired
+// in it): receives of ended flows that completed go, the link's batch is
 // flushed, its watch follows what it holds, and a ring read that could not
 // be posted is tried again.
 void GuestStack::end_turn() {
-  reap();
+  drop_finished_receives();
   // A link that batches (a stream socket) writes what this turn sent in
   // one go; what the socket cannot take waits for POLLOUT, and until then
   // no turn tries again (each try would be a send that fails).
@@ -931,14 +932,14 @@ void GuestStack::release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) {
 void GuestStack::retire(TcpFlow* flow) {
   auto it = tcp_flows_.find(flow);
   if (it == tcp_flows_.end()) return;
-  tcp_graveyard_.push_back(std::move(it->second));
+  loop_.delete_later(std::move(it->second));
   tcp_flows_.erase(it);
 }
 
 void GuestStack::retire(UdpFlow* flow) {
   auto it = udp_flows_.find(flow->key());
   if (it == udp_flows_.end()) return;
-  udp_graveyard_.push_back(std::move(it->second));
+  loop_.delete_later(std::move(it->second));
   udp_flows_.erase(it);
 }
 
@@ -946,9 +947,7 @@ void GuestStack::keep_until_complete(std::unique_ptr<HostReceive> receive) {
   ending_receives_.push_back(std::move(receive));
 }
 
-void GuestStack::reap() {
-  tcp_graveyard_.clear();
-  udp_graveyard_.clear();
+void GuestStack::drop_finished_receives() {
   std::erase_if(ending_receives_, [](const auto& r) { return r->in_flight == 0; });
 }
 

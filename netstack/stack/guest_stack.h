@@ -224,7 +224,7 @@ class GuestStack final : public FlowServices {
   // sources, handshakes to the gateway's DNS); true drops it (counted).
   bool drop_before_lwip(const GuestFrame& frame);
   static constexpr std::size_t kMaxDnsHalfOpen = 32;
-  void reap();
+  void drop_finished_receives();
 
   io::EventLoop& loop_;
   Link& link_;
@@ -262,8 +262,6 @@ class GuestStack final : public FlowServices {
   std::vector<TcpFlow*> sweep_tcp_;                         // reused by the once-a-second sweep
   std::vector<UdpFlow*> sweep_udp_;
   std::vector<tcp_pcb*> sweep_time_wait_;
-  std::vector<std::unique_ptr<TcpFlow>> tcp_graveyard_;
-  std::vector<std::unique_ptr<UdpFlow>> udp_graveyard_;
   // The pbuf the next frame is read into (see receive_ready_frames()), and its size.
   pbuf* rx_pbuf_ = nullptr;
   std::uint16_t rx_size_;

@@ -62,7 +62,7 @@ namespace abox::netstack {
 
 class FlowServices;
 
-class TcpFlow final : public io::EventLoop::Watcher {
+class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Deletable {
  public:
   // pcb: the accepted lwIP pcb (its local address/port is the destination).
   // needs_name: peek SNI/Host before connecting. `name` is the admitting name.

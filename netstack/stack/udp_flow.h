@@ -55,7 +55,7 @@ class HostReceive final : public io::EventLoop::Completion {
   io::ReceiveBufferPool& pool_;
 };
 
-class UdpFlow final : public io::EventLoop::Watcher {
+class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Deletable {
  public:
   // name: the answered name that admitted the flow.
   UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,

@@ -227,6 +227,33 @@ TEST(EventLoopDeferred, AnObjectDeletedFromItsOwnCallbackLivesUntilItReturns) {
   EXPECT_EQ(owner, nullptr);
 }
 
+// An owner about to go (a stack whose retired flows refer to it) has them
+// destroyed at once, including one that a destructor retires in turn;
+// nothing is left for the next turn to destroy a second time.
+TEST(EventLoopDeferred, DeleteRetiredNowDestroysWhatWaitsAndWhatThatRetires) {
+  EventLoop loop;
+  std::vector<int> order;
+  struct Chained final : EventLoop::Deletable {
+    Chained(EventLoop& l, std::vector<int>& o, int i, std::unique_ptr<Chained> n)
+        : loop(l), log(o), id(i), next(std::move(n)) {}
+    ~Chained() override {
+      log.push_back(id);
+      if (next) loop.delete_later(std::move(next));
+    }
+    EventLoop& loop;
+    std::vector<int>& log;
+    int id;
+    std::unique_ptr<Chained> next;
+  };
+  loop.delete_later(
+      std::make_unique<Chained>(loop, order, 1, std::make_unique<Chained>(loop, order, 2, nullptr)));
+  EXPECT_TRUE(order.empty()) << "outside a turn, delete_later() only queues";
+  loop.delete_retired_now();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  loop.run_once(base::Millis(0));
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
 TEST(EventLoopClock, NowIsTheInjectedClockReadOncePerTurn) {
   ManualClock clock;
   EventLoop loop(256, clock.fn());
