@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "guest/box_guest/console.h"
+#include "tests/support/needs_root.h"
 #include "tests/support/temp_dir.h"
 
 namespace abox::guest {
@@ -85,8 +86,7 @@ std::map<std::string, std::string> fields(const std::string& out) {
   return f;
 }
 
-#define REQUIRE_ROOT() \
-  if (::geteuid() != 0) GTEST_SKIP() << "changing uid needs root"
+#define REQUIRE_ROOT() ABOX_NEEDS_ROOT("changing uid needs root")
 
 const std::vector<EnvEntry> kEnv = {{"PATH", "/usr/bin:/bin"}, {"ABOX_TEST", "a b=c"}};
 
@@ -163,7 +163,7 @@ TEST(CommandLauncher, StdoutAndStderrApartAndTheExitStatus) {
   spec.workdir = "/";
   spec.uid = ::geteuid();
   spec.gid = ::getegid();
-  if (::geteuid() != 0) GTEST_SKIP() << "setgroups needs root";
+  ABOX_NEEDS_ROOT("setgroups needs root");
   Ran ran = run(spec);
   EXPECT_EQ(ran.out, "out\n");
   EXPECT_EQ(ran.err, "err\n");
@@ -186,7 +186,7 @@ TEST(CommandLauncher, StdinIsDevNullOrThePipe) {
 class LauncherFailures : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "changing uid needs root";
+    ABOX_NEEDS_ROOT("changing uid needs root");
     ::chmod(dir_.path().c_str(), 0755);  // the user must reach what is inside
     ::mkdir((dir_.path() + "/empty").c_str(), 0755);
     ::mkdir((dir_.path() + "/bin").c_str(), 0755);

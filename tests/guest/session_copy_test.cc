@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "tests/guest/session_rig.h"
+#include "tests/support/needs_root.h"
 #include "tests/support/temp_dir.h"
 
 namespace abox::guest {
@@ -146,7 +147,7 @@ std::string slurp(const std::string& path) {
 class SessionCopy : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "the copies run as uid 1000: needs root";
+    ABOX_NEEDS_ROOT("the copies run as uid 1000: needs root");
     ::chmod(dir_.path().c_str(), 0755);
     home_ = dir_.path() + "/home";
     ::mkdir(home_.c_str(), 0755);

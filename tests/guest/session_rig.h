@@ -24,6 +24,7 @@
 #include "base/random.h"
 #include "guest/box_guest/console.h"
 #include "guest/box_guest/session.h"
+#include "tests/support/needs_root.h"
 
 namespace abox::guest::testing {
 
@@ -220,8 +221,7 @@ inline std::string stream_text(const Received& r) {
   return std::string(d->bytes.begin(), d->bytes.end());
 }
 
-#define REQUIRE_ROOT() \
-  if (::geteuid() != 0) GTEST_SKIP() << "the command runs as uid 1000: needs root"
+#define REQUIRE_ROOT() ABOX_NEEDS_ROOT("the command runs as uid 1000: needs root")
 
 // Collects output until exited, granting `grant` bytes of credit back after
 // each chunk; checks the guest never sends past its credit.

@@ -11,6 +11,7 @@
 #include <sched.h>
 
 #include "tests/helper/helper_rig.h"
+#include "tests/support/needs_root.h"
 
 namespace abox::helper {
 namespace {
@@ -29,8 +30,7 @@ std::string describe(const HelperError& e) {
 class HelperClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0)
-      GTEST_SKIP() << "needs root: starts abox-helper (CI runs as root, so it runs there)";
+    ABOX_NEEDS_ROOT("starts abox-helper");
     helper_ = std::make_unique<HelperProcess>(ABOX_HELPER_PATH, dir_,
                                               std::vector<std::string>{"--cgroup-root", "none"});
     ASSERT_TRUE(helper_->ready()) << helper_->log();
