@@ -29,6 +29,7 @@
 #include "netstack/gateway/guest_dns.h"
 #include "netstack/stack/guest_frame.h"
 #include "netstack/stack/guest_stack.h"
+#include "tests/netstack/stack/guest_wire.h"
 #include "tests/netstack/stack/stream_stack_support.h"
 #include "tests/support/big_endian.h"
 
@@ -40,9 +41,9 @@ using abox::testing::put16;
 using abox::testing::put32;
 using stream_stack_test::write_all;
 
-constexpr std::array<std::uint8_t, 6> kGuestMac = {0x02, 0, 0, 0, 0, 0x15};
-constexpr std::array<std::uint8_t, 6> kGatewayMac = {0x52, 0x55, 0x0a, 0x00, 0x02, 0x02};
-constexpr std::uint32_t kGuest = 0x0A00'020F;
+using guest_wire::arp_request;
+using guest_wire::kGatewayMac;
+using guest_wire::record;
 constexpr std::uint32_t kDst = 0x7F00'0001;  // 127.0.0.1, lifted below
 constexpr std::uint16_t kDstPort = 9;
 constexpr std::uint32_t kGateway = 0x0A00'0202;  // GuestConfig's default
@@ -59,74 +60,13 @@ policy::Policy loopback_policy(std::string_view extra) {
   return std::move(p).value();
 }
 
-Bytes record(const Bytes& f) {
-  Bytes r;
-  put32(r, static_cast<std::uint32_t>(f.size()));
-  r.insert(r.end(), f.begin(), f.end());
-  return r;
-}
-Bytes ethernet(const std::array<std::uint8_t, 6>& dst, std::uint16_t type) {
-  Bytes f(dst.begin(), dst.end());
-  f.insert(f.end(), kGuestMac.begin(), kGuestMac.end());
-  put16(f, type);
-  return f;
-}
-Bytes arp_request() {
-  Bytes f = ethernet({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0806);
-  f.insert(f.end(), {0, 1, 8, 0, 6, 4, 0, 1});
-  f.insert(f.end(), kGuestMac.begin(), kGuestMac.end());
-  f.insert(f.end(), {10, 0, 2, 15, 0, 0, 0, 0, 0, 0, 10, 0, 2, 2});
-  f.resize(60, 0);
-  return f;
-}
-// An IPv4 frame from the guest to `dst` carrying `l4` (protocol `proto`,
-// its checksum at `sum_at`, filled in here), checksums right.
-Bytes ipv4_frame(std::uint32_t dst, std::uint8_t proto, Bytes l4, std::size_t sum_at) {
-  Bytes pseudo;
-  put32(pseudo, kGuest);
-  put32(pseudo, dst);
-  put16(pseudo, proto);
-  put16(pseudo, static_cast<std::uint16_t>(l4.size()));
-  const std::uint16_t l4_sum = fold_checksum(sum16(l4, sum16(pseudo)));
-  l4[sum_at] = static_cast<std::uint8_t>(l4_sum >> 8);
-  l4[sum_at + 1] = static_cast<std::uint8_t>(l4_sum);
-  Bytes f = ethernet(kGatewayMac, 0x0800);
-  const std::size_t ip = f.size();
-  f.insert(f.end(), {0x45, 0});
-  put16(f, static_cast<std::uint16_t>(20 + l4.size()));
-  put32(f, 0);
-  f.insert(f.end(), {64, proto, 0, 0});
-  put32(f, kGuest);
-  put32(f, dst);
-  const std::uint16_t ip_sum = fold_checksum(sum16(std::span<const std::uint8_t>(f).subspan(ip, 20)));
-  f[ip + 10] = static_cast<std::uint8_t>(ip_sum >> 8);
-  f[ip + 11] = static_cast<std::uint8_t>(ip_sum);
-  f.insert(f.end(), l4.begin(), l4.end());
-  return f;
-}
-// A TCP segment from the guest's `port` to dst:dst_port (kDst:kDstPort).
+// The guest's frames (guest_wire.h), to this test's one destination by default.
 Bytes tcp_segment(std::uint16_t port, std::uint8_t flags, std::uint32_t seq, std::uint32_t ack,
                   std::uint32_t dst = kDst, std::uint16_t dst_port = kDstPort) {
-  Bytes tcp;
-  put16(tcp, port);
-  put16(tcp, dst_port);
-  put32(tcp, seq);
-  put32(tcp, ack);
-  tcp.push_back(5 << 4);
-  tcp.push_back(flags);
-  put16(tcp, 65535);
-  put32(tcp, 0);  // checksum, urgent pointer
-  return ipv4_frame(dst, 6, std::move(tcp), 16);
+  return guest_wire::tcp_segment(port, dst, dst_port, flags, seq, ack, 65535);
 }
-// A UDP datagram from the guest's `port` to kDst:kDstPort.
 Bytes udp_datagram(std::uint16_t port, const Bytes& payload) {
-  Bytes udp;
-  put16(udp, port);
-  put16(udp, kDstPort);
-  put16(udp, static_cast<std::uint16_t>(8 + payload.size()));
-  put16(udp, 0);  // checksum
-  udp.insert(udp.end(), payload.begin(), payload.end());
-  return ipv4_frame(kDst, 17, std::move(udp), 6);
+  return guest_wire::udp_datagram(port, kDst, kDstPort, payload);
 }
 
 struct TcpSeen {
