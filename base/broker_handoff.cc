@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
+
+#include "base/decimal.h"
 
 namespace abox::base {
 
@@ -45,14 +46,10 @@ bool valid_address(std::string_view s) {
                      [](char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || c == '.' || c == ':'; });
 }
 
-Result<std::uint16_t, HandoffError> parse_port(std::string_view s) {
-  if (s.empty() || s.size() > 5 || s.front() == '0' || !std::all_of(s.begin(), s.end(), is_digit))
-    return Err{HandoffError::bad_port};
-  std::uint32_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || end != s.data() + s.size() || v == 0 || v > 65535)
-    return Err{HandoffError::bad_port};
-  return static_cast<std::uint16_t>(v);
+Result<std::uint16_t, HandoffError> handoff_port(std::string_view s) {
+  auto port = parse_port(s, LeadingZeros::refused);
+  if (!port) return Err{HandoffError::bad_port};
+  return *port;
 }
 
 // Splits `line` at single spaces into exactly fields.size() parts; false if
@@ -126,7 +123,7 @@ Result<ParsedHandoff, HandoffError> parse_handoff(std::span<const std::uint8_t> 
   const std::string_view address = f[4];
   if (!valid_instance(instance)) return Err{HandoffError::bad_instance};
   if (!valid_name(name)) return Err{HandoffError::bad_name};
-  auto p = parse_port(port);
+  auto p = handoff_port(port);
   if (!p.ok()) return Err{p.error()};
   if (!valid_address(address)) return Err{HandoffError::bad_address};
 

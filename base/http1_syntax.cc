@@ -7,6 +7,8 @@
 #include <array>
 #include <limits>
 
+#include "base/decimal.h"
+
 namespace abox::base::http1 {
 
 namespace {
@@ -128,14 +130,9 @@ Error parse_field(std::string_view line, HeaderField& out) {
 Result<std::uint64_t, Error> parse_content_length(std::string_view value) {
   if (value.find(',') != std::string_view::npos) return Err{Error::duplicate_content_length};
   if (value.empty()) return Err{Error::content_length_value};
-  std::uint64_t n = 0;
-  for (const char c : value) {
-    if (!is_digit(c)) return Err{Error::content_length_value};
-    const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (n > (kMaxContentLength - digit) / 10) return Err{Error::content_length_value};
-    n = n * 10 + digit;
-  }
-  return n;
+  auto n = parse_decimal_in<std::uint64_t>(value, 0, kMaxContentLength);
+  if (!n) return Err{Error::content_length_value};
+  return *n;
 }
 
 std::string_view to_string(Error e) {

@@ -4,6 +4,8 @@
 #include <array>
 #include <chrono>
 
+#include "base/decimal.h"
+
 namespace abox::broker {
 
 namespace {
@@ -14,13 +16,9 @@ bool digit(char c) {
 
 // The number in s (only digits, 1 or more), or nullopt.
 std::optional<std::int64_t> digits(std::string_view s) {
-  if (s.empty()) return std::nullopt;
-  std::int64_t v = 0;
-  for (char c : s) {
-    if (!digit(c)) return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
+  auto v = base::parse_decimal<std::uint64_t>(s);
+  if (!v || *v > static_cast<std::uint64_t>(INT64_MAX)) return std::nullopt;
+  return static_cast<std::int64_t>(*v);
 }
 
 // Days since 1970-01-01 of a proleptic Gregorian date (month 1-12).

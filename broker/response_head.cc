@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "base/byte_reader.h"
+#include "base/decimal.h"
 
 namespace abox::broker {
 
@@ -74,14 +75,12 @@ base::Result<std::optional<std::string_view>, ResponseError> next_line(base::Byt
   }
 }
 
+// At most 18 digits: a length no body reaches, and far from 2^64.
 bool parse_digits(std::string_view s, std::uint64_t& out) {
-  if (s.empty() || s.size() > 18) return false;
-  std::uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  out = v;
+  if (s.size() > 18) return false;
+  auto v = base::parse_decimal<std::uint64_t>(s);
+  if (!v) return false;
+  out = *v;
   return true;
 }
 
@@ -97,14 +96,10 @@ base::Result<void, ResponseError> parse_status_line(std::string_view line, Respo
     return base::Err{ResponseError::status_line};
   }
   if (line[8] != ' ') return base::Err{ResponseError::status_line};
-  int status = 0;
-  for (std::size_t i = 9; i < 12; ++i) {
-    if (line[i] < '0' || line[i] > '9') return base::Err{ResponseError::status_line};
-    status = status * 10 + (line[i] - '0');
-  }
-  if (status < 100 || status > 599) return base::Err{ResponseError::status_line};
+  auto status = base::parse_decimal_in<unsigned>(line.substr(9, 3), 100, 599);
+  if (!status) return base::Err{ResponseError::status_line};
   if (line.size() > 12 && line[12] != ' ') return base::Err{ResponseError::status_line};
-  head.status = status;
+  head.status = static_cast<int>(*status);
   return {};
 }
 

@@ -2,20 +2,11 @@
 
 #include <algorithm>
 
+#include "base/decimal.h"
+
 namespace abox::policy {
 
 namespace {
-
-std::optional<std::uint16_t> parse_port(std::string_view s) {
-  if (s.empty() || s.size() > 5) return std::nullopt;
-  unsigned v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<unsigned>(c - '0');
-  }
-  if (v == 0 || v > 65535) return std::nullopt;
-  return static_cast<std::uint16_t>(v);
-}
 
 std::string protocols_text(const AllowRule& r) {
   if (r.tcp && r.udp) return "tcp+udp";
@@ -231,7 +222,7 @@ std::optional<ExplainTarget> ExplainTarget::parse(std::string_view s) {
   std::string_view host = s.substr(0, colon);
   if (host.empty()) return std::nullopt;  // ":80" names nothing to explain
   if (colon != std::string_view::npos) {
-    t.port = parse_port(s.substr(colon + 1));
+    t.port = base::parse_port(s.substr(colon + 1));
     if (!t.port) return std::nullopt;
   }
   if (auto a = IpAddress::parse(host)) {

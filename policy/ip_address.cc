@@ -16,6 +16,8 @@
 #include <cstring>
 #include <span>
 
+#include "base/decimal.h"
+
 namespace abox::policy {
 namespace {
 
@@ -40,15 +42,7 @@ int hex_value(char c) {
 // A decimal without sign, blanks or leading zeros ("0" itself is fine), at
 // most `max`. The length cap keeps the accumulator far from overflow.
 std::optional<unsigned> parse_decimal(std::string_view text, unsigned max) {
-  if (text.empty() || text.size() > 5) return std::nullopt;
-  if (text.size() > 1 && text[0] == '0') return std::nullopt;
-  unsigned value = 0;
-  for (char c : text) {
-    if (!is_digit(c)) return std::nullopt;
-    value = value * 10 + static_cast<unsigned>(c - '0');
-  }
-  if (value > max) return std::nullopt;
-  return value;
+  return base::parse_decimal_in<unsigned>(text, 0, max, base::LeadingZeros::refused);
 }
 
 // Exactly four parts of 1..3 digits, each 0..255, no leading zeros.

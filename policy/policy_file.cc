@@ -22,6 +22,7 @@
 #include <sstream>
 #include <utility>
 
+#include "base/decimal.h"
 #include "base/unique_fd.h"
 #include "policy/toml.h"
 
@@ -284,15 +285,7 @@ std::optional<PortRange> read_port_range(Reader& r, const toml::node& n) {
     return std::nullopt;
   }
   auto dash = text.find('-');
-  auto parse_num = [](std::string_view d) -> std::optional<std::uint32_t> {
-    if (d.empty() || d.size() > 5) return std::nullopt;
-    std::uint32_t v = 0;
-    for (char c : d) {
-      if (c < '0' || c > '9') return std::nullopt;
-      v = v * 10 + static_cast<std::uint32_t>(c - '0');
-    }
-    return v;
-  };
+  auto parse_num = [](std::string_view d) { return base::parse_decimal<std::uint32_t>(d); };
   std::optional<std::uint32_t> lo;
   std::optional<std::uint32_t> hi;
   if (dash != std::string::npos) {

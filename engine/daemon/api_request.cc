@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <set>
 
+#include "base/decimal.h"
 #include "engine/daemon/base64.h"
 #include "engine/instance/state_folder.h"
 
@@ -155,16 +156,7 @@ base::Result<std::vector<std::string>, std::string> get_strings(const json::obje
 }  // namespace
 
 std::optional<std::pair<std::uint32_t, std::uint32_t>> parse_user(std::string_view text) {
-  auto number = [](std::string_view t) -> std::optional<std::uint32_t> {
-    if (t.empty() || t.size() > 10) return std::nullopt;
-    std::uint64_t n = 0;
-    for (char c : t) {
-      if (c < '0' || c > '9') return std::nullopt;
-      n = n * 10 + static_cast<std::uint64_t>(c - '0');
-    }
-    if (n > 0xFFFFFFFFu) return std::nullopt;
-    return static_cast<std::uint32_t>(n);
-  };
+  auto number = [](std::string_view t) { return base::parse_decimal<std::uint32_t>(t); };
   auto colon = text.find(':');
   auto uid = number(text.substr(0, colon));
   if (!uid) return std::nullopt;

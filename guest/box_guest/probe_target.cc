@@ -5,21 +5,9 @@
 
 #include <cstring>
 
+#include "base/decimal.h"
+
 namespace abox::guest {
-namespace {
-
-std::optional<std::uint16_t> parse_port(std::string_view s) {
-  if (s.empty() || s.size() > 5) return std::nullopt;
-  unsigned v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<unsigned>(c - '0');
-  }
-  if (v == 0 || v > 65535) return std::nullopt;
-  return static_cast<std::uint16_t>(v);
-}
-
-}  // namespace
 
 std::optional<SocketAddress> parse_address_port(std::string_view text) {
   std::string_view host;
@@ -38,7 +26,7 @@ std::optional<SocketAddress> parse_address_port(std::string_view text) {
     host = text.substr(0, colon);
     port = text.substr(colon + 1);
   }
-  auto p = parse_port(port);
+  auto p = base::parse_port(port);
   if (!p || host.empty() || host.size() > 45) return std::nullopt;
   // inet_pton reads a C string: a NUL inside would end the address early.
   for (char c : host) {

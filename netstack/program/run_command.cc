@@ -14,6 +14,7 @@
 
 #include "base/broker_handoff.h"
 #include "base/command_line.h"
+#include "base/decimal.h"
 #include "base/json.h"
 #include "netstack/gateway/guest_dns.h"
 #include "netstack/link/pcap_writer.h"
@@ -118,15 +119,10 @@ base::Result<std::unique_ptr<StreamLink>, std::string> wait_for_peer(io::EventLo
   return peer;
 }
 
+// At most 9 digits: no option takes more, and a long run of zeros is a typo.
 std::optional<unsigned long> parse_number(std::string_view s, unsigned long lo, unsigned long hi) {
-  if (s.empty() || s.size() > 9) return std::nullopt;
-  unsigned long v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<unsigned long>(c - '0');
-  }
-  if (v < lo || v > hi) return std::nullopt;
-  return v;
+  if (s.size() > 9) return std::nullopt;
+  return base::parse_decimal_in<unsigned long>(s, lo, hi);
 }
 
 // A byte count with an optional K, M or G (binary) suffix, 1 to 2^50.
