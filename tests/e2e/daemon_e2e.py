@@ -47,8 +47,10 @@ Cases:
   0600 or tighter, all owned by it; root is refused by its daemon; abox-helper
   as root configured for another operator refuses this uid (and serves it once
   configured for it: the control); stop, rm, and nothing of that uid left.
-  The daemon calls the helper for nothing today (engine/ only probes it in
-  `abox doctor`), so doctor is the client here;
+  Started with no helper running, the instance has no cgroup and says why
+  (inspect's cgroup, a cgroup event); this host's cgroup v2 has no
+  controllers, so the instances' cgroups for real are e2e.helper's VM test
+  (tests/helper/daemon_cgroup_test.cc); doctor is the helper's client here;
 - churn: N run -d/stop/rm cycles (ABOX_CHURN, default 10): afterwards no process,
   socket or state folder of them, the daemon's fds as before and its memory
   within 2 MiB of where it was.
