@@ -334,5 +334,19 @@ TEST_F(DaemonCgroupTest, WithoutAHelperTheInstanceRunsWithoutACgroupAndSaysWhy) 
       << out;
 }
 
+// doctor's cgroup item: OK exactly when instances will get a cgroup.
+TEST_F(DaemonCgroupTest, DoctorSaysOkOnlyWhenInstancesGetACgroup) {
+  auto [code, out] = abox({"doctor", "--json"});
+  const std::string ok_item =
+      R"("id":"cgroup","title":"cgroup v2","status":"OK","detail":"each instance gets a cgroup)";
+  EXPECT_NE(out.find(ok_item), std::string::npos) << out;
+  env_.push_back("ABOX_HELPER_SOCKET=" + dir_.path() + "/nobody.sock");  // the last one counts
+  std::erase_if(env_, [&](const std::string& e) { return e == "ABOX_HELPER_SOCKET=" + helper_->socket(); });
+  auto [code2, out2] = abox({"doctor", "--json"});
+  const std::string degraded =
+      R"("id":"cgroup","title":"cgroup v2","status":"DEGRADED","detail":"memory, cpu and pids, but abox-helper is not reachable)";
+  EXPECT_NE(out2.find(degraded), std::string::npos) << out2;
+}
+
 }  // namespace
 }  // namespace abox::testing
