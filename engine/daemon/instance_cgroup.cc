@@ -13,11 +13,12 @@ namespace json = boost::json;
 using helper::ErrorCode;
 using helper::HelperError;
 
-helper::CgroupLimits instance_cgroup_limits(std::uint64_t memory_mib, std::uint64_t cpus) {
+helper::CgroupLimits instance_cgroup_limits(std::uint64_t memory_mib, std::uint64_t cpus, bool may_use_tcg) {
   helper::CgroupLimits l;
   // Bounded before multiplying: no overflow whatever the arguments.
   const std::uint64_t max_mib = helper::kMaxMemoryMax >> 20;
-  const std::uint64_t mib = std::min(std::min(memory_mib, max_mib) + kCgroupMemoryOverheadMib, max_mib);
+  const std::uint64_t overhead = kCgroupMemoryOverheadMib + (may_use_tcg ? kCgroupTcgCacheMib : 0);
+  const std::uint64_t mib = std::min(std::min(memory_mib, max_mib) + overhead, max_mib);
   l.memory_max = mib << 20;
   const std::uint64_t cpu_count = std::min(std::min(cpus, helper::kMaxCpuQuotaPerPeriod) + kCgroupCpuOverhead,
                                            helper::kMaxCpuQuotaPerPeriod);

@@ -47,6 +47,10 @@ namespace abox::engine {
 // What an instance's processes besides the guest's memory and vCPUs may use
 // (QEMU's own memory and TCG code cache, abox-net, the broker, the shim).
 inline constexpr std::uint64_t kCgroupMemoryOverheadMib = 384;
+// QEMU on TCG fills a translation cache of up to 1 GiB (QEMU's default
+// tb-size on 64-bit hosts) before it flushes it: anonymous memory, so a
+// limit without room for it would OOM-kill a long-running TCG guest.
+inline constexpr std::uint64_t kCgroupTcgCacheMib = 1024;
 inline constexpr std::uint64_t kCgroupCpuOverhead = 1;  // one CPU more than --cpus
 inline constexpr std::uint64_t kCgroupCpuPeriodUs = 100000;
 // Host processes of one instance: a few dozen (QEMU's threads and its I/O
@@ -55,9 +59,11 @@ inline constexpr std::uint64_t kCgroupPidsMax = 1024;
 // How long one helper call may take before the caller gives up on it.
 inline constexpr std::chrono::milliseconds kHelperCallTimeout{2000};
 
-// memory.max = (memory_mib + overhead) MiB, cpu.max = (cpus + 1) x 100 ms per
-// 100 ms, pids.max = kCgroupPidsMax; each clamped into the helper's limits.
-helper::CgroupLimits instance_cgroup_limits(std::uint64_t memory_mib, std::uint64_t cpus);
+// memory.max = (memory_mib + overhead [+ TCG's cache]) MiB, cpu.max =
+// (cpus + 1) x 100 ms per 100 ms, pids.max = kCgroupPidsMax; each clamped
+// into the helper's limits. may_use_tcg: the guest may run on TCG (--accel
+// tcg, or auto: the cgroup is made before the KVM probe decides).
+helper::CgroupLimits instance_cgroup_limits(std::uint64_t memory_mib, std::uint64_t cpus, bool may_use_tcg);
 
 class CgroupHelper {
  public:

@@ -71,7 +71,7 @@ void append_shim_event(const StateFolder& folder, const std::string& name, std::
 }  // namespace
 
 CgroupRecord enter_instance_cgroup(const StateFolder& folder, const std::string& name, unsigned memory_mib,
-                                   unsigned cpus) {
+                                   unsigned cpus, bool may_use_tcg) {
   std::string unreachable;
   std::optional<HelperCgroups> helper;
   if (auto h = HelperCgroups::connect(helper::helper_socket_path(::getuid())); h.ok()) {
@@ -83,7 +83,7 @@ CgroupRecord enter_instance_cgroup(const StateFolder& folder, const std::string&
     return folder.write_file(kCgroupRecordFile, cgroup_record_json(r)).ok();
   };
   CgroupRecord r = place_in_cgroup(helper ? &*helper : nullptr, unreachable, name,
-                                   instance_cgroup_limits(memory_mib, cpus), ::getpid(), write);
+                                   instance_cgroup_limits(memory_mib, cpus, may_use_tcg), ::getpid(), write);
   (void)write(r);
   if (r.state == CgroupRecord::State::kPlaced) {
     const auto& l = r.limits;
@@ -178,7 +178,10 @@ int run_shim_command(std::span<const std::string_view> args) {
   if (problem.empty() && c.name != name) problem = "config.json names another instance (" + c.name + ")";
   // Before any process of the instance exists (prepare_machine may already
   // start one, to probe KVM): they are all born inside.
-  if (problem.empty()) enter_instance_cgroup(*folder, name, c.memory_mib, c.cpus);
+  if (problem.empty()) {
+    enter_instance_cgroup(*folder, name, c.memory_mib, c.cpus,
+                          /*may_use_tcg=*/parsed->last("accel").value_or("auto") != "kvm");
+  }
   c.instances_root = root;
   c.term = config->term;
   c.lang = config->lang;

@@ -41,6 +41,6 @@ int run_shim_command(std::span<const std::string_view> args);
 // writes cgroup.json and a "cgroup" event to the folder either way. Returns
 // the record written.
 CgroupRecord enter_instance_cgroup(const StateFolder& folder, const std::string& name, unsigned memory_mib,
-                                   unsigned cpus);
+                                   unsigned cpus, bool may_use_tcg);
 
 }  // namespace abox::engine

@@ -299,11 +299,11 @@ bool has_word(const std::string& list, std::string_view word) {
 CheckItem check_cgroup(const HelperState& h) {
   const char* title = "cgroup v2";
   if (h.cgroups) {
-    const helper::CgroupLimits l = instance_cgroup_limits(0, 0);
+    const helper::CgroupLimits l = instance_cgroup_limits(0, 0, false);
     return ok("cgroup", title,
               "each instance gets a cgroup from abox-helper: memory.max = --memory + " +
-                  std::to_string(kCgroupMemoryOverheadMib) + " MiB, cpu.max = --cpus + " +
-                  std::to_string(kCgroupCpuOverhead) +
+                  std::to_string(kCgroupMemoryOverheadMib) + " MiB (+ " + std::to_string(kCgroupTcgCacheMib) +
+                  " MiB unless --accel kvm), cpu.max = --cpus + " + std::to_string(kCgroupCpuOverhead) +
                   ", pids.max = " + std::to_string(l.pids_max.value_or(0)));
   }
   const std::string no_limits = "instances run without memory, CPU and process-count limits (no cgroup)";

@@ -61,7 +61,7 @@ class ScriptedHelper : public CgroupHelper {
 struct Placement {
   std::vector<CgroupRecord> written;
   CgroupRecord run(CgroupHelper* h, const std::string& name = "dev", bool write_ok = true) {
-    return place_in_cgroup(h, "no socket", name, instance_cgroup_limits(512, 2), 4242,
+    return place_in_cgroup(h, "no socket", name, instance_cgroup_limits(512, 2, false), 4242,
                            [&](const CgroupRecord& r) {
                              written.push_back(r);
                              return write_ok;
@@ -70,8 +70,10 @@ struct Placement {
 };
 
 TEST(InstanceCgroupLimits, GuestPlusOverhead) {
-  auto l = instance_cgroup_limits(512, 2);
+  auto l = instance_cgroup_limits(512, 2, false);
   EXPECT_EQ(l.memory_max, (512 + kCgroupMemoryOverheadMib) << 20);
+  EXPECT_EQ(instance_cgroup_limits(512, 2, true).memory_max,
+            (512 + kCgroupMemoryOverheadMib + kCgroupTcgCacheMib) << 20);
   ASSERT_TRUE(l.cpu_max.has_value());
   EXPECT_EQ(l.cpu_max->quota_us, 300000u);
   EXPECT_EQ(l.cpu_max->period_us, 100000u);
@@ -81,7 +83,7 @@ TEST(InstanceCgroupLimits, GuestPlusOverhead) {
 TEST(InstanceCgroupLimits, AlwaysWithinTheHelpersLimits) {
   for (std::uint64_t mib : {0ull, 1ull, 1ull << 20, ~0ull}) {
     for (std::uint64_t cpus : {0ull, 1ull, 1023ull, 1024ull, ~0ull}) {
-      auto l = instance_cgroup_limits(mib, cpus);
+      auto l = instance_cgroup_limits(mib, cpus, true);
       helper::CgroupCreateRequest req{"x", l};
       const std::string text = helper::format_request(req);
       auto parsed = helper::parse_request(base::as_bytes(text), 0);
@@ -99,7 +101,7 @@ TEST(PlaceInCgroup, CreatesThenMovesTheShimAfterWritingTheName) {
   EXPECT_EQ(p.written[0].state, CgroupRecord::State::kCreating);  // before create
   EXPECT_EQ(p.written[0].name, "dev");
   EXPECT_EQ(r.state, CgroupRecord::State::kPlaced);
-  EXPECT_EQ(r.limits, instance_cgroup_limits(512, 2));
+  EXPECT_EQ(r.limits, instance_cgroup_limits(512, 2, false));
 }
 
 TEST(PlaceInCgroup, NoHelperNoCallsAndSaysWhy) {
@@ -178,7 +180,7 @@ CgroupRecord round_trip(const CgroupRecord& r) {
 }
 
 TEST(CgroupRecord, RoundTripsEveryState) {
-  CgroupRecord placed{CgroupRecord::State::kPlaced, "dev", instance_cgroup_limits(256, 1), {}};
+  CgroupRecord placed{CgroupRecord::State::kPlaced, "dev", instance_cgroup_limits(256, 1, true), {}};
   EXPECT_EQ(round_trip(placed), placed);
   CgroupRecord unlimited{CgroupRecord::State::kPlaced, "dev", {}, {}};
   EXPECT_EQ(round_trip(unlimited), unlimited);

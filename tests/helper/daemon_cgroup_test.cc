@@ -130,7 +130,7 @@ class DaemonCgroupTest : public ::testing::Test {
       config.cwd = "/";
       config.boots = 1;
       (void)folder->write_file("config.json", engine::detached_config_json(config));
-      (void)engine::enter_instance_cgroup(*folder, name, 256, 1);
+      (void)engine::enter_instance_cgroup(*folder, name, 256, 1, /*may_use_tcg=*/false);
       std::string line = "r";
       for (int i = 0; i < 2; ++i) {
         pid_t kid = ::fork();
@@ -307,7 +307,7 @@ TEST_F(DaemonCgroupTest, TheRealShimEntersItsCgroupFirstAndTheDaemonDeletesItAft
   const std::string events = slurp(instances_ + "/real/events.jsonl");
   const std::string placed =
       R"("kind":"cgroup","source":"shim","state":"placed","cgroup":"real","memory_max":)" +
-      std::to_string((300ull + engine::kCgroupMemoryOverheadMib) << 20) +
+      std::to_string((300ull + engine::kCgroupMemoryOverheadMib + engine::kCgroupTcgCacheMib) << 20) +
       R"(,"cpu_max":"300000/100000","pids_max":1024)";
   EXPECT_NE(events.find(placed), std::string::npos) << out << events << slurp(instances_ + "/real/shim.log");
   EXPECT_TRUE(wait_until([&] { return !exists(root_ + "/real"); }, std::chrono::seconds(25))) << daemon_log();
