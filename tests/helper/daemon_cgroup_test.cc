@@ -292,6 +292,37 @@ TEST_F(DaemonCgroupTest, ALeftoverIsSweptWhenTheDaemonStartsAgainAfterSigkill) {
   EXPECT_TRUE(leftovers().empty());
 }
 
+// Churn: instances placed and removed one after another, names coming back,
+// leave no cgroup and no listed name behind (an rm may meet a cgroup its
+// dying processes still hold: the daemon retries while it is busy).
+TEST_F(DaemonCgroupTest, ChurnLeavesNoCgroupBehind) {
+  start_daemon();
+  constexpr int kCycles = 10;
+  int placed = 0, removed = 0;
+  for (int i = 0; i < kCycles; ++i) {
+    const std::string name = "churn" + std::to_string(i % 3);  // names come back, as they do
+    pid_t shim = start_stand_in(name, helper_->socket());
+    ASSERT_GT(shim, 0);
+    if (cgroup_of(shim) == "/" + root_name_ + "/" + name) ++placed;
+    auto [code, out] = abox({"rm", "-f", name});
+    EXPECT_EQ(code, 0) << out;
+    ::waitpid(shim, nullptr, 0);
+    std::erase(stand_ins_, shim);
+    if (wait_until([&] { return !exists(root_ + "/" + name); }, std::chrono::seconds(25))) ++removed;
+  }
+  EXPECT_EQ(placed, kCycles);
+  EXPECT_EQ(removed, kCycles) << daemon_log();
+  EXPECT_TRUE(wait_until([&] { return leftovers().empty(); }, std::chrono::seconds(5)));
+  std::string left;
+  if (DIR* d = ::opendir(root_.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_type == DT_DIR && e->d_name[0] != '.') left += std::string(e->d_name) + " ";
+    }
+    ::closedir(d);
+  }
+  EXPECT_EQ(left, "");
+}
+
 // The real shim, started by the real daemon for `abox run -d`: it enters the
 // cgroup before anything else (here it then fails: this VM has no guest
 // image), and the daemon deletes the cgroup once the shim has ended.
