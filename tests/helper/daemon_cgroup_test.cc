@@ -292,6 +292,32 @@ TEST_F(DaemonCgroupTest, ALeftoverIsSweptWhenTheDaemonStartsAgainAfterSigkill) {
   EXPECT_TRUE(leftovers().empty());
 }
 
+// rm while the helper is away: the state folder goes, the name stays listed
+// in cgroup-leftovers/, and a daemon started once the helper is back deletes
+// the cgroup (no state folder names it any more).
+TEST_F(DaemonCgroupTest, ACgroupOfARemovedInstanceIsDeletedOnceTheHelperIsBack) {
+  pid_t shim = start_stand_in("gone", helper_->socket());
+  ASSERT_GT(shim, 0);
+  const std::string cg = root_ + "/gone";
+  ASSERT_TRUE(exists(cg));
+  start_daemon();
+  helper_->stop();
+  auto [code, out] = abox({"rm", "-f", "gone"});
+  EXPECT_EQ(code, 0) << out;
+  ::waitpid(shim, nullptr, 0);
+  std::erase(stand_ins_, shim);
+  EXPECT_FALSE(exists(instances_ + "/gone"));
+  EXPECT_TRUE(exists(cg));
+  EXPECT_EQ(leftovers(), std::vector<std::string>{"gone"});
+  stop_daemon(SIGTERM);
+  helper_ = std::make_unique<HelperProcess>(env_or("ABOX_HELPER", ABOX_HELPER_PATH), dir_,
+                                            std::vector<std::string>{"--cgroup-root", root_});
+  ASSERT_TRUE(helper_->ready()) << helper_->log();
+  start_daemon();
+  EXPECT_TRUE(wait_until([&] { return !exists(cg); }, std::chrono::seconds(25))) << daemon_log();
+  EXPECT_TRUE(wait_until([&] { return leftovers().empty(); }, std::chrono::seconds(5)));
+}
+
 // Churn: instances placed and removed one after another, names coming back,
 // leave no cgroup and no listed name behind (an rm may meet a cgroup its
 // dying processes still hold: the daemon retries while it is busy).
