@@ -12,6 +12,7 @@
 #include "engine/daemon/daemon.h"
 #include "engine/instance/state_folder.h"
 #include "engine/layout.h"
+#include "helper/client.h"
 
 extern char** environ;
 
@@ -59,6 +60,7 @@ int run_daemon_command(std::span<const std::string_view> args) {
   o.instances_root = *root;
   o.abox = Layout::discover().self;
   for (char** e = environ; *e != nullptr; ++e) o.shim_env.emplace_back(*e);
+  o.helper_socket = helper::helper_socket_path(::getuid());
 
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGHUP, SIG_IGN);

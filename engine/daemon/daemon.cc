@@ -49,6 +49,8 @@ constexpr auto kStopBound = 30s;     // SIGTERM to SIGKILL of a shim (the superv
 constexpr auto kFollowTick = 200ms;  // how often a follower looks at its file again
 constexpr std::size_t kChunk = 48 * 1024;
 constexpr std::size_t kMaxEventLine = 64 * 1024;
+constexpr auto kSweepRetry = 200ms;  // a busy cgroup: its instance's last processes are dying (PDEATHSIG)
+constexpr int kSweepRetries = 100;   // 20 s of them in a row, then until the next ended instance
 
 bool terminal_state(std::string_view s) {
   return s == "stopped" || s == "failed";
@@ -201,7 +203,8 @@ struct Daemon::Follow {
   boost::asio::steady_timer timer;
 };
 
-Daemon::Daemon(boost::asio::io_context& io, Options options) : io_(io), options_(std::move(options)) {}
+Daemon::Daemon(boost::asio::io_context& io, Options options)
+    : io_(io), options_(std::move(options)), leftovers_(options_.paths.dir + "/cgroup-leftovers") {}
 
 Daemon::~Daemon() {
   *alive_ = false;
@@ -262,7 +265,9 @@ void Daemon::adopt_all() {
     } else if (::access((f + "/config.json").c_str(), F_OK) == 0) {
       mark_failed_unless_ended(name, "its shim never started");
     }
+    note_cgroup_leftover(name);
   }
+  sweep_cgroups_soon();
 }
 
 void Daemon::watch(std::string name, ShimRecord record, base::UniqueFd pidfd) {
@@ -295,6 +300,9 @@ void Daemon::on_shim_exit(const std::string& name) {
   shims_.erase(it);
   mark_failed_unless_ended(
       name, "its shim (pid " + std::to_string(shim->record.pid) + ") ended before the instance did");
+  // Listed before on_exit (rm) may remove the folder that names the cgroup.
+  note_cgroup_leftover(name);
+  sweep_cgroups_soon();
   for (auto& f : shim->on_exit) f();
 }
 
@@ -312,6 +320,59 @@ void Daemon::mark_failed_unless_ended(const std::string& name, const std::string
   append_event(f, name, "instance_failed",
                {{"source", "daemon"}, {"outcome", "crashed"}, {"reason", reason}});
   std::cerr << "abox daemon: " << name << " failed: " << reason << '\n';
+}
+
+void Daemon::note_cgroup_leftover(const std::string& name) {
+  if (shims_.count(name) != 0) return;
+  if (!read_cgroup_record(folder(name)).may_exist()) return;
+  if (auto added = leftovers_.add(name); !added.ok())
+    std::cerr << "abox daemon: " << name << ": cannot list its cgroup for deletion: " << added.error()
+              << '\n';
+}
+
+void Daemon::sweep_cgroups_soon() {
+  if (sweep_scheduled_) return;
+  sweep_scheduled_ = true;
+  if (!sweep_timer_) sweep_timer_ = std::make_unique<boost::asio::steady_timer>(io_);
+  sweep_timer_->expires_after(sweep_busy_rounds_ == 0 ? 0ms : kSweepRetry);
+  sweep_timer_->async_wait([this, alive = alive_](const boost::system::error_code& ec) {
+    if (!*alive || ec) return;
+    sweep_scheduled_ = false;
+    sweep_cgroups_now();
+  });
+}
+
+void Daemon::sweep_cgroups_now() {
+  if (leftovers_.names().empty()) {
+    sweep_busy_rounds_ = 0;
+    return;
+  }
+  // A local helper answers within kHelperCallTimeout; the daemon waits for it (it is one thread).
+  auto helper = HelperCgroups::connect(options_.helper_socket);
+  if (!helper.ok()) {
+    std::cerr << "abox daemon: cannot delete the cgroups of ended instances now: "
+              << helper.error().to_string() << " (again at the next ended instance or daemon start)\n";
+    sweep_busy_rounds_ = 0;
+    return;
+  }
+  SweepResult r =
+      sweep_cgroups(*helper, leftovers_, [this](const std::string& n) { return shims_.count(n) != 0; });
+  for (const auto& name : r.deleted) {
+    std::cerr << "abox daemon: " << name << ": its cgroup is deleted\n";
+    std::string f = folder(name);
+    CgroupRecord was = read_cgroup_record(f);
+    if (!was.may_exist()) continue;  // the folder is gone (rm), or a new boot wrote its own record
+    auto sf = StateFolder::open(options_.instances_root, name);
+    if (!sf.ok()) continue;
+    (void)sf->write_file(kCgroupRecordFile,
+                         cgroup_record_json({CgroupRecord::State::kRemoved, name, {}, {}}));
+    append_event(f, name, "cgroup", {{"source", "daemon"}, {"state", "removed"}, {"cgroup", name}});
+  }
+  for (const auto& k : r.kept) std::cerr << "abox daemon: cannot delete a cgroup: " << k << '\n';
+  if (!r.done() && ++sweep_busy_rounds_ < kSweepRetries) return sweep_cgroups_soon();
+  if (!r.done())
+    std::cerr << "abox daemon: cgroups still busy after " << kSweepRetries << " tries: kept listed\n";
+  sweep_busy_rounds_ = 0;
 }
 
 base::Result<ShimRecord, std::string> Daemon::spawn_shim(const std::string& name, bool again) {
@@ -393,6 +454,14 @@ std::string Daemon::describe(const std::string& name, bool full) const {
   json::object o{{"name", name}, {"state", state}, {"managed", managed}};
   for (const char* k : {"image", "created", "outcome", "reason", "exit", "accel", "policy"}) {
     if (auto* v = rec.if_contains(k)) o[k] = *v;
+  }
+  if (managed) {
+    o["cgroup"] = cgroup_record_object(read_cgroup_record(f));
+  } else {
+    o["cgroup"] = cgroup_record_object({CgroupRecord::State::kNone,
+                                        {},
+                                        {},
+                                        "a foreground abox run: only the daemon's instances get cgroups"});
   }
   if (full) {
     o["folder"] = f;

@@ -14,6 +14,10 @@
 //     or duplicated (start refuses a name whose shim lives);
 //   - a shim that ends is dropped; if it ended without the supervisor's last
 //     record (killed), the instance is marked failed.
+// Cgroups: the shim puts its instance in a cgroup of abox-helper's when one
+// answers (instance_cgroup.h); the daemon deletes it once the instance has
+// ended (its shim gone), at start for any it finds left (a state folder whose
+// shim is gone, or a name in the leftovers list, cgroup_sweeper.h).
 // The daemon never stops instances when it stops itself: SIGTERM or SIGINT
 // closes the socket and exits, the shims run on.
 //
@@ -32,6 +36,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -42,6 +47,7 @@
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "engine/daemon/api_request.h"
+#include "engine/daemon/cgroup_sweeper.h"
 #include "engine/daemon/daemon_paths.h"
 #include "engine/daemon/instance_files.h"
 
@@ -57,6 +63,9 @@ class Daemon {
     std::string instances_root;
     std::string abox;  // this program, for `abox shim`
     std::vector<std::string> shim_env;
+    // abox-helper's socket (helper_socket_path()), for deleting the cgroups
+    // of instances that ended (instance_cgroup.h).
+    std::string helper_socket;
   };
   Daemon(boost::asio::io_context& io, Options options);
   Daemon(const Daemon&) = delete;
@@ -90,6 +99,15 @@ class Daemon {
   void on_shim_exit(const std::string& name);
   void mark_failed_unless_ended(const std::string& name, const std::string& reason);
   base::Result<ShimRecord, std::string> spawn_shim(const std::string& name, bool again);
+
+  // Cgroups (instance_cgroup.h, cgroup_sweeper.h): an instance that does not
+  // run and whose record says it may have one gets its name listed in
+  // leftovers_ (before its folder can go); a sweep asks the helper to delete
+  // the listed ones, again every kSweepRetry while one is busy (its last
+  // processes dying), at most kSweepRetries times in a row.
+  void note_cgroup_leftover(const std::string& name);
+  void sweep_cgroups_soon();
+  void sweep_cgroups_now();
 
   void accept();
   void read_request(std::shared_ptr<Client> client);
@@ -125,6 +143,10 @@ class Daemon {
   std::map<std::string, std::unique_ptr<Shim>> shims_;
   std::size_t clients_ = 0;
   std::uint64_t refused_peers_ = 0, bad_requests_ = 0, requests_ = 0;
+  CgroupLeftovers leftovers_;
+  std::unique_ptr<boost::asio::steady_timer> sweep_timer_;
+  bool sweep_scheduled_ = false;
+  int sweep_busy_rounds_ = 0;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

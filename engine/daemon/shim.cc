@@ -19,6 +19,7 @@
 #include "engine/cli/machine_setup.h"
 #include "engine/cli/options.h"
 #include "engine/cli/run_command.h"
+#include "engine/daemon/instance_cgroup.h"
 #include "engine/daemon/instance_files.h"
 #include "engine/daemon/rotating_log.h"
 #include "engine/daemon/stdin_relay.h"
@@ -53,6 +54,57 @@ void record_failure(const StateFolder& folder, const std::string& name, const st
   log.emit("instance_failed", {{"source", "shim"}, {"outcome", "could_not_start"}, {"reason", reason}});
   std::cerr << "abox shim: " << name << ": " << reason << '\n';
 }
+
+void append_shim_event(const StateFolder& folder, const std::string& name, std::string_view kind,
+                       std::initializer_list<base::EventField> fields) {
+  base::UniqueFd ev(
+      ::open(folder.events().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!ev) return;
+  base::EventLog log(name, [&ev](std::string_view line) {
+    ssize_t ignored = ::write(ev.get(), line.data(), line.size());
+    (void)ignored;
+    return true;
+  });
+  log.emit(kind, fields);
+}
+
+}  // namespace
+
+CgroupRecord enter_instance_cgroup(const StateFolder& folder, const std::string& name, unsigned memory_mib,
+                                   unsigned cpus, bool may_use_tcg) {
+  std::string unreachable;
+  std::optional<HelperCgroups> helper;
+  if (auto h = HelperCgroups::connect(helper::helper_socket_path(::getuid())); h.ok()) {
+    helper.emplace(std::move(h).value());
+  } else {
+    unreachable = h.error().to_string();
+  }
+  auto write = [&folder](const CgroupRecord& r) {
+    return folder.write_file(kCgroupRecordFile, cgroup_record_json(r)).ok();
+  };
+  CgroupRecord r = place_in_cgroup(helper ? &*helper : nullptr, unreachable, name,
+                                   instance_cgroup_limits(memory_mib, cpus, may_use_tcg), ::getpid(), write);
+  (void)write(r);
+  if (r.state == CgroupRecord::State::kPlaced) {
+    const auto& l = r.limits;
+    append_shim_event(folder, name, "cgroup",
+                      {{"source", "shim"},
+                       {"state", "placed"},
+                       {"cgroup", name},
+                       {"memory_max", l.memory_max.value_or(0)},
+                       {"cpu_max", std::to_string(l.cpu_max ? l.cpu_max->quota_us : 0) + "/" +
+                                       std::to_string(l.cpu_max ? l.cpu_max->period_us : 0)},
+                       {"pids_max", l.pids_max.value_or(0)}});
+    std::cerr << "abox shim: " << name << ": in cgroup '" << name << "' of abox-helper\n";
+  } else {
+    const std::string reason = r.reason.empty() ? std::string("no cgroup") : r.reason;
+    append_shim_event(folder, name, "cgroup", {{"source", "shim"}, {"state", "none"}, {"reason", reason}});
+    std::cerr << "abox shim: " << name << ": no cgroup: " << reason << '\n';
+  }
+  return r;
+}
+
+namespace {
 
 // Step 1 and 2 of the header: returns in the detached grandchild only.
 bool detach(const StateFolder& folder) {
@@ -124,6 +176,12 @@ int run_shim_command(std::span<const std::string_view> args) {
   }
   std::string problem = run_config_from_args(*parsed, c, /*local_terminal=*/false);
   if (problem.empty() && c.name != name) problem = "config.json names another instance (" + c.name + ")";
+  // Before any process of the instance exists (prepare_machine may already
+  // start one, to probe KVM): they are all born inside.
+  if (problem.empty()) {
+    enter_instance_cgroup(*folder, name, c.memory_mib, c.cpus,
+                          /*may_use_tcg=*/parsed->last("accel").value_or("auto") != "kvm");
+  }
   c.instances_root = root;
   c.term = config->term;
   c.lang = config->lang;

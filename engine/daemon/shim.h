@@ -12,6 +12,10 @@
 //      daemon), builds the instance from them exactly as `abox run` does, and
 //      runs one InstanceSupervisor until the instance ends; the command's
 //      stdout and stderr go to ROOT/NAME/output.log (RotatingLog);
+//      Before anything of the instance starts, the shim moves itself into the
+//      instance's cgroup through abox-helper when one answers
+//      (instance_cgroup.h: cgroup.json and a "cgroup" event say which, or why
+//      not), so abox-net, the broker and QEMU are born inside it;
 //   4. SIGTERM or SIGINT stops the instance in order, a second one kills it.
 //
 // --again: a stopped instance boots once more: its own policy copy, its kept
@@ -22,10 +26,21 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
+
+#include "engine/daemon/instance_cgroup.h"
+#include "engine/instance/state_folder.h"
 
 namespace abox::engine {
 
 int run_shim_command(std::span<const std::string_view> args);
+
+// Step 3's cgroup: the calling process into the instance's cgroup through
+// abox-helper at helper_socket_path(getuid()), with instance_cgroup_limits();
+// writes cgroup.json and a "cgroup" event to the folder either way. Returns
+// the record written.
+CgroupRecord enter_instance_cgroup(const StateFolder& folder, const std::string& name, unsigned memory_mib,
+                                   unsigned cpus, bool may_use_tcg);
 
 }  // namespace abox::engine

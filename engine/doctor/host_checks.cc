@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "base/unique_fd.h"
+#include "engine/daemon/instance_cgroup.h"
 #include "engine/image/image_store.h"
 #include "engine/process/child_process.h"
 #include "engine/process/pipe_reader.h"
@@ -258,11 +259,10 @@ CheckItem check_helper(const HostCheckInputs& in, const HelperState& h) {
     return ok("helper", "abox-helper",
               "not needed: abox runs as root here (the helper serves one operator who is not root)");
   }
-  return degraded(
-      "helper", "abox-helper", "not reachable at " + in.helper_socket + ": " + h.detail,
-      "no cgroup limits unless you have a delegated cgroup subtree, and no taps (QEMU over --stream, "
-      "what abox run uses, needs neither)",
-      "sudo abox-helper --operator " + user_name() + " (docs/helper.md: a systemd unit)");
+  return degraded("helper", "abox-helper", "not reachable at " + in.helper_socket + ": " + h.detail,
+                  "no cgroup limits for instances, and no taps (QEMU over --stream, "
+                  "what abox run uses, needs neither)",
+                  "sudo abox-helper --operator " + user_name() + " (docs/helper.md: a systemd unit)");
 }
 
 // The cgroup2 mount point, from /proc/self/mountinfo ("" when none).
@@ -293,9 +293,20 @@ bool has_word(const std::string& list, std::string_view word) {
   return false;
 }
 
+// What the daemon's instances will really get: a cgroup with limits exactly
+// when abox-helper answers with cgroups available (instance_cgroup.h). A
+// subtree delegated to the user is reported but not used by abox.
 CheckItem check_cgroup(const HelperState& h) {
   const char* title = "cgroup v2";
-  const std::string no_limits = "instances run without memory, CPU and process-count limits";
+  if (h.cgroups) {
+    const helper::CgroupLimits l = instance_cgroup_limits(0, 0, false);
+    return ok("cgroup", title,
+              "each instance gets a cgroup from abox-helper: memory.max = --memory + " +
+                  std::to_string(kCgroupMemoryOverheadMib) + " MiB (+ " + std::to_string(kCgroupTcgCacheMib) +
+                  " MiB unless --accel kvm), cpu.max = --cpus + " + std::to_string(kCgroupCpuOverhead) +
+                  ", pids.max = " + std::to_string(l.pids_max.value_or(0)));
+  }
+  const std::string no_limits = "instances run without memory, CPU and process-count limits (no cgroup)";
   const std::string mount = cgroup2_mount();
   if (mount.empty()) {
     return degraded("cgroup", title, "no cgroup v2 mount", no_limits,
@@ -311,8 +322,21 @@ CheckItem check_cgroup(const HelperState& h) {
                     "cgroup v2 at " + mount + " lacks " + lacking + " (bound to cgroup v1 on this host)",
                     no_limits, "boot with systemd.unified_cgroup_hierarchy=1 (cgroup v2 only)");
   }
+  if (::getuid() == 0) {
+    return degraded("cgroup", title,
+                    "memory, cpu and pids, but abox-helper serves only an operator who is not root, and "
+                    "root's daemon makes no cgroups itself",
+                    no_limits, "run abox as your own user, with abox-helper --operator USER");
+  }
+  if (h.reachable) {
+    return degraded(
+        "cgroup", title,
+        "memory, cpu and pids here, but abox-helper answers cgroups=unavailable (its log says why)",
+        no_limits, "fix abox-helper's --cgroup-root (docs/helper.md) and restart it");
+  }
   // Delegation: a folder on the way from this process's cgroup up to the
-  // mount that this user may make cgroups in and enable controllers for.
+  // mount that this user may make cgroups in. abox does not use it (only
+  // the helper's cgroups); said so that nobody expects limits from it.
   std::string own;
   {
     std::ifstream f("/proc/self/cgroup");
@@ -321,18 +345,22 @@ CheckItem check_cgroup(const HelperState& h) {
       if (line.rfind("0::", 0) == 0) own = line.substr(3);
     }
   }
+  std::string delegated;
   for (std::string path = own; !path.empty();) {
     const std::string dir = mount + (path == "/" ? "" : path);
     if (::access(dir.c_str(), W_OK) == 0 && ::access((dir + "/cgroup.subtree_control").c_str(), W_OK) == 0) {
-      return ok("cgroup", title, "memory, cpu and pids; you may make cgroups under " + dir + " (delegated)");
+      delegated = dir;
+      break;
     }
     if (path == "/") break;
     const auto slash = path.rfind('/');
     path = slash == 0 ? "/" : path.substr(0, slash);
   }
-  if (h.cgroups) return ok("cgroup", title, "memory, cpu and pids; abox-helper makes the instances' cgroups");
-  return degraded("cgroup", title, "memory, cpu and pids, but no subtree is delegated to you", no_limits,
-                  "start abox-helper (see the abox-helper item), or delegate one (systemd: Delegate=yes)");
+  return degraded("cgroup", title,
+                  "memory, cpu and pids, but abox-helper is not reachable" +
+                      (delegated.empty() ? std::string()
+                                         : " (" + delegated + " is delegated to you; abox does not use it)"),
+                  no_limits, "start abox-helper (see the abox-helper item)");
 }
 
 CheckItem check_qemu(const Layout& layout) {

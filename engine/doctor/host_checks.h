@@ -10,9 +10,11 @@
 //   seccomp      a forked child sets no_new_privs and loads an allow-all
 //                filter
 //   userns       a forked child unshares a user and a network namespace
-//   cgroup       cgroup v2 mounted with memory, cpu and pids; whether this
-//                user may make cgroups under its own (delegation); when not,
-//                whether abox-helper makes them
+//   cgroup       what the daemon's instances will get: OK only when
+//                abox-helper answers cgroups=available (each instance then
+//                gets a cgroup with limits); else DEGRADED with the cause
+//                (no cgroup v2, controllers bound to v1, root, no helper,
+//                the helper's own refusal)
 //   qemu         qemu-system-x86_64 found and `-machine help` lists microvm
 //   images       the guest kernel is there, and the minimal image is built
 //                and current (ImageStore)

@@ -47,8 +47,10 @@ Cases:
   0600 or tighter, all owned by it; root is refused by its daemon; abox-helper
   as root configured for another operator refuses this uid (and serves it once
   configured for it: the control); stop, rm, and nothing of that uid left.
-  The daemon calls the helper for nothing today (engine/ only probes it in
-  `abox doctor`), so doctor is the client here;
+  Started with no helper running, the instance has no cgroup and says why
+  (inspect's cgroup, a cgroup event); this host's cgroup v2 has no
+  controllers, so the instances' cgroups for real are e2e.helper's VM test
+  (tests/helper/daemon_cgroup_test.cc); doctor is the helper's client here;
 - churn: N run -d/stop/rm cycles (ABOX_CHURN, default 10): afterwards no process,
   socket or state folder of them, the daemon's fds as before and its memory
   within 2 MiB of where it was.
@@ -690,6 +692,16 @@ def case_unprivileged(h):
                 logs[-400:])
         code, out, _ = h.run("inspect", "--json", "unpriv", user=str(OPERATOR), env=env)
         procs = json.loads(out).get("processes", {}) if code == 0 else {}
+        # No helper runs yet: the instance has no cgroup, and says why (docs/helper.md).
+        cgroup = json.loads(out).get("cgroup", {}) if code == 0 else {}
+        h.check("unprivileged_without_a_helper_no_cgroup_and_why",
+                cgroup.get("state") == "none" and "no abox-helper answers" in cgroup.get("reason", "") and
+                env["ABOX_HELPER_SOCKET"] in cgroup.get("reason", ""), cgroup)
+        code, evout, _ = h.run("events", "--json", "unpriv", user=str(OPERATOR), env=env)
+        cg_events = [e for e in (json.loads(l) for l in evout.splitlines() if l.startswith("{"))
+                     if e.get("kind") == "cgroup"]
+        h.check("unprivileged_the_cgroup_event_says_none",
+                [(e.get("source"), e.get("state")) for e in cg_events] == [("shim", "none")], cg_events)
         mine = processes_of_uid(OPERATOR)
         daemons = [pid for pid, argv in mine.items() if argv[0].endswith("abox") and argv[1:2] == ["daemon"]]
         pids = {k: v.get("pid") for k, v in procs.items() if isinstance(v, dict)}

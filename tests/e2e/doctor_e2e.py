@@ -150,7 +150,9 @@ def case_as_root(t):
     mount, controllers = cgroup2_controllers()
     full = mount is not None and all(c in controllers for c in ("memory", "cpu", "pids"))
     if full:
-        t.check("cgroup v2 with its controllers: OK for root", status.get("cgroup") == "OK", items.get("cgroup"))
+        # The helper serves only an operator who is not root: root's instances get no cgroup.
+        t.check("cgroup v2 with its controllers: DEGRADED for root, saying why",
+                status.get("cgroup") == "DEGRADED" and "not root" in items["cgroup"]["detail"], items.get("cgroup"))
     else:
         t.check("cgroup v2 without memory/cpu/pids: DEGRADED, saying so",
                 status.get("cgroup") == "DEGRADED" and ("lacks" in items["cgroup"]["detail"] or
@@ -216,6 +218,12 @@ def case_helper_flips(t):
         t.check("with abox-helper running for the operator: OK",
                 items.get("helper", {}).get("status") == "OK" and "(cgroups: unavailable)" in items["helper"]["detail"],
                 items.get("helper"))
+        # A helper without cgroups gives instances none: never OK, and the cause said.
+        mount, controllers = cgroup2_controllers()
+        full = mount is not None and all(c in controllers for c in ("memory", "cpu", "pids"))
+        t.check("with a helper answering cgroups=unavailable: cgroup DEGRADED, saying why",
+                items.get("cgroup", {}).get("status") == "DEGRADED" and
+                ("cgroups=unavailable" if full else "lacks") in items["cgroup"].get("detail", ""), items.get("cgroup"))
         rc, items, _ = t.doctor(64127)
         t.check("for another uid the same helper is not reachable",
                 items.get("helper", {}).get("status") == "DEGRADED", items.get("helper"))

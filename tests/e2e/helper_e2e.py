@@ -23,10 +23,13 @@ controllers. Where this host has them, tests/helper/cgroup_test.cc runs here;
 where it does not (a host that binds them to cgroup v1), the helper must say
 so (`unavailable`, with the reason), and the same program runs inside a QEMU
 VM (Debian's kernel from scripts/setup.sh, TCG, an initramfs of busybox, the
-helper and the test, cgroup v2 mounted by its /init).
+helper and the test, cgroup v2 mounted by its /init). The same VM runs
+tests/helper/daemon_cgroup_test.cc: the daemon's instances in the helper's
+cgroups (with `abox` itself in the initramfs).
 
 Usage:
-  helper_e2e.py PATH/TO/abox-helper PATH/TO/helper_cgroup_test [--only WORD[,WORD]] [--keep]
+  helper_e2e.py PATH/TO/abox-helper PATH/TO/helper_cgroup_test PATH/TO/daemon_cgroup_test PATH/TO/abox
+                [--only WORD[,WORD]] [--keep]
 Prints "ok/FAIL name" per check and "N passed, N failed"; exits 1 on any
 failure. Every wait is bounded; every process, namespace, device, cgroup
 and file the test makes is removed at the end, also on failure, and the end
@@ -237,8 +240,9 @@ class Helper:
 
 
 class Suite:
-    def __init__(self, helper_bin, cgroup_test, workdir):
+    def __init__(self, helper_bin, cgroup_test, daemon_cgroup_test, abox_bin, workdir):
         self.helper_bin, self.cgroup_test, self.dir = helper_bin, cgroup_test, workdir
+        self.daemon_cgroup_test, self.abox_bin = daemon_cgroup_test, abox_bin
         self.passed = self.failed = 0
         self.namespaces = []
         self.cgroup2 = cgroup2_mount()
@@ -615,9 +619,12 @@ def case_client_that_never_reads(t):
 
 def case_cgroups(t):
     if host_has_controllers(t.cgroup2):
-        r = subprocess.run([t.cgroup_test, "--gtest_color=no"], capture_output=True, text=True, timeout=600,
-                           env=dict(os.environ, ABOX_HELPER=t.helper_bin, ABOX_CGROUP_PARENT=t.cgroup2))
-        t.check("cgroups for real on this host (helper_cgroup_test)", r.returncode == 0, r.stdout[-3000:])
+        for program in (t.cgroup_test, t.daemon_cgroup_test):
+            r = subprocess.run([program, "--gtest_color=no"], capture_output=True, text=True, timeout=600,
+                               env=dict(os.environ, ABOX_HELPER=t.helper_bin, ABOX_BIN=t.abox_bin,
+                                        ABOX_CGROUP_PARENT=t.cgroup2))
+            t.check(f"cgroups for real on this host ({os.path.basename(program)})", r.returncode == 0,
+                    r.stdout[-3000:])
         return
     reason = t.operator(lambda s: repr(Conn(s).ask(request("cgroup-create", "instance=a", "memory_max=max",
                                                            "cpu_max=max", "pids_max=max"))))
@@ -625,7 +632,7 @@ def case_cgroups(t):
             reason.startswith("unavailable: ") and "controller in cgroup v2" in reason, reason)
     t.check("and makes no cgroup root", not os.path.exists(t.cgroup_root), t.cgroup_root)
     ok, detail = run_cgroup_test_in_vm(t)
-    t.check("cgroups for real in a VM with cgroup v2 (helper_cgroup_test)", ok, detail)
+    t.check("cgroups for real in a VM with cgroup v2 (helper_cgroup_test, daemon_cgroup_test)", ok, detail)
 
 
 def case_start_and_stop(t):
@@ -673,6 +680,8 @@ export PATH=/bin ABOX_HELPER=/bin/abox-helper ABOX_CGROUP_PARENT=/sys/fs/cgroup 
 echo "controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 /bin/helper_cgroup_test --gtest_color=no
 echo "HELPER-CGROUP-TEST rc=$?"
+ABOX_BIN=/bin/abox /bin/daemon_cgroup_test --gtest_color=no
+echo "DAEMON-CGROUP-TEST rc=$?"
 echo "LEFT: $(cd /sys/fs/cgroup && ls -d abox-* 2>/dev/null)"
 /bin/busybox poweroff -f
 """
@@ -708,7 +717,8 @@ def run_cgroup_test_in_vm(t):
     shutil.copy("/bin/busybox", os.path.join(tree, "bin", "busybox"))
     for applet in ("sh", "mount", "cat", "ls", "echo", "poweroff"):
         os.symlink("busybox", os.path.join(tree, "bin", applet))
-    for program, name in ((t.helper_bin, "abox-helper"), (t.cgroup_test, "helper_cgroup_test")):
+    for program, name in ((t.helper_bin, "abox-helper"), (t.cgroup_test, "helper_cgroup_test"),
+                          (t.daemon_cgroup_test, "daemon_cgroup_test"), (t.abox_bin, "abox")):
         subprocess.run(["objcopy", "--strip-debug", program, os.path.join(tree, "bin", name)], check=True,
                        timeout=60)
         for lib in libraries(program):
@@ -727,7 +737,7 @@ def run_cgroup_test_in_vm(t):
                        stdout=out, check=True, timeout=60)
     console = os.path.join(t.dir, "vm-console.log")
     append = f"console=ttyS0 panic=-1 quiet tsc_early_khz={host_tsc_khz()} rdinit=/init"
-    qemu = subprocess.Popen(["qemu-system-x86_64", "-M", "microvm", "-accel", "tcg", "-m", "512", "-smp", "1",
+    qemu = subprocess.Popen(["qemu-system-x86_64", "-M", "microvm", "-accel", "tcg", "-m", "1024", "-smp", "1",
                              "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
                              "-serial", f"file:{console}", "-kernel", kernel, "-initrd", cpio, "-append", append],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -742,9 +752,9 @@ def run_cgroup_test_in_vm(t):
     tests = [line for line in text.splitlines() if line.startswith("[       OK ]") or line.startswith("[  FAILED  ]")]
     for line in tests:
         print(f"     vm: {line}")
-    ok = "HELPER-CGROUP-TEST rc=0" in text and "LEFT: \n" in text.replace("\r", "") and \
-        sum(line.startswith("[       OK ]") for line in tests) >= 8
-    return ok, text[-4000:]
+    ok = "HELPER-CGROUP-TEST rc=0" in text and "DAEMON-CGROUP-TEST rc=0" in text and \
+        "LEFT: \n" in text.replace("\r", "") and sum(line.startswith("[       OK ]") for line in tests) >= 15
+    return ok, text[-6000:]
 
 
 def leftovers(t):
@@ -768,7 +778,7 @@ def main(argv):
         words = argv[i + 1].split(",")
         cases = [c for c in CASES if any(w in c.__name__ for w in words)]
         del argv[i:i + 2]
-    if len(argv) != 2:
+    if len(argv) != 4:
         print(__doc__, file=sys.stderr)
         return 2
     if os.geteuid() != 0:
@@ -780,7 +790,7 @@ def main(argv):
             return 1
     workdir = tempfile.mkdtemp(prefix="helper-e2e-")
     os.chmod(workdir, 0o711)  # the operator reaches the socket inside
-    t = Suite(os.path.abspath(argv[0]), os.path.abspath(argv[1]), workdir)
+    t = Suite(*(os.path.abspath(a) for a in argv), workdir)
     started = time.monotonic()
     try:
         t.start()
