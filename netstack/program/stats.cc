@@ -173,6 +173,9 @@ std::string run_stats_json(const RunStatsSources& from) {
   // Frames the stack took from the link (the link's own frames_in counts
   // before its runt checks).
   w.field("stack_frames_in", c.frames_in);
+  // IPv6 routing headers, hidden upper layers, unhandled next headers
+  // (issue 21; added at the end).
+  w.field("frames_dropped_ipv6_extension", c.frames_dropped_ipv6_extension);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

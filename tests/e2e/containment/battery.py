@@ -1014,11 +1014,21 @@ def client_frames(which):
             add("syn", eth / IP(src=g, dst=dst) / TCP(sport=40020, dport=80, flags="S"))
             add("udp", eth / IP(src=g, dst=dst) / UDP(sport=40021, dport=UDP_PORT) / (MARK + f"to {dst}".encode()))
     elif which == "ipv6":
-        # IPv6 is not supported yet: dropped, whatever it is for (NAT64 of web's address, ULA, a global one)
-        for dst in ("64:ff9b::5db8:d70e", "fd00::1", "2606:4700::1111"):
-            add("ipv6_udp", eth / inet6.IPv6(src="fd00::15", dst=dst) / inet.UDP(sport=40022, dport=UDP_PORT)
-                / (MARK + f"ipv6 to {dst}".encode()))
-            add("ipv6_icmp", eth / inet6.IPv6(src="fd00::15", dst=dst) / inet6.ICMPv6EchoRequest(id=7, seq=1))
+        # IPv6 is not carried yet: dropped, whatever it is for (NAT64 of web's address, ULA, a global one),
+        # from a ULA that is not the guest's (spoofed) and from its link-local address (issue 21)
+        for src in ("fd00::15", "fe80::15"):
+            for dst in ("64:ff9b::5db8:d70e", "fd00::1", "2606:4700::1111"):
+                add("ipv6_udp", eth / inet6.IPv6(src=src, dst=dst) / inet.UDP(sport=40022, dport=UDP_PORT)
+                    / (MARK + f"ipv6 to {dst}".encode()))
+                add("ipv6_icmp", eth / inet6.IPv6(src=src, dst=dst) / inet6.ICMPv6EchoRequest(id=7, seq=1))
+        # extension-header tricks: a routing header type 0, a first fragment hiding TCP, an unknown next header
+        dst = "2606:4700::1111"
+        syn = inet.TCP(sport=40023, dport=443, flags="S")
+        add("ipv6_routing0", eth / inet6.IPv6(src="fe80::15", dst=dst)
+            / inet6.IPv6ExtHdrRouting(type=0, addresses=["2606:4700::1001"]) / syn)
+        add("ipv6_fragment_hiding_tcp", eth / inet6.IPv6(src="fe80::15", dst=dst)
+            / inet6.IPv6ExtHdrFragment(nh=6, offset=0, m=1, id=7) / bytes(syn)[:8])
+        add("ipv6_unknown_next_header", eth / inet6.IPv6(src="fe80::15", dst=dst, nh=253) / bytes(syn))
     else:
         return {"error": f"unknown frames {which}"}
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
@@ -1924,7 +1934,7 @@ def dns_to_other_resolvers_dot_and_doh(t):
     t.web_works()
 
 
-@case("udp_refused", "frames_dropped_ipv6")
+@case("udp_refused", "frames_dropped_ipv6", "frames_dropped_ipv6_extension")
 def udp_and_icmp_to_anything_not_admitted(t):
     for name in (WEB, TOOLS):
         t.dig(nr.GATEWAY, name)
@@ -1943,8 +1953,11 @@ def udp_and_icmp_to_anything_not_admitted(t):
         before = t.counters()
         sent = t.client("frames", "ipv6")
         assert "error" not in sent, sent
-        d = t.counters()["frames_dropped_ipv6"] - before["frames_dropped_ipv6"]
-        assert d >= sent["frames"], f"{sent['frames']} IPv6 frames sent, {d} counted as dropped"
+        after = t.counters()
+        keys = ("frames_dropped_ipv6", "frames_dropped_spoofed", "frames_dropped_ipv6_extension")
+        d = {k: after[k] - before[k] for k in keys}
+        assert sum(d.values()) >= sent["frames"], f"{sent['frames']} IPv6 frames sent, counted as dropped: {d}"
+        assert d["frames_dropped_ipv6_extension"] >= 3 and d["frames_dropped_spoofed"] >= 6, d
         t.saw = "ICMP: no counter (lwIP's icmp_not_for_netif is not among the SIGUSR1 counters)"
         r = t.client("udp", json.dumps([[nr.GATEWAY, 9999, "udp to the gateway, no service"]]))["results"][0]
         assert r["outcome"] != "echo", r
