@@ -24,7 +24,6 @@
 #include "netstack/lwip/abox_lwip.h"
 #include "netstack/stack/admission.h"
 #include "netstack/stack/guest_frame.h"
-#include "netstack/stack/ipv6_guest_checks.h"
 #include "netstack/stack/tcp_flow.h"
 #include "netstack/stack/udp_flow.h"
 
@@ -138,6 +137,10 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
              .prefix_len = config.prefix_len,
              .gateway_mac = config.gateway_mac,
              .mtu = link.mtu()}),
+      ndp_(NdpConfig{.gateway_mac = config.gateway_mac,
+                     .prefix = instance_ula_prefix(config.instance),
+                     .mtu = static_cast<std::uint32_t>(link.mtu()),
+                     .router_lifetime_seconds = 0}),
       netif_(std::make_unique<netif>()),
       rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.max_receive_size(), 0xFFFF))) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
@@ -397,9 +400,7 @@ void GuestStack::take_frame(std::size_t n) {
   const GuestFrame& frame = *parsed;
   switch (frame.kind()) {
     case EtherKind::ipv6:
-      // Not carried yet (issue 21): what fails the checks is dropped under
-      // its own reason, everything else as "not supported yet".
-      drop(ipv6_guest_refusal(frame.ipv6(), std::nullopt).value_or(DropReason::frame_ipv6), "ipv6");
+      take_ipv6(bytes, frame);
       return;
     case EtherKind::other:
       drop(DropReason::frame_ethertype);

@@ -27,10 +27,13 @@ using stream_stack_test::write_all;
 class GuestStackIpv6Test : public ::testing::Test {
  protected:
   GuestStackIpv6Test() : rig_(1500) {}
-  void SetUp() override {
+  void SetUp() override { make(GuestConfig{}); }
+  void make(const GuestConfig& config) {
+    stack_.reset();
     ASSERT_TRUE(rig_.link);
     stack_ = std::make_unique<GuestStack>(rig_.loop, *rig_.link, rig_.policy, rig_.upstreams, rig_.events,
-                                          rig_.random);
+                                          rig_.random, config);
+    (void)sent_back();
   }
   void send(const Bytes& frame) {
     write_all(rig_.vmm.get(), guest_wire::record(frame));
@@ -39,9 +42,9 @@ class GuestStackIpv6Test : public ::testing::Test {
       rig_.loop.run_once(base::Millis(0));
     }
   }
-  // The frames the stack sent the guest since the last call, as parsed views' kinds.
-  std::vector<EtherKind> sent_back() {
-    std::vector<EtherKind> kinds;
+  // The frames the stack sent the guest since the last call.
+  std::vector<Bytes> frames_sent_back() {
+    std::vector<Bytes> frames;
     Bytes in;
     for (int i = 0; i < 16; ++i) {
       std::array<std::uint8_t, 4096> buf{};
@@ -54,9 +57,24 @@ class GuestStackIpv6Test : public ::testing::Test {
       const std::size_t len = (std::size_t{in[at]} << 24) | (std::size_t{in[at + 1]} << 16) |
                               (std::size_t{in[at + 2]} << 8) | in[at + 3];
       if (in.size() - at - 4 < len) break;
-      const auto v = GuestFrame::parse(std::span<const std::uint8_t>(in).subspan(at + 4, len));
-      kinds.push_back(v.ok() ? v->kind() : EtherKind::other);
+      frames.emplace_back(in.begin() + static_cast<long>(at + 4),
+                          in.begin() + static_cast<long>(at + 4 + len));
       at += 4 + len;
+    }
+    return frames;
+  }
+  // The IPv6 frames the stack sent the guest since the last call.
+  std::vector<Ipv6Fields> ipv6_sent_back() {
+    std::vector<Ipv6Fields> out;
+    for (const Bytes& f : frames_sent_back())
+      if (const auto v = GuestFrame::parse(f); v.ok() && v->is_ipv6()) out.push_back(v->ipv6());
+    return out;
+  }
+  std::vector<EtherKind> sent_back() {
+    std::vector<EtherKind> kinds;
+    for (const Bytes& f : frames_sent_back()) {
+      const auto v = GuestFrame::parse(f);
+      kinds.push_back(v.ok() ? v->kind() : EtherKind::other);
     }
     return kinds;
   }
@@ -69,7 +87,6 @@ TEST_F(GuestStackIpv6Test, EveryIpv6FrameIsDroppedAndCountedUnderItsReason) {
   const Address global = kServer;
   const Address ula = {0xFD, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x15};
   const Bytes syn = tcp(40000, 443, 0x02);
-  (void)sent_back();  // whatever the stack says on its own at start
   // Malformed: the header cut short.
   Bytes cut = ipv6_frame(kTcp, syn);
   cut.resize(14 + 30);
@@ -96,7 +113,73 @@ TEST_F(GuestStackIpv6Test, EveryIpv6FrameIsDroppedAndCountedUnderItsReason) {
   EXPECT_EQ(c.frames_dropped_spoofed, 3u);
   EXPECT_EQ(c.frames_dropped_ipv6, 2u);
   EXPECT_EQ(c.tcp_admitted + c.tcp_refused + c.udp_admitted + c.udp_refused, 0u);
-  for (const EtherKind k : sent_back()) EXPECT_NE(k, EtherKind::ipv6) << "an IPv6 frame went back to the guest";
+  for (const EtherKind k : sent_back())
+    EXPECT_NE(k, EtherKind::ipv6) << "an IPv6 frame went back to the guest";
+}
+
+// With neighbour discovery on (GuestConfig::ipv6_neighbour_discovery), the
+// gateway answers router and neighbour solicitations, ignores the guest's
+// router advertisements (counted), and the guest's addresses in the
+// instance's /64 pass the source check; everything else is still dropped.
+TEST_F(GuestStackIpv6Test, NeighbourDiscoveryIsAnsweredWhenOn) {
+  GuestConfig config;
+  config.instance = "ipv6-test";
+  config.ipv6_neighbour_discovery = true;
+  make(config);
+  const Ipv6Prefix64 prefix = instance_ula_prefix("ipv6-test");
+  Address gateway_global{};
+  std::copy(prefix.begin(), prefix.end(), gateway_global.begin());
+  gateway_global[15] = 1;
+  const Address all_routers = {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+  const Address all_nodes = {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+
+  send(ndp(133, Bytes(4, 0), kLinkLocal, all_routers));
+  auto back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].icmp_type, 134);
+  EXPECT_EQ(back[0].destination, kLinkLocal);
+  // The prefix information option carries the instance's /64.
+  const auto ra = back[0].upper_layer;
+  bool prefix_seen = false;
+  for (std::size_t at = 16; at + 2 <= ra.size() && ra[at + 1] != 0; at += std::size_t{ra[at + 1]} * 8) {
+    if (ra[at] == 3 && at + 32 <= ra.size())
+      prefix_seen = std::equal(prefix.begin(), prefix.end(), ra.begin() + static_cast<long>(at + 16));
+  }
+  EXPECT_TRUE(prefix_seen);
+
+  Bytes ns_body(4, 0);
+  ns_body.insert(ns_body.end(), gateway_global.begin(), gateway_global.end());
+  send(ndp(135, ns_body, kLinkLocal, solicited_node(gateway_global)));
+  back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].icmp_type, 136);
+  EXPECT_EQ(back[0].source, gateway_global);
+
+  // The guest's router advertisement: ignored, counted, nothing back.
+  send(ndp(134, Bytes(12, 0), kLinkLocal, all_nodes));
+  EXPECT_TRUE(ipv6_sent_back().empty());
+  EXPECT_EQ(stack_->ndp_counters().guest_router_advertisements, 1u);
+
+  // From an address in the instance's /64: the guest's own, so not spoofed
+  // (and dropped as not carried yet); from another /64: spoofed.
+  Address own = gateway_global;
+  own[15] = 0x42;
+  Address other = own;
+  other[7] = 1;
+  const std::uint64_t spoofed = stack_->counters().frames_dropped_spoofed;
+  const std::uint64_t not_carried = stack_->counters().frames_dropped_ipv6;
+  send(ipv6_frame(kTcp, tcp(40000, 443, 0x02), own));
+  send(ipv6_frame(kTcp, tcp(40000, 443, 0x02), other));
+  EXPECT_EQ(stack_->counters().frames_dropped_ipv6, not_carried + 1);
+  EXPECT_EQ(stack_->counters().frames_dropped_spoofed, spoofed + 1);
+  EXPECT_TRUE(ipv6_sent_back().empty());
+}
+
+TEST_F(GuestStackIpv6Test, NeighbourDiscoveryIsNotAnsweredWhenOff) {
+  send(ndp(133, Bytes(4, 0), kLinkLocal, {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}));
+  EXPECT_TRUE(ipv6_sent_back().empty());
+  EXPECT_EQ(stack_->counters().frames_dropped_ipv6, 1u);
+  EXPECT_EQ(stack_->ndp_counters().router_advertisements, 0u);
 }
 
 }  // namespace

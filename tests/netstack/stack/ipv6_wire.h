@@ -1,8 +1,8 @@
 // IPv6 frames from the guest, written by hand for the tests of GuestFrame's
 // IPv6 walk and of the stack's IPv6 drops: an Ethernet + IPv6 header with
 // its payload length right, and the extension headers and upper layers the
-// tests chain behind it. No checksums: nothing that reads these checks one
-// before the drops under test.
+// tests chain behind it. No checksums, but for ndp(): nothing else that
+// reads these checks one before the drops under test.
 #pragma once
 
 #include <array>
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "netstack/stack/guest_frame.h"
 #include "tests/support/big_endian.h"
 
 namespace abox::netstack::ipv6_wire {
@@ -96,5 +97,32 @@ inline Bytes icmpv6(std::uint8_t type, std::uint8_t code, std::size_t body = 4) 
   Bytes m{type, code, 0, 0};
   m.resize(4 + body, 0);
   return m;
+}
+inline std::uint16_t icmpv6_checksum_sum(const Address& src, const Address& dst,
+                                         std::span<const std::uint8_t> msg) {
+  std::uint32_t sum = sum16(src);
+  sum = sum16(dst, sum);
+  sum += static_cast<std::uint32_t>(msg.size());
+  sum += 58;
+  return fold_checksum(sum16(msg, sum));
+}
+
+inline Address solicited_node(const Address& a) {
+  Address s = {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xFF, a[13], a[14], a[15]};
+  return s;
+}
+
+// An NDP message from the guest: hop limit 255 and a right checksum unless
+// told otherwise.
+inline Bytes ndp(std::uint8_t type, const Bytes& body, const Address& src, const Address& dst,
+                 std::uint8_t hop_limit = 255, std::uint8_t code = 0, bool good_checksum = true) {
+  Bytes msg{type, code, 0, 0};
+  msg.insert(msg.end(), body.begin(), body.end());
+  const std::uint16_t sum = icmpv6_checksum_sum(src, dst, msg);
+  msg[2] = static_cast<std::uint8_t>(sum >> 8);
+  msg[3] = static_cast<std::uint8_t>(sum ^ (good_checksum ? 0 : 1));
+  Bytes f = ipv6_frame(kIcmpv6, msg, src, dst);
+  f[kIp + 7] = hop_limit;
+  return f;
 }
 }  // namespace abox::netstack::ipv6_wire
