@@ -98,6 +98,20 @@ REBIND = [  # (short name, type, address, routable)
     ("rb-mapped", "AAAA", "::ffff:10.99.0.1", False),
     ("rb-nat64", "AAAA", "64:ff9b::a63:1", False),
     ("rb-ula", "AAAA", "fd00::1", False),
+    # issue 21: every other reserved IPv6 range as an AAAA answer
+    ("rb-v6-loopback", "AAAA", "::1", False),
+    ("rb-v6-unspecified", "AAAA", "::", False),
+    ("rb-v6-linklocal", "AAAA", "fe80::1", False),
+    ("rb-v6-sitelocal", "AAAA", "fec0::1", False),
+    ("rb-v6-multicast", "AAAA", "ff02::1", False),
+    ("rb-v6-doc", "AAAA", "2001:db8::1", False),
+    ("rb-v6-doc3fff", "AAAA", "3fff::1", False),
+    ("rb-v6-discard", "AAAA", "100::1", False),
+    ("rb-v6-compat", "AAAA", "::a63:1", False),
+    ("rb-v6-nat64local", "AAAA", "64:ff9b:1::a63:1", False),
+    ("rb-v6-6to4", "AAAA", "2002:a63:1::1", False),
+    ("rb-v6-teredo", "AAAA", "2001:0:4136:e378:8000:63bf:3fff:fdd2", False),
+    ("rb-v6-metadata", "AAAA", "fd00:ec2::254", False),
 ]
 RB_MIXED, RB_CNAME = nr.fqdn("rb-mixed"), nr.fqdn("rb-cname")  # public + private; a CNAME to a private one
 # Addresses of the namespace abox-net runs in (outside), each public-looking,
