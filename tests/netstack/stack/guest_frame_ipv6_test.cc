@@ -9,6 +9,8 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <random>
+#include <span>
 #include <vector>
 
 #include "netstack/stack/guest_frame.h"
@@ -220,6 +222,54 @@ TEST(GuestFrameIpv6Test, HeaderFieldsThatLieAreRefused) {
   Bytes seg = tcp(1, 2, 0x02);
   seg[12] = 0x60;
   EXPECT_EQ(refusal(ipv6_frame(kTcp, seg)), FrameRefusal::tcp_data_offset);
+}
+
+// Seeded random mutations of good frames (a cheap fuzzer that runs in every
+// build, under ASan in that one): whatever is accepted has its spans inside
+// the frame and agrees with the oddity rule (no transport past an oddity).
+TEST(GuestFrameIpv6Test, RandomMutationsStayInsideTheFrame) {
+  const std::vector<Bytes> seeds = {
+      ipv6_frame(kUdp, udp(1, 53, Bytes(12, 7))),
+      ipv6_frame(kHopByHop, ext(kDestOpts, ext(kTcp, tcp(1, 443, 0x02), 1))),
+      ipv6_frame(kRouting, routing(kTcp, 0, tcp(1, 443, 0x02))),
+      ipv6_frame(kFragment, fragment(kTcp, 0, true, tcp(1, 443, 0x02))),
+      ipv6_frame(kIcmpv6, icmpv6(135, 0, 20)),
+  };
+  std::mt19937 rng(21);  // NOLINT(cert-msc32-c,cert-msc51-cpp): a fixed seed, so failures reproduce
+  for (int i = 0; i < 20000; ++i) {
+    Bytes f = seeds[static_cast<std::size_t>(i) % seeds.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = kIp + rng() % (f.size() - kIp);
+      switch (rng() % 3) {
+        case 0:
+          f[at] = static_cast<std::uint8_t>(rng());
+          break;
+        case 1:
+          f.resize(at);
+          break;
+        default:
+          f.insert(f.begin() + static_cast<long>(at), static_cast<std::uint8_t>(rng()));
+          break;
+      }
+      if (f.size() <= kIp) break;
+    }
+    const auto v = GuestFrame::parse(f);
+    if (!v.ok() || !v->is_ipv6()) continue;
+    const Ipv6Fields& ip = v->ipv6();
+    const auto inside = [&](std::span<const std::uint8_t> sp) {
+      return sp.empty() || (sp.data() >= f.data() && sp.data() + sp.size() <= f.data() + f.size());
+    };
+    ASSERT_TRUE(inside(ip.upper_layer)) << i;
+    ASSERT_LE(ip.extension_headers, kMaxIpv6ExtensionHeaders) << i;
+    if (ip.oddity != Ipv6Oddity::none) {
+      ASSERT_FALSE(v->is_tcp() || v->is_udp()) << i;
+      ASSERT_TRUE(ip.upper_layer.empty()) << i;
+    }
+    if (v->is_udp()) {
+      ASSERT_TRUE(inside(v->transport().udp_payload)) << i;
+    }
+  }
 }
 
 // --- ipv6_guest_checks.h ------------------------------------------------
