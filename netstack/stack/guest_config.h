@@ -37,8 +37,8 @@ struct GuestConfig {
   // the gateway answers neighbour and router solicitations
   // (netstack/gateway/ndp_responder.h) with the instance's ULA /64 from
   // `instance`, and the guest's addresses in it pass the source check.
-  // Router advertisements carry a router lifetime of 0 and no RDNSS: the
-  // guest gets addresses but no IPv6 default route, so a connection to a
+  // Router advertisements carry router and RDNSS lifetimes of 0: the guest
+  // gets addresses but no IPv6 default route and no IPv6 DNS server, so a connection to a
   // global IPv6 address fails at once (a quick IPv4 fallback), not after a
   // timeout. Everything but neighbour discovery is still dropped, counted.
   bool ipv6_neighbour_discovery = false;
