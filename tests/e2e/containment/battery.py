@@ -1043,6 +1043,29 @@ def client_frames(which):
         add("ipv6_fragment_hiding_tcp", eth / inet6.IPv6(src="fe80::15", dst=dst)
             / inet6.IPv6ExtHdrFragment(nh=6, offset=0, m=1, id=7) / bytes(syn)[:8])
         add("ipv6_unknown_next_header", eth / inet6.IPv6(src="fe80::15", dst=dst, nh=253) / bytes(syn))
+    elif which == "ndp":
+        # issue 21: a router advertisement from the guest (a prefix, a default route, an RDNSS of its own),
+        # then a neighbour discovery flood: solicitations for random targets, for the gateway, and
+        # router solicitations; each well formed (hop limit 255, scapy's checksums)
+        ll, all_nodes = "fe80::15", l2.Ether(src=own_mac, dst="33:33:00:00:00:01")
+        add("guest_router_advertisement", all_nodes / inet6.IPv6(src=ll, dst="ff02::1", hlim=255)
+            / inet6.ICMPv6ND_RA(routerlifetime=1800) / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac)
+            / inet6.ICMPv6NDOptPrefixInfo(prefix="2001:db8:bad::", prefixlen=64)
+            / inet6.ICMPv6NDOptRDNSS(dns=["2001:db8:bad::53"]))
+        for i in range(3000):
+            tgt = f"fd00:bad::{i:x}"
+            sn = inet6.in6_getnsma(inet6.inet_pton(socket.AF_INET6, tgt))
+            add("ns_random_target", l2.Ether(src=own_mac, dst=inet6.in6_getnsmac(sn))
+                / inet6.IPv6(src=ll, dst=inet6.inet_ntop(socket.AF_INET6, sn), hlim=255)
+                / inet6.ICMPv6ND_NS(tgt=tgt) / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
+        ns_gw = (l2.Ether(src=own_mac, dst="33:33:ff:00:00:01") / inet6.IPv6(src=ll, dst="ff02::1:ff00:1", hlim=255)
+                 / inet6.ICMPv6ND_NS(tgt="fe80::1") / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
+        rs = (l2.Ether(src=own_mac, dst="33:33:00:00:00:02") / inet6.IPv6(src=ll, dst="ff02::2", hlim=255)
+              / inet6.ICMPv6ND_RS() / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
+        for _ in range(2000):
+            add("ns_gateway", ns_gw)
+        for _ in range(1000):
+            add("rs", rs)
     else:
         return {"error": f"unknown frames {which}"}
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
@@ -1981,6 +2004,32 @@ def udp_and_icmp_to_anything_not_admitted(t):
     t.web_works()
 
 
+@case("ndp_guest_router_advertisements", "ndp_not_for_gateway", "ndp_rate_limited", abox_only=True)
+def ndp_flood_and_router_advertisement_from_the_guest(t):
+    """Issue 21 (abox-net runs with --ipv6 nd): the guest is no router, and a
+    neighbour discovery flood gets at most the token bucket's answers and
+    holds nothing."""
+    before = t.counters()
+    with t.rss_bound("ndp flood", 0, "nothing is kept per solicitation"):
+        started = time.monotonic()
+        sent = t.client("frames", "ndp", timeout=120)
+        assert "error" not in sent, sent
+        time.sleep(0.5)
+        took = time.monotonic() - started
+    after = t.counters()
+    d = {k: after[k] - before[k] for k in after if k.startswith("ndp_")}
+    assert d["ndp_guest_router_advertisements"] >= 1, d
+    assert d["ndp_malformed"] == 0, d
+    assert d["ndp_not_for_gateway"] >= 3000 // 2, f"{sent['kinds']}: {d}"
+    answers = d["ndp_neighbour_advertisements"] + d["ndp_router_advertisements"]
+    assert answers <= 32 + 64 * (took + 1), f"{answers} answers in {took:.1f}s: the bucket did not hold: {d}"
+    assert d["ndp_rate_limited"] >= 1000, d
+    t.alive()
+    t.dns_works()
+    t.web_works()
+    return f"{sent['frames']} frames {sent['kinds']} in {took:.1f}s; {answers} answered"
+
+
 @case("frames_in")
 def ip_fragments_overlapping_too_many_never_completed(t):
     t.dig(nr.GATEWAY, TOOLS)  # tools answered: the complete fragments go to an admitted destination
@@ -2328,7 +2377,8 @@ def hardening_of(pid):
 
 
 def start_abox_net(rig, abox):
-    p = rig.start_abox_net(abox, POLICY)
+    # --ipv6 nd: the IPv6 cases meet the gateway's neighbour discovery (issue 21)
+    p = rig.start_abox_net(abox, POLICY, "--ipv6", "nd")
     exe = os.path.realpath(f"/proc/{p.pid}/exe")
     if os.path.basename(exe) != os.path.basename(abox):
         raise RuntimeError(f"pid {p.pid} is {exe}, not abox-net: RSS would be measured on the wrong process")
