@@ -74,7 +74,16 @@ struct World {
       : policy(load()),
         events(base::EventLog::discard()),
         random(1),
-        stack(loop, link, policy, {policy::Endpoint{policy::IpAddress::v4(0x7F000001), 9}}, events, random) {}
+        stack(loop, link, policy, {policy::Endpoint{policy::IpAddress::v4(0x7F000001), 9}}, events, random,
+              config()) {}
+  // IPv6 neighbour discovery on, so that its checks are fuzzed too (the
+  // seeds use link-local sources, whatever the instance's ULA is).
+  static netstack::GuestConfig config() {
+    netstack::GuestConfig c;
+    c.instance = "fuzz";
+    c.ipv6_neighbour_discovery = true;
+    return c;
+  }
   static policy::Policy load() {
     auto p = policy::parse_policy(
         "[dns]\nupstreams = [\"127.0.0.1:9\"]\ntimeout_ms = 50\nattempts = 1\n"

@@ -81,6 +81,11 @@ constexpr std::string_view kUsage =
     "      --io ring|syscalls     how frames and host sockets are read and written: through\n"
     "                             the io_uring (default), or by a system call each on\n"
     "                             readiness (for comparison, or to rule the ring out)\n"
+    "      --ipv6 off|nd          IPv6 is not carried yet (default off: every IPv6 frame is\n"
+    "                             dropped); 'nd' answers neighbour and router solicitations,\n"
+    "                             so the guest gets an address in the instance's own ULA /64\n"
+    "                             but no IPv6 route (with --netns, --tap-fd or --stream; CMD's\n"
+    "                             namespace keeps IPv6 off)\n"
     "      --no-sandbox           FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
     "                             filter and the io_uring restrictions (docs/security.md)\n"
     "\n"
@@ -145,11 +150,10 @@ std::string usage_line(std::string_view message) {
 
 base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std::string_view> args) {
   static constexpr base::OptionSpec kOptions[] = {
-      {"policy", 'p', true},       {"netns", 0, true},        {"tap-fd", 0, true},
-      {"stream", 0, true},         {"events", 0, true},       {"instance", 0, true},
-      {"address", 'a', true},      {"gateway", 'g', true},    {"mtu", 'm', true},
-      {"ifname", 0, true},         {"broker", 0, true},       {"pcap", 0, true},
-      {"pcap-max-bytes", 0, true}, {"stats-socket", 0, true}, {"io", 0, true},
+      {"policy", 'p', true},       {"netns", 0, true},        {"tap-fd", 0, true},    {"stream", 0, true},
+      {"events", 0, true},         {"instance", 0, true},     {"address", 'a', true}, {"gateway", 'g', true},
+      {"mtu", 'm', true},          {"ifname", 0, true},       {"broker", 0, true},    {"pcap", 0, true},
+      {"pcap-max-bytes", 0, true}, {"stats-socket", 0, true}, {"io", 0, true},        {"ipv6", 0, true},
       {"no-sandbox", 0, false},
   };
   // With a CMD, abox-net's own failures are 125 (CMD's status passes
@@ -226,6 +230,10 @@ base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std
   if (auto v = a.last("io")) {
     if (*v != "ring" && *v != "syscalls") return bad("io", *v, "'ring' or 'syscalls'");
     o.io_on_ring = *v == "ring";
+  }
+  if (auto v = a.last("ipv6")) {
+    if (*v != "off" && *v != "nd") return bad("ipv6", *v, "'off' or 'nd'");
+    o.ipv6_neighbour_discovery = *v == "nd";
   }
   const bool ifname_given = a.has("ifname");
   if (auto v = a.last("ifname")) {
@@ -355,6 +363,7 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     gc.instance = o.instance;
     gc.link_on_ring = o.io_on_ring;
     gc.host_io_on_ring = o.io_on_ring;
+    gc.ipv6_neighbour_discovery = o.ipv6_neighbour_discovery;
     // Gives back what glibc keeps after a burst of flows, every few seconds.
     MemoryTrimmer trimmer(loop, memory);
     std::unique_ptr<GuestStack> stack;

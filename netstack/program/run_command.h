@@ -33,6 +33,9 @@ struct ApplianceOptions {
   std::optional<std::string> stats_socket;
   bool sandbox = true;
   bool io_on_ring = true;
+  // --ipv6 nd: answer IPv6 neighbour and router solicitations
+  // (GuestConfig::ipv6_neighbour_discovery); IPv6 flows are not carried yet.
+  bool ipv6_neighbour_discovery = false;
   // Where the ready line goes: -1 for stdout, else this fd (run -- CMD: the
   // parent that starts CMD reads it). Not with --stream.
   int ready_fd = -1;

@@ -173,6 +173,19 @@ std::string run_stats_json(const RunStatsSources& from) {
   // Frames the stack took from the link (the link's own frames_in counts
   // before its runt checks).
   w.field("stack_frames_in", c.frames_in);
+  // IPv6 routing headers, hidden upper layers, unhandled next headers
+  // (issue 21; added at the end).
+  w.field("frames_dropped_ipv6_extension", c.frames_dropped_ipv6_extension);
+  // The gateway's IPv6 neighbour discovery (ndp_responder.h; all 0 while
+  // it is off).
+  const NdpCounters& nd = s.ndp_counters();
+  w.field("ndp_router_advertisements", nd.router_advertisements)
+      .field("ndp_neighbour_advertisements", nd.neighbour_advertisements)
+      .field("ndp_not_for_gateway", nd.not_for_gateway)
+      .field("ndp_guest_router_advertisements", nd.guest_router_advertisements)
+      .field("ndp_ignored", nd.ignored)
+      .field("ndp_malformed", nd.malformed)
+      .field("ndp_rate_limited", nd.rate_limited);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

@@ -9,7 +9,7 @@
 // How each is logged:
 //   none   counted only (per-frame drops a guest can send at line rate; the
 //          counters show them);
-//   once   the first one is logged, the rest counted (IPv6);
+//   once   the first one is logged, the rest counted (IPv6 not carried yet);
 //   deny   a `deny` event whose `reason` is the sentence, with the
 //          destination and protocol;
 //   limit  a `limit` event whose `reason` is the name, with the limit, the
@@ -31,7 +31,14 @@ enum class DropReason : std::uint8_t {
   frame_ipv6,
   frame_ethertype,  // neither IPv4, ARP nor IPv6
   frame_fragment,
-  frame_spoofed,          // IPv4 from a source that is not the guest
+  frame_spoofed,  // IPv4 from a source that is not the guest
+  // IPv6 frames (issue 21): what GuestFrame marks as an Ipv6Oddity, and the
+  // source rule of guest_ipv6_source.h.
+  frame_ipv6_routing_header,
+  frame_ipv6_fragment,
+  frame_ipv6_hidden_upper_layer,
+  frame_ipv6_next_header,
+  frame_ipv6_spoofed,
   gateway_dns_half_open,  // handshakes to the gateway's DNS over their bound
   // Flows: limits.
   flows,

@@ -11,8 +11,8 @@ namespace {
 
 constexpr std::uint16_t kEtherIpv4 = 0x0800;
 constexpr std::uint16_t kEtherArp = 0x0806;
-constexpr std::uint16_t kEtherIpv6 = 0x86DD;
-constexpr std::size_t kArpHeader = 28;  // IPv4 over Ethernet
+constexpr std::uint16_t kEtherIpv6 = 0x86DD;  // parsed in guest_frame_ipv6.cc
+constexpr std::size_t kArpHeader = 28;        // IPv4 over Ethernet
 constexpr std::size_t kIpv4Header = 20;
 constexpr std::size_t kUdpHeader = 8;
 constexpr std::size_t kTcpHeader = 20;
@@ -33,6 +33,12 @@ constexpr std::array<std::string_view, kFrameRefusals> kFrameRefusalSentences = 
     "UDP length shorter than its header or past the packet",        // udp_length
     "TCP packet shorter than a TCP header",                         // tcp_short
     "TCP data offset below 20 bytes or past the packet",            // tcp_data_offset
+    "IPv6 frame shorter than an IPv6 header",                       // ipv6_short
+    "IPv6 ethertype with an IP version that is not 6",              // ipv6_version
+    "IPv6 payload length past the frame",                           // ipv6_payload_length
+    "IPv6 extension header past the packet",                        // ipv6_extension_short
+    "IPv6 extension headers out of order or too many",              // ipv6_extension_chain
+    "ICMPv6 message shorter than its 4-byte header",                // icmpv6_short
 }};
 static_assert(!kFrameRefusalSentences.back().empty(), "every FrameRefusal has its sentence");
 }  // namespace
@@ -66,8 +72,7 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse(std::span<const std::ui
       view.kind_ = EtherKind::arp;
       return view;
     case kEtherIpv6:
-      view.kind_ = EtherKind::ipv6;
-      return view;
+      return parse_ipv6(eth.rest());
     case kEtherIpv4:
       view.kind_ = EtherKind::ipv4;
       break;
@@ -106,9 +111,15 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse(std::span<const std::ui
   view.ipv4_.protocol = protocol;
   view.ipv4_.fragment = (fragment & 0x3FFF) != 0;
   if (view.ipv4_.fragment || (protocol != kProtoTcp && protocol != kProtoUdp)) return view;
+  if (auto t = view.parse_transport(protocol, packet.subspan(header_length)); !t.ok()) return Err{t.error()};
+  return view;
+}
 
-  // The transport header of an unfragmented TCP or UDP packet.
-  base::ByteReader transport(packet.subspan(header_length));
+// The transport header of an unfragmented TCP or UDP packet.
+base::Result<void, FrameRefusal> GuestFrame::parse_transport(std::uint8_t protocol,
+                                                             std::span<const std::uint8_t> segment) {
+  using base::Err;
+  base::ByteReader transport(segment);
   const auto source_port = transport.u16be();
   const auto destination_port = transport.u16be();
   if (protocol == kProtoUdp) {
@@ -118,23 +129,23 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse(std::span<const std::ui
     if (*udp_length < kUdpHeader) return Err{FrameRefusal::udp_length};
     const auto payload = transport.bytes(*udp_length - kUdpHeader);
     if (!payload) return Err{FrameRefusal::udp_length};
-    view.transport_.udp_payload = *payload;
+    transport_.udp_payload = *payload;
   } else {
     const bool sequence_numbers = transport.skip(8);
     const auto offset = transport.u8();
     const auto flags = transport.u8();
     if (!source_port || !destination_port || !sequence_numbers || !offset || !flags ||
-        packet.size() - header_length < kTcpHeader)
+        segment.size() < kTcpHeader)
       return Err{FrameRefusal::tcp_short};
     const std::size_t data_offset = std::size_t{*offset} / 16 * 4;
-    if (data_offset < kTcpHeader || data_offset > packet.size() - header_length)
-      return Err{FrameRefusal::tcp_data_offset};
-    view.transport_.tcp_flags = *flags;
+    if (data_offset < kTcpHeader || data_offset > segment.size()) return Err{FrameRefusal::tcp_data_offset};
+    transport_.tcp_flags = *flags;
   }
-  view.transport_.source_port = *source_port;
-  view.transport_.destination_port = *destination_port;
-  view.has_transport_ = true;
-  return view;
+  transport_.source_port = *source_port;
+  transport_.destination_port = *destination_port;
+  transport_protocol_ = protocol;
+  has_transport_ = true;
+  return {};
 }
 
 }  // namespace abox::netstack

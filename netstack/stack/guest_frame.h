@@ -17,8 +17,22 @@
 //            the packet;
 //     other protocols (ICMP) and fragments carry no transport fields (a
 //     fragment's offset says where its bytes go, not what they are);
-//   - IPv6 and every other ethertype: nothing past the Ethernet header
-//     (the stack drops them, counted).
+//   - IPv6 (guest_frame_ipv6.cc): version 6; the 40-byte fixed header; a
+//     payload length that lies inside the frame (bytes past it are padding);
+//     then a walk of the extension headers, at most kMaxIpv6ExtensionHeaders
+//     of them, each inside the packet, Hop-by-Hop only first (RFC 8200
+//     section 4.1). The walk ends at TCP, UDP, ICMPv6 (4 bytes: type, code,
+//     checksum) or No Next Header, and a TCP or UDP header there is checked
+//     as for IPv4. What a guest has no business sending is not a refusal
+//     but an Ipv6Oddity that the stack drops under its own DropReason: a
+//     routing header (type 0 or any other), a fragment (no reassembly, as
+//     for IPv4), a first fragment that does not hold the whole header chain
+//     (RFC 7112: it hides the upper-layer header), and a next header that is
+//     neither a known extension header nor an upper layer abox-net handles
+//     (an unknown one, or IPsec, mobility, HIP, shim6). The walk stops at the
+//     first oddity;
+//   - every other ethertype: nothing past the Ethernet header (the stack
+//     drops them, counted).
 // A frame that fails one check is refused with the first check it failed
 // (FrameRefusal); the stack drops it, counted, and lwIP never sees it.
 //
@@ -26,6 +40,7 @@
 // bytes must outlive it. It allocates nothing.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -47,6 +62,12 @@ enum class FrameRefusal : std::uint8_t {
   udp_length,
   tcp_short,
   tcp_data_offset,
+  ipv6_short,
+  ipv6_version,
+  ipv6_payload_length,
+  ipv6_extension_short,  // an extension header that runs past the packet
+  ipv6_extension_chain,  // Hop-by-Hop not first, or more than kMaxIpv6ExtensionHeaders
+  icmpv6_short,
   count_,  // not a refusal: the number of them
 };
 inline constexpr std::size_t kFrameRefusals = static_cast<std::size_t>(FrameRefusal::count_);
@@ -64,8 +85,42 @@ struct Ipv4Fields {
   bool fragment = false;  // MF set or a non-zero offset
 };
 
+// Extension headers walked before the upper layer; a real guest sends at most
+// one or two (Hop-by-Hop for MLD, Destination Options), never eight.
+inline constexpr std::size_t kMaxIpv6ExtensionHeaders = 8;
+
+// What an IPv6 packet carries that abox-net drops on sight (see the top of
+// this file); `none` for a packet whose header chain ends at an upper layer.
+enum class Ipv6Oddity : std::uint8_t {
+  none,
+  routing_header,              // any routing header (type 0 among them)
+  fragment,                    // a fragment header
+  fragment_hides_upper_layer,  // a first fragment without the whole header chain
+  unhandled_next_header,       // unknown, or IPsec, mobility, HIP, shim6
+};
+
+// Checked fields of an IPv6 header and its extension headers. Addresses in
+// network byte order.
+struct Ipv6Fields {
+  std::array<std::uint8_t, 16> source{};
+  std::array<std::uint8_t, 16> destination{};
+  std::uint8_t hop_limit = 0;
+  // The next header that ended the walk: TCP, UDP, ICMPv6 or No Next Header
+  // when oddity is none; else the one the walk stopped at.
+  std::uint8_t upper_protocol = 0;
+  std::uint8_t extension_headers = 0;  // how many were walked
+  Ipv6Oddity oddity = Ipv6Oddity::none;
+  std::uint8_t routing_type = 0;  // routing_header only: the header's type
+  // ICMPv6 only (upper_protocol 58, no oddity): its type and code.
+  std::uint8_t icmp_type = 0;
+  std::uint8_t icmp_code = 0;
+  // The upper-layer bytes (from its header to the payload length's end):
+  // ICMPv6 messages are read from here (NDP).
+  std::span<const std::uint8_t> upper_layer = {};
+};
+
 // Checked fields of a TCP or UDP header (present only for an unfragmented
-// IPv4 packet of that protocol).
+// IPv4 packet, or an IPv6 packet without an oddity, of that protocol).
 struct TransportFields {
   std::uint16_t source_port = 0;
   std::uint16_t destination_port = 0;
@@ -77,6 +132,8 @@ class GuestFrame {
  public:
   static constexpr std::uint8_t kProtoTcp = 6;
   static constexpr std::uint8_t kProtoUdp = 17;
+  static constexpr std::uint8_t kProtoIcmpv6 = 58;
+  static constexpr std::uint8_t kProtoNoNextHeader = 59;
   static constexpr std::uint8_t kTcpSyn = 0x02;
   static constexpr std::uint8_t kTcpAck = 0x10;
 
@@ -87,8 +144,12 @@ class GuestFrame {
   bool is_ipv4() const { return kind_ == EtherKind::ipv4; }
   // Meaningful when is_ipv4().
   const Ipv4Fields& ipv4() const { return ipv4_; }
-  bool is_tcp() const { return has_transport_ && ipv4_.protocol == kProtoTcp; }
-  bool is_udp() const { return has_transport_ && ipv4_.protocol == kProtoUdp; }
+  bool is_ipv6() const { return kind_ == EtherKind::ipv6; }
+  // Meaningful when is_ipv6().
+  const Ipv6Fields& ipv6() const { return ipv6_; }
+  // Either family.
+  bool is_tcp() const { return has_transport_ && transport_protocol_ == kProtoTcp; }
+  bool is_udp() const { return has_transport_ && transport_protocol_ == kProtoUdp; }
   // Meaningful when is_tcp() or is_udp().
   const TransportFields& transport() const { return transport_; }
   // A TCP segment that opens a connection: SYN without ACK.
@@ -96,9 +157,18 @@ class GuestFrame {
 
  private:
   GuestFrame() = default;
+  // The IPv6 part of parse(), after the Ethernet header (guest_frame_ipv6.cc).
+  static base::Result<GuestFrame, FrameRefusal> parse_ipv6(std::span<const std::uint8_t> after_ethernet);
+  // The TCP or UDP header at the start of `segment` (which runs to the end
+  // of the IP packet), into transport_.
+  base::Result<void, FrameRefusal> parse_transport(std::uint8_t protocol,
+                                                   std::span<const std::uint8_t> segment);
+
   EtherKind kind_ = EtherKind::other;
   bool has_transport_ = false;
+  std::uint8_t transport_protocol_ = 0;
   Ipv4Fields ipv4_;
+  Ipv6Fields ipv6_;
   TransportFields transport_;
 };
 

@@ -137,6 +137,10 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
              .prefix_len = config.prefix_len,
              .gateway_mac = config.gateway_mac,
              .mtu = link.mtu()}),
+      ndp_(NdpConfig{.gateway_mac = config.gateway_mac,
+                     .prefix = instance_ula_prefix(config.instance),
+                     .mtu = static_cast<std::uint32_t>(link.mtu()),
+                     .router_lifetime_seconds = 0}),
       netif_(std::make_unique<netif>()),
       rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.max_receive_size(), 0xFFFF))) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
@@ -381,7 +385,8 @@ void GuestStack::take_buffered_frames() {
 }
 
 // Every guest frame is validated once (GuestFrame) and routed once, on the
-// view: refused → dropped; IPv6 and unknown ethertypes → dropped; IPv4 to
+// view: refused → dropped; IPv6 (ipv6_guest_checks.h) and unknown ethertypes
+// → dropped; IPv4 to
 // UDP port 67 → the DHCP server; other IPv4 → the checks before lwIP; ARP
 // and IPv4 → lwIP.
 void GuestStack::take_frame(std::size_t n) {
@@ -395,7 +400,7 @@ void GuestStack::take_frame(std::size_t n) {
   const GuestFrame& frame = *parsed;
   switch (frame.kind()) {
     case EtherKind::ipv6:
-      drop(DropReason::frame_ipv6, "ipv6");
+      take_ipv6(bytes, frame);
       return;
     case EtherKind::other:
       drop(DropReason::frame_ethertype);

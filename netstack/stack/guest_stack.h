@@ -7,7 +7,10 @@
 //     IPv4 UDP to port 67 ── DhcpServer gets the UDP payload (the fixed lease),
 //                            reply straight to the Link
 //     IPv4 fragments, sources other than the guest ── counted, dropped
-//     IPv6 (and anything not IPv4/ARP) ── counted, dropped, logged once per kind
+//     IPv6 ── checked (ipv6_guest_checks.h: header tricks, spoofed sources);
+//             neighbour discovery to NdpResponder when the config turns it
+//             on; the rest counted, dropped, logged once (take_ipv6())
+//     anything not IPv4/ARP/IPv6 ── counted, dropped
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
 //        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
 //        UDP ──▶ on_udp():  gateway:53 → GuestDns (the DNS gate)
@@ -40,6 +43,7 @@
 #include "io/event_loop.h"
 #include "io/ring_writer.h"
 #include "netstack/gateway/dhcp_server.h"
+#include "netstack/gateway/ndp_responder.h"
 #include "netstack/link/link.h"
 #include "netstack/stack/drop_reason.h"
 #include "netstack/stack/flow_services.h"
@@ -97,6 +101,7 @@ class GuestStack final : public FlowServices {
   const StackCounters& counters() const { return counters_; }
   const dns::AnswerTable& table() const { return table_; }
   const GuestDns& dns() const { return *dns_; }
+  const NdpCounters& ndp_counters() const { return ndp_.counters(); }
   // The addresses of the host abox-net runs on: reserved for the DNS gate
   // and admission (policy/host_addresses.h). Empty until its owner fills it
   // (abox-net run: a HostAddressWatch); the stack only reads it.
@@ -185,6 +190,9 @@ class GuestStack final : public FlowServices {
   void receive_ready_frames();
   // Handles the n-byte frame just read into rx_pbuf_.
   void take_frame(std::size_t n);
+  // An IPv6 frame (guest_stack_ipv6.cc): checked, neighbour discovery
+  // answered when on, the rest dropped.
+  void take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame);
   // Ring reads: one read in flight at a time, posted again as each completes.
   void post_link_read();
   void on_link_read(int res);
@@ -234,6 +242,7 @@ class GuestStack final : public FlowServices {
   policy::HostAddresses host_addresses_;  // before dns_, which reads it
   dns::AnswerTable table_;
   DhcpServer dhcp_;
+  NdpResponder ndp_;
   std::unique_ptr<netif> netif_;
   std::unique_ptr<LinkWatcher> link_watcher_;
   std::unique_ptr<LinkReader> ring_reader_;  // set when the link is read on the ring

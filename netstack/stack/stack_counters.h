@@ -17,8 +17,11 @@ struct StackCounters {
   std::uint64_t frames_dropped_ipv6 = 0;
   std::uint64_t frames_dropped_other = 0;      // ethertypes we do not speak
   std::uint64_t frames_dropped_malformed = 0;  // refused by GuestFrame::parse() (guest_frame.h)
-  std::uint64_t frames_dropped_spoofed = 0;    // IPv4 from a source that is not the guest
-  std::uint64_t frames_dropped_fragment = 0;   // IPv4 fragments: no reassembly, by design
+  std::uint64_t frames_dropped_spoofed = 0;    // IPv4 or IPv6 from a source that is not the guest
+  std::uint64_t frames_dropped_fragment = 0;   // IPv4 and IPv6 fragments: no reassembly, by design
+  // IPv6 routing headers, first fragments hiding the upper layer, next
+  // headers abox-net does not handle (guest_frame.h, Ipv6Oddity)
+  std::uint64_t frames_dropped_ipv6_extension = 0;
   std::uint64_t tcp_admitted = 0;
   std::uint64_t tcp_refused = 0;
   std::uint64_t tcp_brokered = 0;  // admitted flows handed to the broker
@@ -45,12 +48,13 @@ struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 24> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 25> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
     {"frames_dropped_spoofed", &StackCounters::frames_dropped_spoofed},
     {"frames_dropped_fragment", &StackCounters::frames_dropped_fragment},
+    {"frames_dropped_ipv6_extension", &StackCounters::frames_dropped_ipv6_extension},
     {"tcp_admitted", &StackCounters::tcp_admitted},
     {"tcp_refused", &StackCounters::tcp_refused},
     {"tcp_brokered", &StackCounters::tcp_brokered},

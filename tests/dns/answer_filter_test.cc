@@ -335,6 +335,54 @@ INSTANTIATE_TEST_SUITE_P(EveryTarget, AnswerFilterRebindingTest,
                                            RebindCase{"64:ff9b::a00:1", true}, RebindCase{"fc00::1", true},
                                            RebindCase{"fe80::1", true}));
 
+// Issue 21: every reserved IPv6 range the gate must keep out of AAAA answers,
+// each at both of its ends (the neighbours outside are in
+// tests/policy/reserved_ranges_test.cc, which checks the table itself).
+INSTANTIATE_TEST_SUITE_P(
+    EveryIpv6Range, AnswerFilterRebindingTest,
+    ::testing::Values(RebindCase{"::", true},   // unspecified
+                      RebindCase{"::1", true},  // loopback
+                      RebindCase{"fe80::", true},
+                      RebindCase{"febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", true},  // link-local
+                      RebindCase{"fc00::", true},
+                      RebindCase{"fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", true},  // ULA
+                      RebindCase{"ff00::", true}, RebindCase{"ff02::1", true},
+                      RebindCase{"ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", true},  // multicast
+                      RebindCase{"2001:db8::", true},
+                      RebindCase{"2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", true}, RebindCase{"3fff::", true},
+                      RebindCase{"3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", true},  // documentation
+                      RebindCase{"100::", true}, RebindCase{"100::ffff:ffff:ffff:ffff", true},  // discard
+                      RebindCase{"::ffff:0.0.0.0", true}, RebindCase{"::ffff:93.184.215.14", true},
+                      RebindCase{"::ffff:255.255.255.255", true},                          // IPv4-mapped
+                      RebindCase{"::0.0.0.2", true}, RebindCase{"::93.184.215.14", true},  // IPv4-compatible
+                      RebindCase{"64:ff9b::", true}, RebindCase{"64:ff9b::93.184.215.14", true},
+                      RebindCase{"64:ff9b::ffff:ffff", true},  // NAT64 well-known
+                      RebindCase{"64:ff9b:1::", true},
+                      RebindCase{"64:ff9b:1:ffff:ffff:ffff:ffff:ffff", true},  // NAT64 local
+                      RebindCase{"2002::", true}, RebindCase{"2002:a00:1::1", true},
+                      RebindCase{"2002:a9fe:a9fe::1", true},
+                      RebindCase{"2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", true},  // 6to4
+                      RebindCase{"2001::", true}, RebindCase{"2001:0:4136:e378:8000:63bf:3fff:fdd2", true},
+                      RebindCase{"2001:0:ffff:ffff:ffff:ffff:ffff:ffff", true},  // Teredo
+                      RebindCase{"fec0::", true},
+                      RebindCase{"feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", true},  // site-local
+                      RebindCase{"fd00:ec2::254", true}));                          // metadata
+
+// The neighbours just outside the ranges that border global unicast are kept.
+TEST(AnswerFilterTest, Ipv6NeighboursOfReservedRangesAreKept) {
+  Asked asked("www.example.com", kTypeAAAA);
+  Upstream u;
+  u.question = "www.example.com. IN AAAA";
+  const Lines outside = {"2000::",     "2001:200::", "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff",
+                         "2001:db9::", "2003::",     "3ffe:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+                         "3fff:1000::"};
+  for (const std::string& a : outside) u.answer.push_back("www.example.com. 300 IN AAAA " + a);
+  auto r = run(build(u), asked);
+  ASSERT_TRUE(r.ok()) << describe(r.error());
+  EXPECT_EQ(addresses_of(*r), outside);
+  EXPECT_TRUE(r->rebinding.empty());
+}
+
 TEST(AnswerFilterTest, AllReservedLeavesNoData) {
   Asked asked("example.com", kTypeA);
   Upstream u;

@@ -262,6 +262,36 @@ TEST_F(GateTest, RebindingAddressesAreRemovedAndLogged) {
   EXPECT_EQ(rebinding_events, 2);
 }
 
+// Issue 21: an AAAA answer goes through the same filter as A. The reserved
+// IPv6 addresses are removed and logged as rebinding, the global one reaches
+// the guest and the AnswerTable, which admission reads for IPv6 as for IPv4.
+TEST_F(GateTest, AaaaAnswersAreFilteredAndRecorded) {
+  query(1, make_query(9, "six.example.com", rr_type::AAAA));
+  const auto& up = sink_.upstream.at(0);
+  gate_->on_upstream_reply(
+      up.slot,
+      make_answer(up.msg, {"six.example.com. 60 IN AAAA ::1", "six.example.com. 60 IN AAAA fd12:3456::1",
+                           "six.example.com. 60 IN AAAA 64:ff9b::a00:1",
+                           "six.example.com. 60 IN AAAA 2002:a9fe:a9fe::1",
+                           "six.example.com. 60 IN AAAA 2606:2800:21f:cb07:6820:80da:af6b:8b2c"}),
+      now_);
+  ASSERT_EQ(sink_.guest.size(), 1u);
+  EXPECT_EQ(rcode_of(sink_.guest[0].msg), rcode::NOERROR);
+  EXPECT_EQ(ancount(sink_.guest[0].msg), 1u);
+  EXPECT_EQ(gate_->counters().rebinding, 4u);
+  EXPECT_TRUE(answered_for(*policy::IpAddress::parse("2606:2800:21f:cb07:6820:80da:af6b:8b2c"), 443));
+  EXPECT_FALSE(answered_for(*policy::IpAddress::parse("2606:2800:21f:cb07:6820:80da:af6b:8b2c"), 80));
+  for (const char* removed : {"::1", "fd12:3456::1", "64:ff9b::a00:1", "2002:a9fe:a9fe::1"}) {
+    EXPECT_FALSE(answered_for(*policy::IpAddress::parse(removed), 443)) << removed;
+    bool logged = false;
+    for (const auto& e : event_lines_) {
+      logged |= e.find("\"kind\":\"rebinding\"") != std::string::npos &&
+                e.find(std::string("\"") + removed + "\"") != std::string::npos;
+    }
+    EXPECT_TRUE(logged) << "no rebinding event names " << removed;
+  }
+}
+
 // Issue 15: an address of the host the gate runs on is removed from answers
 // as rebinding, named as the host's own; an answer cached before the host
 // took that address is not served again but asked for again and filtered.

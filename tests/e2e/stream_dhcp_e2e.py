@@ -19,12 +19,16 @@ Cases, in order, on one connection:
     1 malformed.
 Then a real DHCP client: busybox udhcpc in a guest namespace behind
 `abox-net run --netns` (the same DHCP server, over a tap) gets the lease.
+Then the kernel's SLAAC behind `abox-net run --ipv6 nd --netns` (issue 21):
+an address in the instance's ULA /64, no IPv6 default route, curl -6 to a
+global address failing at once, the gateway's addresses resolved to its MAC.
 
 Usage: stream_dhcp_e2e.py PATH/TO/abox-net [--keep]
 Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
 Every wait is bounded; every process and namespace the test makes is
 removed at the end (netns_rig.Rig), also on failure and on SIGINT/SIGTERM.
 """
+import ipaddress
 import json
 import os
 import shutil
@@ -283,6 +287,67 @@ def udhcpc_case(rig, abox_net, r):
            "lease time 86400" in text, text.strip())
 
 
+def slaac_case(rig, abox_net, r):
+    """Issue 21: the Linux kernel's own SLAAC against `--ipv6 nd` over a tap.
+    The gateway answers router and neighbour solicitations; the guest gets an
+    address in the instance's ULA /64 and no IPv6 default route, so a
+    connection to a global IPv6 address fails at once (IPv4 fallback), not
+    after a timeout."""
+    ns = rig.guest[:-1] + "6"
+    rig.add_netns(ns)
+    out = rig.path("abox-net-v6.out")
+    with open(out, "w") as stdout:
+        p = rig.spawn("abox-net-v6", [abox_net, "run", "--policy", rig.path("policy.toml"), "--instance", "v6",
+                                      "--ipv6", "nd", "--netns", f"/run/netns/{ns}"], ns=rig.outside, stdout=stdout)
+    wait_ready(rig, p, out)
+
+    def global_addrs():
+        got = rig.run(["ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global"], ns=ns, timeout=5)
+        return [line.split()[3] for line in got.stdout.splitlines() if "tentative" not in line]
+    deadline = time.monotonic() + 15
+    addrs = []
+    while time.monotonic() < deadline and not addrs:
+        addrs = global_addrs()
+        time.sleep(0.2)
+    r.case("the kernel configures an address in the instance's ULA /64 by SLAAC",
+           len(addrs) >= 1 and all(a.startswith("fd") and a.endswith("/64") for a in addrs), str(addrs))
+    route = rig.run(["ip", "-6", "route", "show", "default"], ns=ns, timeout=5).stdout.strip()
+    r.case("no IPv6 default route while flows are not carried", route == "", route)
+    started = time.monotonic()
+    got = rig.run(["curl", "-6", "-sS", "--max-time", "10", "http://[2606:4700::1111]/"], ns=ns, timeout=15)
+    took = time.monotonic() - started
+    r.case("curl -6 to a global address fails at once (no route), not after a timeout",
+           got.returncode == 7 and took < 2, f"exit {got.returncode} in {took:.2f}s: {got.stderr.strip()}")
+    # The gateway's addresses resolve to its MAC: fe80::1 from the router
+    # advertisement's link-layer option, PREFIX::1 by a neighbour
+    # solicitation, which a datagram to it makes the kernel send (the
+    # datagram itself is not carried).
+    gw_global = str(ipaddress.IPv6Network(addrs[0], strict=False).network_address + 1) if addrs else "fd00::1"
+    rig.run([sys.executable, "-c", "import socket, sys; socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)"
+             ".sendto(b'x', (sys.argv[1], 9))", gw_global], ns=ns, timeout=5)
+    neigh = ""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        neigh = rig.run(["ip", "-6", "neigh", "show", "dev", "eth0"], ns=ns, timeout=5).stdout
+        lines = {line.split()[0]: line for line in neigh.splitlines() if line.strip()}
+        if all(GATEWAY_MAC in lines.get(a, "") for a in ("fe80::1", gw_global)):
+            break
+        time.sleep(0.1)
+    r.case("fe80::1 and PREFIX::1 resolve to the gateway's MAC",
+           all(GATEWAY_MAC in lines.get(a, "") for a in ("fe80::1", gw_global)), neigh.strip())
+    p.terminate()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    c = counters_from(rig.log_tail("abox-net-v6", 200))
+    r.case("counters: router and neighbour advertisements sent, the guest's own solicitations ignored",
+           c is not None and c.get("ndp_router_advertisements", 0) >= 1 and
+           c.get("ndp_neighbour_advertisements", 0) >= 1 and c.get("ndp_not_for_gateway", 0) >= 1 and
+           c.get("ndp_malformed") == 0 and c.get("frames_dropped_spoofed") == 0,
+           str({k: v for k, v in (c or {}).items() if k.startswith("ndp_") or "ipv6" in k or "spoofed" in k}))
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     if len(args) != 1:
@@ -297,6 +362,7 @@ def main():
         rig.start_nsd([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()])
         stream_cases(rig, abox_net, r)
         udhcpc_case(rig, abox_net, r)
+        slaac_case(rig, abox_net, r)
     except Exception as e:  # noqa: BLE001: a broken rig is a failure, reported, then cleaned up
         r.case("the test ran to the end", False, f"{type(e).__name__}: {e}")
     finally:

@@ -32,6 +32,8 @@ What the guest is held to:
 - DHCP (udhcpc) gets the fixed lease: 10.0.2.15/24, router and DNS server
   10.0.2.2, MTU 65520, and eth0, the default route and resolv.conf say so;
   the gateway answers ping (abox-net only);
+- with abox-net (run with --ipv6 nd): SLAAC gives eth0 an address in the
+  instance's ULA /64, and there is no IPv6 default route (issue 21);
 - nslookup of the allowed name gives its address; wget of a BLOB_BYTES file
   from it has the sha256 nginx serves;
 - the denied name does not resolve; DNS straight to the authoritative server
@@ -250,7 +252,7 @@ class Guest:
 
 def start_abox_net(rig, abox, net_socket):
     """abox-net run --stream in outside; returns once it printed 'ready'."""
-    return rig.start_abox_net(abox, POLICY, link=["--stream", net_socket])
+    return rig.start_abox_net(abox, POLICY, "--ipv6", "nd", link=["--stream", net_socket])
 
 
 def prepare_passt(rig):
@@ -337,6 +339,20 @@ def gateway_answers_ping(c):  # abox-net only: passt (Debian 12) does not answer
     assert rc == 0 and " 0% packet loss" in out, f"rc {rc}: {out}"
 
 
+def guest_configures_ipv6_by_slaac_without_a_default_route(c):  # abox-net only (--ipv6 nd; issue 21)
+    out = ""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        rc, out = c.sh("ip -6 -o addr show dev eth0 scope global")
+        if rc == 0 and "inet6 fd" in out and "/64" in out and "tentative" not in out:
+            break
+        time.sleep(0.5)
+    assert "inet6 fd" in out and "/64" in out and "tentative" not in out, f"no SLAAC address in a ULA /64: {out!r}"
+    rc, route = c.sh("ip -6 route show default")
+    assert rc == 0 and route.strip() == "", f"an IPv6 default route while flows are not carried: {route!r}"
+    return out.split()[3]
+
+
 def allowed_name_resolves(c):
     rc, out = c.sh(f"nslookup -type=a {WEB}")
     assert rc == 0 and WEB_ADDR in out, f"nslookup {WEB}: rc {rc}: {out!r}"
@@ -415,10 +431,12 @@ def build_initramfs(rig):
     return r.stdout.strip().splitlines()[-1]
 
 
-CASES = [dhcp_gives_the_fixed_lease, gateway_answers_ping, allowed_name_resolves,
+CASES = [dhcp_gives_the_fixed_lease, gateway_answers_ping, guest_configures_ipv6_by_slaac_without_a_default_route,
+         allowed_name_resolves,
          allowed_name_download_has_the_served_digest, denied_name_does_not_resolve,
          dns_to_another_resolver_gets_no_answer, direct_connection_to_unanswered_address_fails]
-ABOX_ONLY = {gateway_answers_ping}  # passt (Debian 12) does not answer the guest's pings to the gateway
+# passt (Debian 12) does not answer the guest's pings to the gateway; it runs with --no-ndp
+ABOX_ONLY = {gateway_answers_ping, guest_configures_ipv6_by_slaac_without_a_default_route}
 
 
 def setup(rig, mode):

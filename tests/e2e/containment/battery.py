@@ -98,6 +98,20 @@ REBIND = [  # (short name, type, address, routable)
     ("rb-mapped", "AAAA", "::ffff:10.99.0.1", False),
     ("rb-nat64", "AAAA", "64:ff9b::a63:1", False),
     ("rb-ula", "AAAA", "fd00::1", False),
+    # issue 21: every other reserved IPv6 range as an AAAA answer
+    ("rb-v6-loopback", "AAAA", "::1", False),
+    ("rb-v6-unspecified", "AAAA", "::", False),
+    ("rb-v6-linklocal", "AAAA", "fe80::1", False),
+    ("rb-v6-sitelocal", "AAAA", "fec0::1", False),
+    ("rb-v6-multicast", "AAAA", "ff02::1", False),
+    ("rb-v6-doc", "AAAA", "2001:db8::1", False),
+    ("rb-v6-doc3fff", "AAAA", "3fff::1", False),
+    ("rb-v6-discard", "AAAA", "100::1", False),
+    ("rb-v6-compat", "AAAA", "::a63:1", False),
+    ("rb-v6-nat64local", "AAAA", "64:ff9b:1::a63:1", False),
+    ("rb-v6-6to4", "AAAA", "2002:a63:1::1", False),
+    ("rb-v6-teredo", "AAAA", "2001:0:4136:e378:8000:63bf:3fff:fdd2", False),
+    ("rb-v6-metadata", "AAAA", "fd00:ec2::254", False),
 ]
 RB_MIXED, RB_CNAME = nr.fqdn("rb-mixed"), nr.fqdn("rb-cname")  # public + private; a CNAME to a private one
 # Addresses of the namespace abox-net runs in (outside), each public-looking,
@@ -1014,11 +1028,44 @@ def client_frames(which):
             add("syn", eth / IP(src=g, dst=dst) / TCP(sport=40020, dport=80, flags="S"))
             add("udp", eth / IP(src=g, dst=dst) / UDP(sport=40021, dport=UDP_PORT) / (MARK + f"to {dst}".encode()))
     elif which == "ipv6":
-        # IPv6 is not supported yet: dropped, whatever it is for (NAT64 of web's address, ULA, a global one)
-        for dst in ("64:ff9b::5db8:d70e", "fd00::1", "2606:4700::1111"):
-            add("ipv6_udp", eth / inet6.IPv6(src="fd00::15", dst=dst) / inet.UDP(sport=40022, dport=UDP_PORT)
-                / (MARK + f"ipv6 to {dst}".encode()))
-            add("ipv6_icmp", eth / inet6.IPv6(src="fd00::15", dst=dst) / inet6.ICMPv6EchoRequest(id=7, seq=1))
+        # IPv6 is not carried yet: dropped, whatever it is for (NAT64 of web's address, ULA, a global one),
+        # from a ULA that is not the guest's (spoofed) and from its link-local address (issue 21)
+        for src in ("fd00::15", "fe80::15"):
+            for dst in ("64:ff9b::5db8:d70e", "fd00::1", "2606:4700::1111"):
+                add("ipv6_udp", eth / inet6.IPv6(src=src, dst=dst) / inet.UDP(sport=40022, dport=UDP_PORT)
+                    / (MARK + f"ipv6 to {dst}".encode()))
+                add("ipv6_icmp", eth / inet6.IPv6(src=src, dst=dst) / inet6.ICMPv6EchoRequest(id=7, seq=1))
+        # extension-header tricks: a routing header type 0, a first fragment hiding TCP, an unknown next header
+        dst = "2606:4700::1111"
+        syn = inet.TCP(sport=40023, dport=443, flags="S")
+        add("ipv6_routing0", eth / inet6.IPv6(src="fe80::15", dst=dst)
+            / inet6.IPv6ExtHdrRouting(type=0, addresses=["2606:4700::1001"]) / syn)
+        add("ipv6_fragment_hiding_tcp", eth / inet6.IPv6(src="fe80::15", dst=dst)
+            / inet6.IPv6ExtHdrFragment(nh=6, offset=0, m=1, id=7) / bytes(syn)[:8])
+        add("ipv6_unknown_next_header", eth / inet6.IPv6(src="fe80::15", dst=dst, nh=253) / bytes(syn))
+    elif which == "ndp":
+        # issue 21: a router advertisement from the guest (a prefix, a default route, an RDNSS of its own),
+        # then a neighbour discovery flood: solicitations for random targets, for the gateway, and
+        # router solicitations; each well formed (hop limit 255, scapy's checksums)
+        ll, all_nodes = "fe80::15", l2.Ether(src=own_mac, dst="33:33:00:00:00:01")
+        add("guest_router_advertisement", all_nodes / inet6.IPv6(src=ll, dst="ff02::1", hlim=255)
+            / inet6.ICMPv6ND_RA(routerlifetime=1800) / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac)
+            / inet6.ICMPv6NDOptPrefixInfo(prefix="2001:db8:bad::", prefixlen=64)
+            / inet6.ICMPv6NDOptRDNSS(dns=["2001:db8:bad::53"]))
+        for i in range(3000):
+            tgt = f"fd00:bad::{i:x}"
+            sn = inet6.in6_getnsma(inet6.inet_pton(socket.AF_INET6, tgt))
+            add("ns_random_target", l2.Ether(src=own_mac, dst=inet6.in6_getnsmac(sn))
+                / inet6.IPv6(src=ll, dst=inet6.inet_ntop(socket.AF_INET6, sn), hlim=255)
+                / inet6.ICMPv6ND_NS(tgt=tgt) / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
+        ns_gw = (l2.Ether(src=own_mac, dst="33:33:ff:00:00:01") / inet6.IPv6(src=ll, dst="ff02::1:ff00:1", hlim=255)
+                 / inet6.ICMPv6ND_NS(tgt="fe80::1") / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
+        rs = (l2.Ether(src=own_mac, dst="33:33:00:00:00:02") / inet6.IPv6(src=ll, dst="ff02::2", hlim=255)
+              / inet6.ICMPv6ND_RS() / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
+        for _ in range(2000):
+            add("ns_gateway", ns_gw)
+        for _ in range(1000):
+            add("rs", rs)
     else:
         return {"error": f"unknown frames {which}"}
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
@@ -1924,7 +1971,7 @@ def dns_to_other_resolvers_dot_and_doh(t):
     t.web_works()
 
 
-@case("udp_refused", "frames_dropped_ipv6")
+@case("udp_refused", "frames_dropped_ipv6", "frames_dropped_ipv6_extension")
 def udp_and_icmp_to_anything_not_admitted(t):
     for name in (WEB, TOOLS):
         t.dig(nr.GATEWAY, name)
@@ -1943,8 +1990,11 @@ def udp_and_icmp_to_anything_not_admitted(t):
         before = t.counters()
         sent = t.client("frames", "ipv6")
         assert "error" not in sent, sent
-        d = t.counters()["frames_dropped_ipv6"] - before["frames_dropped_ipv6"]
-        assert d >= sent["frames"], f"{sent['frames']} IPv6 frames sent, {d} counted as dropped"
+        after = t.counters()
+        keys = ("frames_dropped_ipv6", "frames_dropped_spoofed", "frames_dropped_ipv6_extension")
+        d = {k: after[k] - before[k] for k in keys}
+        assert sum(d.values()) >= sent["frames"], f"{sent['frames']} IPv6 frames sent, counted as dropped: {d}"
+        assert d["frames_dropped_ipv6_extension"] >= 3 and d["frames_dropped_spoofed"] >= 6, d
         t.saw = "ICMP: no counter (lwIP's icmp_not_for_netif is not among the SIGUSR1 counters)"
         r = t.client("udp", json.dumps([[nr.GATEWAY, 9999, "udp to the gateway, no service"]]))["results"][0]
         assert r["outcome"] != "echo", r
@@ -1952,6 +2002,32 @@ def udp_and_icmp_to_anything_not_admitted(t):
         assert not got, f"abox-net let through: {got[:3]}"
     t.udp_works()
     t.web_works()
+
+
+@case("ndp_guest_router_advertisements", "ndp_not_for_gateway", "ndp_rate_limited", abox_only=True)
+def ndp_flood_and_router_advertisement_from_the_guest(t):
+    """Issue 21 (abox-net runs with --ipv6 nd): the guest is no router, and a
+    neighbour discovery flood gets at most the token bucket's answers and
+    holds nothing."""
+    before = t.counters()
+    with t.rss_bound("ndp flood", 0, "nothing is kept per solicitation"):
+        started = time.monotonic()
+        sent = t.client("frames", "ndp", timeout=120)
+        assert "error" not in sent, sent
+        time.sleep(0.5)
+        took = time.monotonic() - started
+    after = t.counters()
+    d = {k: after[k] - before[k] for k in after if k.startswith("ndp_")}
+    assert d["ndp_guest_router_advertisements"] >= 1, d
+    assert d["ndp_malformed"] == 0, d
+    assert d["ndp_not_for_gateway"] >= 3000 // 2, f"{sent['kinds']}: {d}"
+    answers = d["ndp_neighbour_advertisements"] + d["ndp_router_advertisements"]
+    assert answers <= 32 + 64 * (took + 1), f"{answers} answers in {took:.1f}s: the bucket did not hold: {d}"
+    assert d["ndp_rate_limited"] >= 1000, d
+    t.alive()
+    t.dns_works()
+    t.web_works()
+    return f"{sent['frames']} frames {sent['kinds']} in {took:.1f}s; {answers} answered"
 
 
 @case("frames_in")
@@ -2301,7 +2377,8 @@ def hardening_of(pid):
 
 
 def start_abox_net(rig, abox):
-    p = rig.start_abox_net(abox, POLICY)
+    # --ipv6 nd: the IPv6 cases meet the gateway's neighbour discovery (issue 21)
+    p = rig.start_abox_net(abox, POLICY, "--ipv6", "nd")
     exe = os.path.realpath(f"/proc/{p.pid}/exe")
     if os.path.basename(exe) != os.path.basename(abox):
         raise RuntimeError(f"pid {p.pid} is {exe}, not abox-net: RSS would be measured on the wrong process")

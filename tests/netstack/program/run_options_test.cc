@@ -52,6 +52,7 @@ TEST(RunOptions, TheSmallestRunTakesTheDefaults) {
   EXPECT_EQ(o.events_path, "");
   EXPECT_TRUE(o.sandbox);
   EXPECT_TRUE(o.io_on_ring);
+  EXPECT_FALSE(o.ipv6_neighbour_discovery);
   EXPECT_EQ(o.net.prefix_len, 24u);
   EXPECT_EQ(o.net.ifname, "eth0");
   EXPECT_EQ(o.pcap_max_bytes, 1ull << 30);
@@ -81,6 +82,8 @@ TEST(RunOptions, EveryOptionLandsWhereItShould) {
                   "/run/stats",
                   "--io",
                   "syscalls",
+                  "--ipv6",
+                  "nd",
                   "--no-sandbox"});
   ASSERT_TRUE(r.ok()) << r.error().message;
   const ApplianceOptions& o = r->options;
@@ -97,6 +100,7 @@ TEST(RunOptions, EveryOptionLandsWhereItShould) {
   EXPECT_EQ(o.pcap_max_bytes, 100ull << 20);
   EXPECT_EQ(o.stats_socket, "/run/stats");
   EXPECT_FALSE(o.io_on_ring);
+  EXPECT_TRUE(o.ipv6_neighbour_discovery);
   EXPECT_FALSE(o.sandbox);
 }
 
@@ -211,6 +215,8 @@ TEST(RunOptions, NamesAndPathsAreBounded) {
             "--stream '': expected a path for the unix socket");
   EXPECT_EQ(refusal({"-p", "p.toml", "--netns", "n", "--io", "uring"}).message,
             "--io 'uring': expected 'ring' or 'syscalls'");
+  EXPECT_EQ(refusal({"-p", "p.toml", "--netns", "n", "--ipv6", "on"}).message,
+            "--ipv6 'on': expected 'off' or 'nd'");
 }
 
 }  // namespace

@@ -71,6 +71,33 @@ TEST_F(AdmissionTest, AnsweredAllowedNameIsAdmitted) {
   EXPECT_FALSE(ssh.needs_name);  // SSH carries no name
 }
 
+// Issue 21: admission is the same for an IPv6 destination: only an address
+// the gate answered (AAAA) for an allowed name, on a port and protocol that
+// name allows, until its answer expires; never by IPv4 answers for the
+// "same" host, never reserved.
+TEST_F(AdmissionTest, Ipv6IsAdmittedExactlyAsIpv4) {
+  answer("2606:50c0:8000::153", "github.com", 60);
+  answer("140.82.112.3", "github.com", 60);
+  answer("2001:4860:4860::8888", "ntp.example.net", 60);
+  auto a = admit("2606:50c0:8000::153", 443);
+  ASSERT_TRUE(a.admitted());
+  EXPECT_EQ(a.name, "github.com");
+  EXPECT_TRUE(a.needs_name);
+  EXPECT_TRUE(admit("2606:50c0:8000::153", 22).admitted());
+  EXPECT_EQ(admit("2606:50c0:8000::153", 80).refusal, Refusal::port_not_allowed);
+  EXPECT_EQ(admit("2606:50c0:8000::153", 443, Protocol::udp).refusal, Refusal::port_not_allowed);
+  EXPECT_TRUE(admit("2001:4860:4860::8888", 123, Protocol::udp).admitted());
+  EXPECT_EQ(admit("2001:4860:4860::8888", 123, Protocol::tcp).refusal, Refusal::port_not_allowed);
+  // A neighbour of the answered address, and the IPv4-mapped form of the
+  // answered IPv4 address, were never answered (the mapped one is reserved).
+  EXPECT_EQ(admit("2606:50c0:8000::154", 443).refusal, Refusal::not_answered);
+  EXPECT_EQ(admit("::ffff:140.82.112.3", 443).refusal, Refusal::reserved);
+  EXPECT_EQ(admit("64:ff9b::8c52:7003", 443).refusal, Refusal::reserved);  // NAT64 of it
+  // Past the answer's TTL: no new flow.
+  now_ += base::Seconds(61);
+  EXPECT_EQ(admit("2606:50c0:8000::153", 443).refusal, Refusal::not_answered);
+}
+
 TEST_F(AdmissionTest, DirectAddressIsRefused) {
   auto a = admit("140.82.112.3", 443);
   EXPECT_EQ(a.refusal, Refusal::not_answered);
