@@ -131,7 +131,8 @@ void SyscallFilter::allow_process_runtime() {
   // UBSan probes memory by writing it to a pipe (pipe2). Found by running
   // the e2e suites with SCMP_ACT_LOG. None of this is in a release build.
   allow(SCMP_SYS(openat), {arg_clear(2, O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND)});
-  allow(SCMP_SYS(open), {arg_clear(1, O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND)});  // raw, in the runtime
+  allow(SCMP_SYS(open),
+        {arg_clear(1, O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND)});  // raw, in the runtime
   allow(SCMP_SYS(getdents64));
   allow(SCMP_SYS(getdents));  // raw, in the runtime
   allow(SCMP_SYS(lseek));

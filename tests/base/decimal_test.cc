@@ -20,7 +20,10 @@ TEST(Decimal, RefusesAnythingButDigits) {
     EXPECT_FALSE(parse_decimal<std::uint32_t>(bad)) << bad;
   }
   // A NUL inside is a byte like any other, not an end.
-  EXPECT_FALSE(parse_decimal<std::uint32_t>(std::string("12\0" "3", 4)));
+  EXPECT_FALSE(
+      parse_decimal<std::uint32_t>(std::string("12\0"
+                                               "3",
+                                               4)));
 }
 
 TEST(Decimal, RefusesAValuePastTheTypeInsteadOfWrapping) {
