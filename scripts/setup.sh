@@ -23,12 +23,11 @@ build_pkgs=(
   clang libclang-rt-14-dev clang-format clang-tidy
   liburing-dev android-libboringssl-dev
   libldns-dev  # tests and the dns_answer fuzz target only: an independent DNS decoder
-  # libnl: nothing links it yet (abox-net speaks rtnetlink itself,
-  # netstack/link/rtnetlink.cc); abox-helper's issue will, for its tap and
-  # bridge set-up. Boost: header-only Asio for the engine's control plane
-  # (engine/CMakeLists.txt); the daemon's issue adds more of it.
+  # libnl: abox-helper's tap devices (helper/tap_devices.cc; abox-net
+  # speaks rtnetlink itself, netstack/link/rtnetlink.cc). Boost: header-only
+  # Asio for the engine's control plane, the daemon and the shim.
   libnl-3-dev libnl-route-3-dev libboost1.81-dev
-  libseccomp-dev  # abox-net's sandbox (netstack/program/sandbox.cc)
+  libseccomp-dev  # the sandboxes' syscall filter (io/syscall_filter.cc: abox-net, the broker)
   libgtest-dev libgmock-dev libbenchmark-dev libtomlplusplus-dev libssl-dev
   dpkg-dev
 )
