@@ -324,6 +324,53 @@ void EventLoop::delete_retired_now() {
   }
 }
 
+EventLoop::Registration& EventLoop::Registration::operator=(Registration&& other) noexcept {
+  if (this != &other) {
+    reset();
+    loop_ = other.loop_;
+    id_ = other.id_;
+    other.loop_ = nullptr;
+    other.id_ = 0;
+  }
+  return *this;
+}
+
+void EventLoop::Registration::reset() {
+  if (loop_ != nullptr) loop_->remove_registration(id_);
+  loop_ = nullptr;
+  id_ = 0;
+}
+
+EventLoop::Registration EventLoop::add_timer_source(TimerSource t) {
+  const std::uint64_t id = next_registration_++;
+  timers_.push_back({id, std::move(t)});
+  return Registration(this, id);
+}
+
+EventLoop::Registration EventLoop::add_turn_hook(std::function<void()> hook) {
+  const std::uint64_t id = next_registration_++;
+  turn_hooks_.push_back({id, std::move(hook)});
+  return Registration(this, id);
+}
+
+void EventLoop::remove_registration(std::uint64_t id) {
+  // Marked, not erased: the turn may be iterating over these right now.
+  for (auto& e : timers_) {
+    if (e.id == id) e.id = 0;
+  }
+  for (auto& e : turn_hooks_) {
+    if (e.id == id) e.id = 0;
+  }
+  removal_pending_ = true;
+}
+
+void EventLoop::erase_removed_registrations() {
+  if (!removal_pending_) return;
+  std::erase_if(timers_, [](const SourceEntry& e) { return e.id == 0; });
+  std::erase_if(turn_hooks_, [](const HookEntry& e) { return e.id == 0; });
+  removal_pending_ = false;
+}
+
 void EventLoop::run() {
   while (!stopping_) run_once(base::Millis(1000));
 }
@@ -336,8 +383,9 @@ void EventLoop::run_once(base::Millis max_wait) {
   now_ = read_clock();
   base::MonoTime deadline = now_ + max_wait;
   base::MonoTime earliest_timer = base::MonoTime::max();
+  erase_removed_registrations();
   for (const auto& t : timers_) {
-    if (auto d = t.next(); d && *d < earliest_timer) earliest_timer = *d;
+    if (auto d = t.source.next(); d && *d < earliest_timer) earliest_timer = *d;
   }
   if (earliest_timer < deadline) deadline = earliest_timer;
   if (!heap_.empty() && heap_.front()->due_ < deadline) deadline = heap_.front()->due_;
@@ -428,11 +476,17 @@ void EventLoop::run_once(base::Millis max_wait) {
   // Timer sources run only when one is due: at high rates most turns are
   // woken by fds, and a source's fire() may scan a table.
   if (now_ >= earliest_timer) {
-    for (const auto& t : timers_) t.fire(now_);
+    // By index: a source may add another (reallocating) or remove one.
+    for (std::size_t i = 0; i < timers_.size(); ++i) {
+      if (timers_[i].id != 0) timers_[i].source.fire(now_);
+    }
   }
   run_due_timers();
   run_deferred();
-  for (const auto& hook : turn_hooks_) hook();
+  for (std::size_t i = 0; i < turn_hooks_.size(); ++i) {
+    if (turn_hooks_[i].id != 0) turn_hooks_[i].hook();
+  }
+  erase_removed_registrations();
 }
 
 }  // namespace abox::io

@@ -160,10 +160,33 @@ class EventLoop {
     std::function<std::optional<base::MonoTime>()> next;
     std::function<void(base::MonoTime)> fire;
   };
-  void add_timer_source(TimerSource t) { timers_.push_back(std::move(t)); }
+  // A timer source or turn hook is registered while its Registration lives:
+  // its owner keeps it as a member declared after everything the callbacks
+  // use, so an owner destroyed before the loop (a stack in a test, a
+  // component torn down) leaves nothing behind that names it. Move-only;
+  // it must not outlive the loop (like a Watcher). Removing one from inside
+  // a callback is safe: it is skipped from then on and forgotten after the
+  // turn.
+  class Registration {
+   public:
+    Registration() = default;
+    Registration(Registration&& other) noexcept { *this = std::move(other); }
+    Registration& operator=(Registration&& other) noexcept;
+    Registration(const Registration&) = delete;
+    Registration& operator=(const Registration&) = delete;
+    ~Registration() { reset(); }
+    void reset();
+
+   private:
+    friend class EventLoop;
+    Registration(EventLoop* loop, std::uint64_t id) : loop_(loop), id_(id) {}
+    EventLoop* loop_ = nullptr;
+    std::uint64_t id_ = 0;
+  };
+  [[nodiscard]] Registration add_timer_source(TimerSource t);
   // Runs at the end of every turn, after all callbacks, timers and deferred
   // work (e.g. to flush a batch of frames queued while handling the turn).
-  void add_turn_hook(std::function<void()> hook) { turn_hooks_.push_back(std::move(hook)); }
+  [[nodiscard]] Registration add_turn_hook(std::function<void()> hook);
 
   // Runs fn after this turn's callbacks and timers (or at the end of the
   // next turn, when called outside one), and the turn after waits for
@@ -235,8 +258,22 @@ class EventLoop {
   unsigned done_at_submit_ = 0;     // such requests since the last wait
   std::vector<Finished> finished_;  // request completions to dispatch (kept across cancel_all)
   std::vector<Timer*> heap_;
-  std::vector<TimerSource> timers_;
-  std::vector<std::function<void()>> turn_hooks_;
+  // Registered sources and hooks; a removed one has id 0 until the end of
+  // the turn (removal_pending_), then it is erased.
+  struct SourceEntry {
+    std::uint64_t id;
+    TimerSource source;
+  };
+  struct HookEntry {
+    std::uint64_t id;
+    std::function<void()> hook;
+  };
+  void remove_registration(std::uint64_t id);
+  void erase_removed_registrations();
+  std::vector<SourceEntry> timers_;
+  std::vector<HookEntry> turn_hooks_;
+  std::uint64_t next_registration_ = 1;
+  bool removal_pending_ = false;
   std::vector<std::function<void()>> deferred_;
   std::vector<std::unique_ptr<Deletable>> dying_;
   base::MonoTime now_{};

@@ -63,7 +63,7 @@ GuestDns::GuestDns(io::EventLoop& loop, const policy::Policy& policy, const poli
   if (listener_ == nullptr) throw std::runtime_error("cannot listen for DNS on TCP 53");
   tcp_accept(listener_, accept_cb);
 
-  loop_.add_timer_source(
+  deadlines_ = loop_.add_timer_source(
       {[this] { return gate_.next_deadline(); }, [this](base::MonoTime now) { gate_.on_tick(now); }});
 }
 

@@ -76,6 +76,8 @@ class GuestDns final : public dns::GateSink {
   std::vector<TcpClient> tcp_;
   std::size_t tcp_open_ = 0;
   GuestDnsCounters counters_;
+  // Last: unregistered first, while what its callbacks use is still whole.
+  io::EventLoop::Registration deadlines_;
 };
 
 }  // namespace abox::netstack

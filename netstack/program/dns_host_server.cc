@@ -123,11 +123,11 @@ DnsHostServer::DnsHostServer(io::EventLoop& loop, const policy::Policy& policy,
   listen_watcher_ = std::make_unique<ListenWatcher>(this);
   udp_handle_ = loop_.watch(udp_fd_.get(), POLLIN, udp_watcher_.get());
   tcp_handle_ = loop_.watch(tcp_fd_.get(), POLLIN, listen_watcher_.get());
-  loop_.add_timer_source(
+  gate_deadlines_ = loop_.add_timer_source(
       {[this] { return gate_.next_deadline(); }, [this](base::MonoTime now) { gate_.on_tick(now); }});
-  loop_.add_timer_source(
+  tcp_deadlines_ = loop_.add_timer_source(
       {[this] { return next_tcp_deadline(); }, [this](base::MonoTime now) { expire_tcp(now); }});
-  loop_.add_turn_hook([this] { flush_udp(); });
+  udp_flush_ = loop_.add_turn_hook([this] { flush_udp(); });
 }
 
 DnsHostServer::~DnsHostServer() {

@@ -117,6 +117,10 @@ class DnsHostServer final : public dns::GateSink {
   std::vector<std::unique_ptr<TcpClient>> tcp_;
   std::size_t tcp_open_ = 0;
   DnsServerCounters counters_;
+  // Last: unregistered first, while what their callbacks use is still whole.
+  io::EventLoop::Registration gate_deadlines_;
+  io::EventLoop::Registration tcp_deadlines_;
+  io::EventLoop::Registration udp_flush_;
 };
 
 }  // namespace abox::netstack

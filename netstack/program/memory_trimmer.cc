@@ -6,12 +6,12 @@ namespace abox::netstack {
 
 MemoryTrimmer::MemoryTrimmer(io::EventLoop& loop, const MemoryProbe& memory)
     : memory_(memory), next_check_(loop.now() + kCheckEvery) {
-  loop.add_timer_source({[this] { return next_check_; },
-                         [this](base::MonoTime now) {
-                           if (now < next_check_) return;
-                           next_check_ = now + kCheckEvery;
-                           check();
-                         }});
+  check_timer_ = loop.add_timer_source({[this] { return next_check_; },
+                                        [this](base::MonoTime now) {
+                                          if (now < next_check_) return;
+                                          next_check_ = now + kCheckEvery;
+                                          check();
+                                        }});
 }
 
 bool MemoryTrimmer::check() {

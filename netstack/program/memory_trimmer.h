@@ -49,6 +49,7 @@ class MemoryTrimmer {
   base::MonoTime next_check_{};
   std::uint64_t rss_after_last_trim_ = 0;
   TrimCounters counters_;
+  io::EventLoop::Registration check_timer_;  // last: unregistered first
 };
 
 }  // namespace abox::netstack

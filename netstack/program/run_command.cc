@@ -389,13 +389,14 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
       stats_server = std::move(server).value();
     }
     base::MonoTime next_pcap_flush = loop.now() + base::Seconds(1);
+    io::EventLoop::Registration pcap_flush;
     if (pcap) {
-      loop.add_timer_source({[&] { return next_pcap_flush; },
-                             [&](base::MonoTime now) {
-                               if (now < next_pcap_flush) return;
-                               next_pcap_flush = now + base::Seconds(1);
-                               pcap->flush();
-                             }});
+      pcap_flush = loop.add_timer_source({[&] { return next_pcap_flush; },
+                                          [&](base::MonoTime now) {
+                                            if (now < next_pcap_flush) return;
+                                            next_pcap_flush = now + base::Seconds(1);
+                                            pcap->flush();
+                                          }});
     }
     // The sandbox in two steps: the ring and the privileges now, before the
     // loop first runs; the syscall filter once the link is final (with
@@ -455,17 +456,19 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
       }
     }
     base::MonoTime next_check = loop.now() + base::Seconds(1);
+    io::EventLoop::Registration netns_check;
     if (tap != nullptr) {
       // pasta's way: notice the namespace going away about once a second.
-      loop.add_timer_source({[&] { return next_check; },
-                             [&](base::MonoTime now) {
-                               if (now < next_check) return;
-                               next_check = now + base::Seconds(1);
-                               if (!tap->netns_alive()) {
-                                 events.emit("link", {{"reason", "the guest namespace went away"}});
-                                 loop.stop();
-                               }
-                             }});
+      netns_check =
+          loop.add_timer_source({[&] { return next_check; },
+                                 [&](base::MonoTime now) {
+                                   if (now < next_check) return;
+                                   next_check = now + base::Seconds(1);
+                                   if (!tap->netns_alive()) {
+                                     events.emit("link", {{"reason", "the guest namespace went away"}});
+                                     loop.stop();
+                                   }
+                                 }});
       const std::string ready = "ready guest=" + net.guest_address.to_string() + "/" +
                                 std::to_string(net.prefix_len) + " gateway=" + net.gateway.to_string() +
                                 " mtu=" + std::to_string(net.mtu) + "\n";

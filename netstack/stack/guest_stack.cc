@@ -216,10 +216,11 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
 
   // lwIP's own timers, and ours: flow deadlines once a second is enough
   // (peek and connect timeouts are seconds).
-  loop_.add_timer_source(
+  lwip_timers_ = loop_.add_timer_source(
       {[this] { return next_lwip_timeout(); }, [](base::MonoTime) { sys_check_timeouts(); }});
-  loop_.add_timer_source({[this] { return next_sweep_; }, [this](base::MonoTime now) { sweep(now); }});
-  loop_.add_turn_hook([this] { end_turn(); });
+  sweep_timer_ =
+      loop_.add_timer_source({[this] { return next_sweep_; }, [this](base::MonoTime now) { sweep(now); }});
+  end_of_turn_ = loop_.add_turn_hook([this] { end_turn(); });
   next_sweep_ = loop_.now() + base::Seconds(1);
 }
 

@@ -283,6 +283,10 @@ class GuestStack final : public FlowServices {
   bool link_full_ = false;                        // the link's fd took only part of a flush: wait for POLLOUT
   std::array<bool, kDropReasons> logged_once_{};  // DropLog::once reasons already logged
   StackCounters counters_;
+  // Last: unregistered first, while what their callbacks use is still whole.
+  io::EventLoop::Registration lwip_timers_;
+  io::EventLoop::Registration sweep_timer_;
+  io::EventLoop::Registration end_of_turn_;
 };
 
 }  // namespace abox::netstack

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/unique_fd.h"
@@ -193,7 +194,7 @@ TEST(EventLoopDeferred, RunsAfterCallbacksAndTimersAndBeforeTurnHooks) {
     loop.delete_later(std::make_unique<Noisy>(order));
     order.push_back(2);
   };
-  loop.add_turn_hook([&] { order.push_back(5); });
+  auto hook = loop.add_turn_hook([&] { order.push_back(5); });
   loop.schedule(alarm, loop.now());
   loop.run_once(base::Millis(0));
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5}));
@@ -262,6 +263,72 @@ TEST(EventLoopClock, NowIsTheInjectedClockReadOncePerTurn) {
   EXPECT_NE(loop.now(), clock.t) << "read at the turn, not on every call";
   loop.run_once(base::Millis(0));
   EXPECT_EQ(loop.now(), clock.t);
+}
+
+}  // namespace
+}  // namespace abox::io
+
+namespace abox::io {
+namespace {
+
+// A timer source or turn hook goes with its Registration: an owner destroyed
+// before the loop (a second stack on one loop, in a test) leaves nothing
+// that the next turn would call.
+TEST(EventLoopRegistration, EndsWhenTheRegistrationGoes) {
+  ManualClock clock;
+  EventLoop loop(256, clock.fn());
+  int hooks = 0;
+  int asked = 0;
+  int fired = 0;
+  {
+    auto hook = loop.add_turn_hook([&] { ++hooks; });
+    auto source = loop.add_timer_source({[&]() -> std::optional<base::MonoTime> {
+                                           ++asked;
+                                           return loop.now();
+                                         },
+                                         [&](base::MonoTime) { ++fired; }});
+    loop.run_once(base::Millis(0));
+    EXPECT_EQ(hooks, 1);
+    EXPECT_EQ(fired, 1);
+  }
+  const int asked_before = asked;
+  loop.run_once(base::Millis(0));
+  loop.run_once(base::Millis(0));
+  EXPECT_EQ(hooks, 1);
+  EXPECT_EQ(fired, 1);
+  EXPECT_EQ(asked, asked_before);
+}
+
+TEST(EventLoopRegistration, ARegistrationMovedKeepsItsCallbackAndResetEndsIt) {
+  EventLoop loop;
+  int hooks = 0;
+  EventLoop::Registration kept;
+  {
+    auto hook = loop.add_turn_hook([&] { ++hooks; });
+    kept = std::move(hook);
+  }
+  loop.run_once(base::Millis(0));
+  EXPECT_EQ(hooks, 1);
+  kept.reset();
+  loop.run_once(base::Millis(0));
+  EXPECT_EQ(hooks, 1);
+}
+
+// Removing a hook from inside a hook (its owner going in the same turn):
+// the removed one is not called, the others are, and the next turn too.
+TEST(EventLoopRegistration, OneRemovedFromInsideACallbackIsSkippedAndTheRestRun) {
+  EventLoop loop;
+  std::vector<int> order;
+  EventLoop::Registration second;
+  auto first = loop.add_turn_hook([&] {
+    order.push_back(1);
+    second.reset();
+  });
+  second = loop.add_turn_hook([&] { order.push_back(2); });
+  auto third = loop.add_turn_hook([&] { order.push_back(3); });
+  loop.run_once(base::Millis(0));
+  loop.run_once(base::Millis(0));
+  EXPECT_EQ(order, (std::vector<int>{1, 3, 1, 3}));
 }
 
 }  // namespace
