@@ -376,12 +376,26 @@ void TcpFlow::took_from_guest(std::size_t done) {
     done -= line;
   }
   to_host_bytes_ -= done;
+  // What the guest was last told it may send (0 when it sent past that).
+  const u32_t announced = pcb_ != nullptr && TCP_SEQ_GT(pcb_->rcv_ann_right_edge, pcb_->rcv_nxt)
+                              ? pcb_->rcv_ann_right_edge - pcb_->rcv_nxt
+                              : 0;
   // Free what the host took and open the guest's window by as much.
   while (done > 0) {
     auto step = static_cast<u16_t>(std::min<std::size_t>(done, 0xFFFF));
     to_host_ = pbuf_free_header(to_host_, step);
     if (pcb_ != nullptr) tcp_recved(pcb_, step);
     done -= step;
+  }
+  // lwIP announces a reopened window by itself only once its right edge
+  // moved by TCP_WND_UPDATE_THRESHOLD (4 x TCP_MSS = 256 KiB here). A guest
+  // told there was no room for a segment would wait for its zero-window
+  // probe, which Linux backs off up to two minutes: once there is room for
+  // one, say so now (RFC 1122 4.2.3.3). Inside lwIP's input the update
+  // rides on the ACK that input sends anyway (tcp_output() defers).
+  if (pcb_ != nullptr && announced < pcb_->mss && pcb_->rcv_ann_wnd >= pcb_->mss) {
+    tcp_ack_now(pcb_);
+    tcp_output(pcb_);
   }
 }
 

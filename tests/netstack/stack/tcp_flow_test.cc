@@ -383,10 +383,8 @@ TEST_P(TcpFlowTest, AServerThatDoesNotReadClosesTheGuestsWindow) {
       rig_.send(guest_.data(pattern(sent, len)));
       sent += len;
     }
-    // Shut window: probe it, as a guest's persist timer does. (The gateway
-    // announces a reopened window by itself only once its right edge moved
-    // by lwIP's TCP_WND_UPDATE_THRESHOLD, 4 x TCP_MSS = 256 KiB: more than
-    // this flow's whole window.)
+    // Shut window: probe it, as a guest's persist timer does (the gateway
+    // also announces the reopened window by itself: the next test).
     if (guest_.peer_window() == 0) rig_.send(guest_.probe());
     rig_.wait_turn();
     guest_.take(rig_.seen());
@@ -395,6 +393,52 @@ TEST_P(TcpFlowTest, AServerThatDoesNotReadClosesTheGuestsWindow) {
   ASSERT_EQ(got.size(), total) << "sent " << sent << ", window " << guest_.peer_window() << ", unacked "
                                << guest_.unacked() << ", reset " << guest_.reset_seen();
   EXPECT_TRUE(got == pattern(0, total)) << "bytes lost or out of order";
+}
+
+// Once the window was shut, the gateway says so itself when there is room
+// again for a segment: the guest does not have to wait for its zero-window
+// probe (Linux backs those off up to two minutes). lwIP alone announces a
+// reopened window only after its right edge moved by
+// TCP_WND_UPDATE_THRESHOLD (256 KiB with our TCP_MSS).
+TEST_P(TcpFlowTest, AReopenedWindowIsAnnouncedWithoutAProbe) {
+  server_ = flow_test::tcp_listener(16, /*rcvbuf=*/4096);
+  guest_ = GuestTcp(FlowRig::fresh_port(), flow_test::kLoopback, server_.port);
+  base::UniqueFd host = open_flow(with("[limits]\nflow_buffer_bytes = 16384\n"));
+  ASSERT_TRUE(host);
+  std::size_t sent = 0;
+  bool closed = false;
+  for (int round = 0; round < 4000 && !closed; ++round) {
+    while (guest_.unacked() < guest_.peer_window() && sent < (8u << 20)) {
+      const std::size_t len = std::min<std::size_t>(1460, guest_.peer_window() - guest_.unacked());
+      rig_.send(guest_.data(pattern(sent, len)));
+      guest_.take(rig_.seen());
+      sent += len;
+    }
+    guest_.take(rig_.seen());
+    rig_.wait_turn();
+    guest_.take(rig_.seen());
+    closed = guest_.peer_window() == 0 && guest_.unacked() == 0;
+  }
+  ASSERT_TRUE(closed) << "the window never closed (sent " << sent << ")";
+  // The server reads everything; the guest sends nothing, not even a probe.
+  Bytes got;
+  for (int round = 0; round < 4000 && (got.size() < sent || guest_.peer_window() < 1460); ++round) {
+    std::uint8_t buf[65536];
+    const ssize_t n = ::recv(host.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) got.insert(got.end(), buf, buf + n);
+    rig_.wait_turn();
+    guest_.take(rig_.seen());
+    if (n <= 0 && got.size() == sent) break;
+    if (n <= 0 && got.size() < sent) wait_for(host.get(), POLLIN, 1);
+  }
+  // A few more turns for anything still on its way.
+  for (int round = 0; round < 20 && guest_.peer_window() < 1460; ++round) {
+    rig_.wait_turn();
+    guest_.take(rig_.seen());
+  }
+  EXPECT_EQ(got.size(), sent);
+  EXPECT_GE(guest_.peer_window(), 1460u) << "the reopened window was never announced";
+  EXPECT_FALSE(guest_.reset_seen());
 }
 
 // A guest that does not read (acknowledges nothing): lwIP's send buffer
