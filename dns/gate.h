@@ -106,6 +106,13 @@ class DnsGate {
           std::vector<policy::Endpoint> upstreams, AnswerTable& table, base::EventLog& events,
           base::RandomSource& random, GateSink& sink);
 
+  // A reloaded policy, in force from the next question on (the caller keeps
+  // it alive while the gate uses it). A question in flight whose name it no
+  // longer allows is answered as denied when its upstream answer comes, and
+  // nothing of that answer is recorded. What the gate sized at construction
+  // (upstreams, dns_in_flight, the cache) stays.
+  void set_policy(const policy::Policy& policy) { policy_ = &policy; }
+
   // Returns false when the query was dropped without an answer (not even an
   // ID to answer to): only then will `from` never reach send_to_guest().
   // Every other query is answered exactly once, now or later.
@@ -151,7 +158,7 @@ class DnsGate {
   void release(std::uint32_t slot);
   void record_answer(const Query& q, const FilteredAnswer& a, base::MonoTime now);
 
-  const policy::Policy& policy_;
+  const policy::Policy* policy_;  // never null; replaced by set_policy()
   const policy::HostAddresses& host_;
   std::vector<policy::Endpoint> upstreams_;
   AnswerTable& table_;

@@ -1,5 +1,6 @@
 #include "netstack/program/run_command.h"
 
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -24,6 +25,7 @@
 #include "netstack/program/host_address_watch.h"
 #include "netstack/program/memory_trimmer.h"
 #include "netstack/program/process_setup.h"
+#include "netstack/program/reload_command.h"
 #include "netstack/program/run_namespace.h"
 #include "netstack/program/sandbox.h"
 #include "netstack/program/stats.h"
@@ -86,7 +88,10 @@ constexpr std::string_view kUsage =
     "Prints 'ready ...' on stdout once the guest side is up and the process is\n"
     "sandboxed (with --stream: once the socket listens, so the VMM can connect\n"
     "after; the syscall filter follows when it has; with CMD: nothing, CMD starts\n"
-    "instead). SIGUSR1 prints the counters as JSON to stderr.\n"
+    "instead). SIGUSR1 prints the counters as JSON to stderr. A new policy while it\n"
+    "runs: 'abox-net reload SOCKET FILE' (with --stats-socket), or SIGHUP, which\n"
+    "rereads the policy file (the same file, written in place; with CMD, SIGHUP\n"
+    "goes to CMD: use reload).\n"
     "\n"
     "Exit status: 0 stopped by a signal, the namespace went away or the VM\n"
     "disconnected, 2 usage error, 3 could not start (invalid or unreadable policy,\n"
@@ -368,15 +373,25 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
                          {*stack, *guest_link, memory, pcap ? &*pcap : nullptr, tap, stream, &trimmer})
                    : std::string("{}");
     };
-    SignalWatch signals(loop, [&] {
-      if (stack) write_stats_line(STDERR_FILENO, stats());
-    });
+    // The policy file stays open: on SIGHUP it is read again, which the
+    // sandbox would not let a path be opened for (reload_command.h).
+    PolicyReloader reloader(events, o.policy_path,
+                            base::UniqueFd(::open(o.policy_path.c_str(), O_RDONLY | O_CLOEXEC)), !o.sandbox);
+    SignalWatch signals(
+        loop,
+        [&] {
+          if (stack) write_stats_line(STDERR_FILENO, stats());
+        },
+        [&] { reloader.reread_file(); });
     std::unique_ptr<StatsServer> stats_server;
     if (o.stats_socket) {
-      auto server = StatsServer::create(loop, *o.stats_socket, stats, [&](std::string_view args) {
-        return stack ? answer_explain(*stack, args, loop.now())
-                     : std::string("1\nno guest yet: the VMM has not connected");
-      });
+      auto server = StatsServer::create(
+          loop, *o.stats_socket, stats,
+          [&](std::string_view args) {
+            return stack ? answer_explain(*stack, args, loop.now())
+                         : std::string("1\nno guest yet: the VMM has not connected");
+          },
+          [&](std::string_view source, std::string_view text) { return reloader.apply(source, text); });
       if (!server.ok()) {
         std::cerr << "abox-net run: --stats-socket: " << server.error() << '\n';
         return 3;
@@ -436,6 +451,7 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     }
     guest_link = pcap ? static_cast<Link*>(&recording.emplace(*link, *pcap)) : link.get();
     stack = std::make_unique<GuestStack>(loop, *guest_link, policy, upstreams, events, random, gc);
+    reloader.set_stack(stack.get());
     // This host's addresses, before the first guest byte and before the
     // syscall filter (a netlink socket): the gate and admission refuse them.
     auto host_watch = HostAddressWatch::start(loop, stack->host_addresses(), events);

@@ -173,6 +173,10 @@ std::string run_stats_json(const RunStatsSources& from) {
   // Frames the stack took from the link (the link's own frames_in counts
   // before its runt checks).
   w.field("stack_frames_in", c.frames_in);
+  // Live policy reloads (GuestStack::apply_policy(); added at the end).
+  w.field("policy_reloads", c.policy_reloads)
+      .field("flows_revoked", c.flows_revoked)
+      .field("answers_forgotten", c.answers_forgotten);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

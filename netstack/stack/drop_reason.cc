@@ -37,6 +37,8 @@ constexpr std::array<DropReasonInfo, kDropReasons> kTable = {{
      &StackCounters::udp_refused},
     {"host_socket_failed", "cannot open a host socket for the flow", DropLog::deny,
      &StackCounters::connect_failed, &StackCounters::connect_failed},
+    {"policy_revoked", "policy_revoked: the reloaded policy no longer allows this flow", DropLog::deny,
+     &StackCounters::flows_revoked, &StackCounters::flows_revoked},
 }};
 
 constexpr bool every_row_filled() {

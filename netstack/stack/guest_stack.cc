@@ -128,7 +128,7 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
                        base::RandomSource& random, GuestConfig config)
     : loop_(loop),
       link_(link),
-      policy_(policy),
+      policy_(&policy),
       events_(events),
       config_(config),
       table_(policy, policy.limits().answer_entries),
@@ -732,7 +732,7 @@ void GuestStack::drop(DropReason reason, std::string_view proto, const policy::E
       break;
     case DropLog::limit: {
       const std::uint64_t limit =
-          reason == DropReason::half_open ? policy_.limits().half_open : policy_.limits().flows;
+          reason == DropReason::half_open ? policy_->limits().half_open : policy_->limits().flows;
       if (events_.reserve_line())
         events_.write_reserved("limit", {{"reason", row.name},
                                          {"limit", limit},
@@ -777,16 +777,16 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
   const policy::Endpoint to{dst, dst_port};
   // Handshakes in progress become flows: they count against the limit too.
   std::size_t half_open = half_open_now();
-  if (tcp_flows_.size() + udp_flows_.size() + half_open >= policy_.limits().flows) {
+  if (tcp_flows_.size() + udp_flows_.size() + half_open >= policy_->limits().flows) {
     drop(DropReason::flows, "tcp", &to);
     return SynVerdict::reset;
   }
-  if (half_open >= policy_.limits().half_open) {
+  if (half_open >= policy_->limits().half_open) {
     drop(DropReason::half_open, "tcp", &to);
     return SynVerdict::drop;  // the guest retries; old flows keep going
   }
   Admission a =
-      admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
+      admit_flow(*policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
   if (!a.admitted()) {
     drop(*a.refusal, "tcp", &to);
     return SynVerdict::reset;
@@ -797,8 +797,8 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
     return SynVerdict::reset;
   }
   // The name is copied: the table's string may go before the handshake ends.
-  syn_admission_ = std::make_unique<SynAdmission>(
-      SynAdmission{std::string(a.name), a.broker, a.lifted, a.needs_name, a.answer_expires});
+  syn_admission_ = std::make_unique<SynAdmission>(SynAdmission{
+      std::string(a.name), a.broker, a.lifted, a.needs_name, a.answer_expires, policy_generation_});
   return SynVerdict::accept;
 }
 
@@ -813,7 +813,20 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
     tcp_abort(pcb);
     return false;
   }
-  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+  if (a->policy_generation != policy_generation_) {
+    // A reload came during the handshake: judged again, wholly by the
+    // policy in force now (the SYN's binding pointer went with the old one).
+    Admission again = admit_flow(*policy_, host_addresses_, table_, dst.address, dst.port,
+                                 policy::Protocol::tcp, loop_.now());
+    if (!again.admitted() || (again.broker != nullptr && config_.broker_path.empty())) {
+      drop(DropReason::policy_revoked, "tcp", &dst, a->name);
+      tcp_abort(pcb);
+      return false;
+    }
+    *a = SynAdmission{std::string(again.name), again.broker,         again.lifted,
+                      again.needs_name,        again.answer_expires, policy_generation_};
+  }
+  if (tcp_flows_.size() + udp_flows_.size() >= policy_->limits().flows) {
     drop(DropReason::flows, "tcp", &dst);  // exact even if handshakes raced past the SYN check
     tcp_abort(pcb);
     return false;
@@ -873,13 +886,13 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     it->second->from_guest(p);
     return;
   }
-  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+  if (tcp_flows_.size() + udp_flows_.size() >= policy_->limits().flows) {
     drop(DropReason::flows, "udp", &to);
     pbuf_free(p);
     return;
   }
   Admission a =
-      admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
+      admit_flow(*policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
   if (!a.admitted()) {
     refuse(*a.refusal);
     return;
@@ -927,6 +940,51 @@ void GuestStack::release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) {
     udp_remove(it->second.pcb);
     reply_pcbs_.erase(it);
   }
+}
+
+GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy::Policy> next) {
+  PolicyApplied out;
+  const policy::Policy& now_in_force = *next;
+  policy_ = &now_in_force;
+  ++policy_generation_;
+  ++counters_.policy_reloads;
+  dns_->set_policy(now_in_force);
+  out.answers_forgotten =
+      table_.forget_names([&](std::string_view name) { return !now_in_force.allows_name(name); });
+  counters_.answers_forgotten += out.answers_forgotten;
+  // Cutting retires a flow, which erases it from its map: walk snapshots.
+  sweep_tcp_.clear();
+  for (auto& [_, f] : tcp_flows_) sweep_tcp_.push_back(f.get());
+  for (TcpFlow* f : sweep_tcp_) {
+    if (f->finished()) continue;
+    const policy::Endpoint dst = f->destination();
+    const Recheck r = recheck_flow(now_in_force, host_addresses_, dst.address, dst.port,
+                                   policy::Protocol::tcp, f->name(), f->brokered());
+    if (r.allowed) {
+      if (f->brokered()) f->follow_binding(r.broker);
+      continue;
+    }
+    drop(DropReason::policy_revoked, "tcp", &dst, f->name());
+    f->cut();
+    ++out.tcp_revoked;
+  }
+  sweep_udp_.clear();
+  for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
+  for (UdpFlow* f : sweep_udp_) {
+    if (f->finished()) continue;
+    const policy::Endpoint dst = f->destination();
+    if (recheck_flow(now_in_force, host_addresses_, dst.address, dst.port, policy::Protocol::udp, f->name(),
+                     false)
+            .allowed)
+      continue;
+    drop(DropReason::policy_revoked, "udp", &dst, f->name());
+    f->cut();
+    ++out.udp_revoked;
+  }
+  // Nothing refers to the previous reload's policy any more: flows follow
+  // the new bindings, handshakes carry a generation, the gate the new one.
+  reloaded_policy_ = std::move(next);
+  return out;
 }
 
 void GuestStack::retire(TcpFlow* flow) {

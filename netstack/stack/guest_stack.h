@@ -128,9 +128,31 @@ class GuestStack final : public FlowServices {
   // True when the link's frames come by ring reads (GuestConfig).
   bool link_read_on_ring() const { return ring_reader_ != nullptr; }
 
+  // A reloaded policy, validated by its maker, in force from now on: the
+  // swap happens here, on the loop's thread, between two frames, so no frame
+  // or flow is judged half by the old policy and half by the new one. At
+  // once: the DNS gate asks the new policy (GuestDns::set_policy()); the
+  // answer table forgets the names it no longer allows; every live flow is
+  // judged again (recheck_flow(), admission.h), and one it no longer
+  // allows is cut (TCP: RST to the guest, host socket closed; UDP: host
+  // socket closed), counted and logged as DropReason::policy_revoked;
+  // flows it still allows are untouched (a brokered one follows its
+  // binding in the new policy). Handshakes in progress are judged again
+  // when they complete. Limits apply to new work: nothing live is cut to
+  // meet a lower one. What was sized at start stays: the DNS upstreams, the
+  // answer table's capacity and [dns] grace, the gate's slots and cache.
+  // The previous reload's policy is freed (nothing refers to it after the
+  // pass); the constructor's stays its owner's.
+  struct PolicyApplied {
+    std::size_t tcp_revoked = 0;
+    std::size_t udp_revoked = 0;
+    std::size_t answers_forgotten = 0;
+  };
+  PolicyApplied apply_policy(std::unique_ptr<const policy::Policy> next);
+
   // For flows: FlowServices (flow_services.h).
   io::EventLoop& loop() override { return loop_; }
-  const policy::Policy& policy() const override { return policy_; }
+  const policy::Policy& policy() const override { return *policy_; }
   base::EventLog& events() override { return events_; }
   dns::AnswerTable& answer_table() override { return table_; }
   const policy::HostAddresses& host_addresses() const override { return host_addresses_; }
@@ -203,6 +225,7 @@ class GuestStack final : public FlowServices {
     const policy::ReservedRange* lifted = nullptr;
     bool needs_name = false;
     base::MonoTime answer_expires{};
+    std::uint64_t policy_generation = 0;  // a reload during the handshake: judged again
   };
   // Counts and logs one drop or refusal as its row in drop_reason.h says.
   // proto: "tcp", "udp", "ipv6", or empty for a frame (counted as TCP's).
@@ -228,7 +251,9 @@ class GuestStack final : public FlowServices {
 
   io::EventLoop& loop_;
   Link& link_;
-  const policy::Policy& policy_;
+  const policy::Policy* policy_;  // never null: the constructor's, or the last reload's
+  std::unique_ptr<const policy::Policy> reloaded_policy_;  // owns the last reload's
+  std::uint64_t policy_generation_ = 0;                    // +1 per reload
   base::EventLog& events_;
   GuestConfig config_;
   policy::HostAddresses host_addresses_;  // before dns_, which reads it

@@ -39,13 +39,18 @@ struct StackCounters {
   // UDP flows whose ring receive kept ending without a datagram, read on
   // readiness from then on (udp_flow.cc).
   std::uint64_t udp_ring_receive_fallbacks = 0;
+  // Live policy reloads (GuestStack::apply_policy()): applied, and live flows
+  // (TCP and UDP) the new policy no longer allowed, cut (policy_revoked).
+  std::uint64_t policy_reloads = 0;
+  std::uint64_t flows_revoked = 0;
+  std::uint64_t answers_forgotten = 0;  // answer-table names a reload revoked
 };
 
 struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 24> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 27> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -70,6 +75,9 @@ inline constexpr std::array<StackCounterField, 24> kStackCounterFields = {{
     {"dhcp_malformed", &StackCounters::dhcp_malformed},
     {"udp_ring_receive_fallbacks", &StackCounters::udp_ring_receive_fallbacks},
     {"stack_frames_in", &StackCounters::frames_in},
+    {"policy_reloads", &StackCounters::policy_reloads},
+    {"flows_revoked", &StackCounters::flows_revoked},
+    {"answers_forgotten", &StackCounters::answers_forgotten},
 }};
 static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
               "every StackCounters field has its name in kStackCounterFields");

@@ -44,6 +44,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -94,6 +95,18 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   Phase phase() const;
 
   void on_ready(std::uint32_t events) override;
+
+  // For a policy reload (GuestStack::apply_policy()): what the flow was
+  // admitted for, and its way out.
+  const std::string& name() const { return name_; }
+  const policy::Endpoint& destination() const { return dst_; }
+  bool brokered() const { return broker_ != nullptr; }
+  bool finished() const { return state_ == State::done; }
+  // The same binding in the reloaded policy (the old one goes with it).
+  void follow_binding(const policy::BrokerBinding* binding) { broker_ = binding; }
+  // Cut by a reload: RST to the guest, the host socket closed (SO_LINGER 0),
+  // the flow retired. The caller has counted and logged it.
+  void cut() { abort_both("policy revoked"); }
 
  private:
   enum class State : std::uint8_t { peeking, connecting, open, done };

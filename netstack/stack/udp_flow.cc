@@ -201,6 +201,12 @@ void UdpFlow::from_host(std::span<const std::uint8_t> datagram) {
   pbuf_free(p);
 }
 
+void UdpFlow::cut() {
+  if (retired_) return;
+  retired_ = true;
+  stack_.retire(this);
+}
+
 void UdpFlow::check_idle(base::MonoTime now) {
   if (retired_) return;
   // An address that became this host's since the flow was admitted ends it

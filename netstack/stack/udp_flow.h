@@ -75,6 +75,13 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   void receive_ended(int res);
   void check_idle(base::MonoTime now);
   std::uint64_t key() const { return key_; }
+  // For a policy reload (GuestStack::apply_policy()).
+  const std::string& name() const { return name_; }
+  const policy::Endpoint& destination() const { return dst_; }
+  bool finished() const { return retired_; }
+  // Cut by a reload: the host socket closes with the flow, retired now. The
+  // caller has counted and logged it.
+  void cut();
 
  private:
   FlowServices& stack_;

@@ -526,5 +526,95 @@ TEST_P(TcpFlowTest, AFlowEndsWhenItsDestinationBecomesAnAddressOfThisHost) {
   EXPECT_EQ(flows(), 0u);
 }
 
+// ---- live policy reload (GuestStack::apply_policy()) ----------------------
+
+TEST_P(TcpFlowTest, AReloadThatStillAllowsTheFlowLeavesItUntouched) {
+  StackOptions o;
+  o.port = server_.port;
+  base::UniqueFd host = open_flow();
+  ASSERT_TRUE(host);
+  const auto applied =
+      rig_.reload(FlowRig::policy_text(o) + "[[allow]]\nnames = [\"other.example\"]\nports = [443]\n");
+  EXPECT_EQ(applied.tcp_revoked, 0u);
+  EXPECT_EQ(applied.answers_forgotten, 0u);
+  send(guest_.data(pattern(0, 1000)));
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, 1000));
+  EXPECT_EQ(got, pattern(0, 1000));
+  write_host(host.get(), bytes_of("still here"));
+  ASSERT_TRUE(until([&] { return guest_.received().size() >= 10; }));
+  EXPECT_EQ(guest_.received(), bytes_of("still here"));
+  EXPECT_FALSE(guest_.reset_seen());
+  EXPECT_EQ(flows(), 1u);
+  EXPECT_EQ(rig_.stack().counters().policy_reloads, 1u);
+  EXPECT_EQ(rig_.stack().counters().flows_revoked, 0u);
+}
+
+TEST_P(TcpFlowTest, AReloadThatRevokesTheNameCutsTheFlowAtOnceAndForgetsItsAnswers) {
+  base::UniqueFd host = open_flow();
+  ASSERT_TRUE(host);
+  const auto applied = rig_.reload(
+      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"other.example\"]\nports = [443]\n"
+      "[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n");
+  EXPECT_EQ(applied.tcp_revoked, 1u);
+  EXPECT_EQ(applied.answers_forgotten, 1u);
+  // Cut within the reload's own turn: no clock moved, no sweep ran.
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen()) << "the guest is told with a RST";
+  EXPECT_EQ(flows(), 0u);
+  EXPECT_EQ(host_end(host.get()), ECONNRESET) << "the host socket closed with SO_LINGER 0";
+  EXPECT_EQ(rig_.stack().counters().flows_revoked, 1u);
+  EXPECT_TRUE(rig_.stack()
+                  .table()
+                  .names_for(policy::IpAddress::v4(flow_test::kLoopback), rig_.stack().loop().now())
+                  .empty());
+  // A new flow to the address is refused: nothing vouches for it now.
+  GuestTcp again{FlowRig::fresh_port(), flow_test::kLoopback, server_.port};
+  rig_.send(again.syn());
+  again.take(rig_.seen());
+  EXPECT_TRUE(again.reset_seen());
+  EXPECT_FALSE(again.syn_ack());
+}
+
+TEST_P(TcpFlowTest, AReloadThatDropsThePortCutsTheFlowAndKeepsTheAnswer) {
+  base::UniqueFd host = open_flow();
+  ASSERT_TRUE(host);
+  StackOptions moved;
+  moved.port = static_cast<std::uint16_t>(server_.port + 1);
+  const auto applied = rig_.reload(FlowRig::policy_text(moved));
+  EXPECT_EQ(applied.tcp_revoked, 1u);
+  EXPECT_EQ(applied.answers_forgotten, 0u) << "the name is still allowed";
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen());
+  EXPECT_EQ(flows(), 0u);
+}
+
+TEST_P(TcpFlowTest, AReloadThatWithdrawsTheUnsafeLiftCutsTheFlow) {
+  StackOptions o;
+  o.port = server_.port;
+  base::UniqueFd host = open_flow();
+  ASSERT_TRUE(host);
+  const auto applied = rig_.reload(FlowRig::policy_text(o, /*lift=*/false));
+  EXPECT_EQ(applied.tcp_revoked, 1u);
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen());
+  EXPECT_EQ(flows(), 0u);
+}
+
+TEST_P(TcpFlowTest, AHandshakeInProgressAtAReloadIsJudgedByTheNewPolicy) {
+  start({});
+  rig_.send(guest_.syn());
+  guest_.take(rig_.seen());
+  ASSERT_TRUE(guest_.syn_ack());
+  rig_.reload(
+      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"other.example\"]\nports = [443]\n"
+      "[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n");
+  rig_.send(guest_.ack());
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen());
+  EXPECT_EQ(flows(), 0u);
+  EXPECT_EQ(rig_.stack().counters().flows_revoked, 1u);
+}
+
 }  // namespace
 }  // namespace abox::netstack
