@@ -98,6 +98,7 @@ DnsGate::DnsGate(const policy::Policy& policy, const policy::HostAddresses& host
                  std::vector<policy::Endpoint> upstreams, AnswerTable& table, base::EventLog& events,
                  base::RandomSource& random, GateSink& sink)
     : policy_(&policy),
+      audit_(policy.mode().audit),
       host_(host),
       upstreams_(std::move(upstreams)),
       table_(table),
@@ -189,7 +190,16 @@ bool DnsGate::on_guest_query(std::span<const std::uint8_t> msg, const GuestRef& 
     reply_empty(from, q, rcode::REFUSED);
     return true;
   }
-  if (!q.canonical_ok || !policy_->allows_name(q.name.view())) {
+  if (q.canonical_ok && audit_ && !policy_->allows_name(q.name.view())) {
+    // Audit mode: asked as an allowed name would be, and said.
+    ++counters_.would_deny;
+    if (events_.reserve_line()) {
+      events_.write_reserved("would_deny", {{"reason", "name not allowed"},
+                                            {"name", q.name.view()},
+                                            {"type", type_name(q.qtype)},
+                                            {"audit", true}});
+    }
+  } else if (!q.canonical_ok || !policy_->allows_name(q.name.view())) {
     ++counters_.denied;
     // A guest decides how many denials there are: the rate cap first, the
     // name's text only for a line that will be written.
@@ -391,7 +401,7 @@ void DnsGate::finish(std::uint32_t idx, const FilteredAnswer* answer, base::Mono
                          {"name", s.waiters.front().query.name.view()},
                          {"type", type_name(s.waiters.front().query.qtype)}});
     for (const auto& w : s.waiters) reply_empty(w.to, w.query, rcode::SERVFAIL);
-  } else if (!policy_->allows_name(s.waiters.front().query.name.view())) {
+  } else if (!audit_ && !policy_->allows_name(s.waiters.front().query.name.view())) {
     // Asked under a policy that allowed the name, answered after a reload
     // that revoked it (set_policy()): denied, never recorded or cached.
     const std::uint8_t rc =

@@ -126,6 +126,15 @@ struct Unsafe {
   SourceLocation where;
 };
 
+// [mode]: how the policy is applied. audit: what the policy would refuse is
+// let through and logged `would_deny` with its reason, except what is never
+// liftable (reserved ranges, this host's addresses); for learning what an
+// agent needs (abox policy suggest), never for production.
+struct Mode {
+  bool audit = false;
+  SourceLocation where;  // of [mode]; line 0 when the file has none
+};
+
 struct AddressVerdict {
   const ReservedRange* reserved = nullptr;  // the range it falls in, if any
   const Cidr* lifted_by = nullptr;          // the [unsafe] entry lifting it, if any
@@ -141,6 +150,7 @@ class Policy {
   const Limits& limits() const { return limits_; }
   const Timeouts& timeouts() const { return timeouts_; }
   const Unsafe& unsafe() const { return unsafe_; }
+  const Mode& mode() const { return mode_; }
 
   // May the DNS gate resolve this name (an [[allow]] or [[broker]] names it)?
   bool allows_name(std::string_view canonical) const { return matcher_.matches(canonical); }
@@ -182,6 +192,7 @@ class Policy {
   Limits limits_;
   Timeouts timeouts_;
   Unsafe unsafe_;
+  Mode mode_;
   NameMatcher matcher_;  // ids: rule index, or kBrokerBit | broker index
 };
 

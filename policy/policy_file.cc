@@ -50,7 +50,7 @@ std::string PolicyError::to_string() const {
 class PolicyBuilder {
  public:
   static Policy build(std::string source, std::vector<AllowRule> rules, std::vector<BrokerBinding> brokers,
-                      DnsSettings dns, Limits limits, Timeouts timeouts, Unsafe unsafe) {
+                      DnsSettings dns, Limits limits, Timeouts timeouts, Unsafe unsafe, Mode mode) {
     Policy p;
     p.source_ = std::move(source);
     p.rules_ = std::move(rules);
@@ -59,6 +59,7 @@ class PolicyBuilder {
     p.limits_ = limits;
     p.timeouts_ = timeouts;
     p.unsafe_ = std::move(unsafe);
+    p.mode_ = std::move(mode);
     for (const auto& r : p.rules_)
       for (const auto& n : r.names) p.matcher_.add(n, static_cast<std::uint32_t>(r.index));
     for (const auto& b : p.brokers_)
@@ -401,6 +402,7 @@ struct Parsed {
   Limits limits;
   Timeouts timeouts;
   Unsafe unsafe;
+  Mode mode;
 };
 
 void read_dns(Reader& r, const toml::table& t, DnsSettings& dns) {
@@ -700,6 +702,16 @@ void read_timeouts(Reader& r, const toml::table& t, Timeouts& to) {
       .read(t);
 }
 
+void read_mode(Reader& r, const toml::table& t, Mode& m) {
+  m.where = r.location(t.source());
+  Section(r, "[mode]")
+      .on("audit",
+          [&](const toml::node& n) {
+            if (auto v = read_bool(r, n, "audit")) m.audit = *v;
+          })
+      .read(t);
+}
+
 void read_unsafe(Reader& r, const toml::table& t, Unsafe& u) {
   u.where = r.location(t.source());
   Section(r, "[unsafe]")
@@ -928,8 +940,12 @@ base::Result<Policy, PolicyError> parse_policy(std::string_view text, std::strin
           [&](const toml::node& n) {
             if (const auto* t = expect_table(r, n, "[timeouts]")) read_timeouts(r, *t, p.timeouts);
           })
-      .on("unsafe", [&](const toml::node& n) {
-        if (const auto* t = expect_table(r, n, "[unsafe]")) read_unsafe(r, *t, p.unsafe);
+      .on("unsafe",
+          [&](const toml::node& n) {
+            if (const auto* t = expect_table(r, n, "[unsafe]")) read_unsafe(r, *t, p.unsafe);
+          })
+      .on("mode", [&](const toml::node& n) {
+        if (const auto* t = expect_table(r, n, "[mode]")) read_mode(r, *t, p.mode);
       });
   top.read(root);
 
@@ -943,7 +959,7 @@ base::Result<Policy, PolicyError> parse_policy(std::string_view text, std::strin
   }
   if (r.failed()) return base::Err{r.take()};
   return PolicyBuilder::build(std::string(source), std::move(p.rules), std::move(p.brokers), std::move(p.dns),
-                              p.limits, p.timeouts, std::move(p.unsafe));
+                              p.limits, p.timeouts, std::move(p.unsafe), std::move(p.mode));
 }
 
 base::Result<Policy, PolicyError> load_policy(const std::filesystem::path& path) {
@@ -981,6 +997,13 @@ std::vector<PolicyDiagnostic> policy_warnings(const Policy& policy) {
   auto warn = [&](const SourceLocation& at, std::string message) {
     out.push_back(PolicyDiagnostic{at.file, at.line, at.column, std::move(message)});
   };
+  if (policy.mode().audit) {
+    warn(
+        policy.mode().where,
+        "warning: [mode] audit = true: nothing the policy would refuse is refused (each is logged "
+        "would_deny) but reserved ranges and this host's addresses; for learning what a guest needs, not for "
+        "production");
+  }
   for (const auto& c : policy.unsafe().allow_reserved) {
     warn(policy.unsafe().where, "warning: [unsafe] allow_reserved lifts " + c.to_string() +
                                     ": guests may reach it; for test rigs only, every use is logged");

@@ -82,6 +82,10 @@ constexpr std::string_view kUsage =
     "      --io ring|syscalls     how frames and host sockets are read and written: through\n"
     "                             the io_uring (default), or by a system call each on\n"
     "                             readiness (for comparison, or to rule the ring out)\n"
+    "      --audit                audit mode, whatever the policy's [mode] says: what the\n"
+    "                             policy would refuse is let through and logged would_deny\n"
+    "                             (reserved ranges and this host's addresses stay refused);\n"
+    "                             for learning what a guest needs (abox policy suggest)\n"
     "      --no-sandbox           FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
     "                             filter and the io_uring restrictions (docs/security.md)\n"
     "\n"
@@ -159,7 +163,7 @@ base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std
       {"address", 'a', true},      {"gateway", 'g', true},    {"mtu", 'm', true},
       {"ifname", 0, true},         {"broker", 0, true},       {"pcap", 0, true},
       {"pcap-max-bytes", 0, true}, {"stats-socket", 0, true}, {"io", 0, true},
-      {"no-sandbox", 0, false},
+      {"no-sandbox", 0, false},    {"audit", 0, false},
   };
   // With a CMD, abox-net's own failures are 125 (CMD's status passes
   // through, as with `abox run`); without, 2.
@@ -187,6 +191,7 @@ base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std
 
   ApplianceOptions& o = run.options;
   o.sandbox = !a.has("no-sandbox");
+  o.audit = a.has("audit");
   o.events_path = a.last("events").value_or("");
   o.pcap_path = a.last("pcap");
   o.stats_socket = a.last("stats-socket");
@@ -295,6 +300,15 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
 
   // The link: a tap now, or a stream socket's listener now and its one peer
   // once the VMM connects.
+  // Said at start, on stderr and in the start event (and in every
+  // would_deny): nothing is refused but reserved ranges.
+  const bool audit_on = o.audit || policy.mode().audit;
+  if (audit_on) {
+    std::cerr << "abox-net run: warning: audit mode ("
+              << (o.audit ? std::string("--audit") : policy.mode().where.to_string() + " [mode] audit")
+              << "): what the policy would refuse is let through and logged would_deny; reserved ranges and "
+                 "this host's addresses stay refused\n";
+  }
   std::unique_ptr<Link> link;
   TapLink* tap = nullptr;
   StreamLink* stream = nullptr;  // set once the VMM has connected
@@ -364,6 +378,7 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     gc.instance = o.instance;
     gc.link_on_ring = o.io_on_ring;
     gc.host_io_on_ring = o.io_on_ring;
+    gc.audit = o.audit;
     // Gives back what glibc keeps after a burst of flows, every few seconds.
     MemoryTrimmer trimmer(loop, memory);
     std::unique_ptr<GuestStack> stack;
@@ -430,7 +445,8 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
                             {"link", o.stream_path ? "stream" : "tap"},
                             {"guest", net.guest_address.to_string()},
                             {"gateway", net.gateway.to_string()},
-                            {"mtu", static_cast<std::uint64_t>(net.mtu)}});
+                            {"mtu", static_cast<std::uint64_t>(net.mtu)},
+                            {"audit", audit_on}});
     };
     if (listener) {
       if (!events_after_ready) start_event();

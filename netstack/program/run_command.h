@@ -33,6 +33,7 @@ struct ApplianceOptions {
   std::optional<std::string> stats_socket;
   bool sandbox = true;
   bool io_on_ring = true;
+  bool audit = false;  // --audit: audit mode whatever the policy's [mode] says
   // Where the ready line goes: -1 for stdout, else this fd (run -- CMD: the
   // parent that starts CMD reads it). Not with --stream.
   int ready_fd = -1;

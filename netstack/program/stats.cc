@@ -177,6 +177,9 @@ std::string run_stats_json(const RunStatsSources& from) {
   w.field("policy_reloads", c.policy_reloads)
       .field("flows_revoked", c.flows_revoked)
       .field("answers_forgotten", c.answers_forgotten);
+  // Audit mode (added at the end): flows and names let through that the
+  // policy would have refused.
+  w.field("audit_would_deny", c.audit_would_deny).field("dns_would_deny", g.would_deny);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

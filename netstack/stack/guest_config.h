@@ -33,6 +33,9 @@ struct GuestConfig {
   // datagrams come by a multishot receive into a shared io::ReceiveBufferPool
   // instead of readiness and recvmmsg. Off: the system calls.
   bool host_io_on_ring = true;
+  // Audit mode forced on (abox-net run --audit), whatever the policy's
+  // [mode] says: see GuestStack::audit().
+  bool audit = false;
 };
 
 }  // namespace abox::netstack

@@ -175,6 +175,7 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
 
   dns_ = std::make_unique<GuestDns>(loop, policy, host_addresses_, std::move(upstreams), table_, events,
                                     random, gw.addr);
+  dns_->set_audit(audit());
 
   tcp_pcb* pcb = tcp_new();
   if (pcb == nullptr) throw std::runtime_error("lwIP tcp_new failed");
@@ -787,6 +788,12 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
   }
   Admission a =
       admit_flow(*policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
+  if (!a.admitted() && audit_lifts(*a.refusal)) {
+    would_deny(describe(*a.refusal), "tcp", to, audited_name(dst));
+    syn_admission_ = std::make_unique<SynAdmission>(SynAdmission{
+        audited_name(dst), nullptr, nullptr, false, base::MonoTime::max(), policy_generation_, true});
+    return SynVerdict::accept;
+  }
   if (!a.admitted()) {
     drop(*a.refusal, "tcp", &to);
     return SynVerdict::reset;
@@ -818,13 +825,17 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
     // policy in force now (the SYN's binding pointer went with the old one).
     Admission again = admit_flow(*policy_, host_addresses_, table_, dst.address, dst.port,
                                  policy::Protocol::tcp, loop_.now());
-    if (!again.admitted() || (again.broker != nullptr && config_.broker_path.empty())) {
+    if (!again.admitted() && audit_lifts(*again.refusal)) {
+      *a = SynAdmission{audited_name(dst.address), nullptr, nullptr, false, base::MonoTime::max(),
+                        policy_generation_,        true};
+    } else if (!again.admitted() || (again.broker != nullptr && config_.broker_path.empty())) {
       drop(DropReason::policy_revoked, "tcp", &dst, a->name);
       tcp_abort(pcb);
       return false;
+    } else {
+      *a = SynAdmission{std::string(again.name), again.broker,         again.lifted,
+                        again.needs_name,        again.answer_expires, policy_generation_};
     }
-    *a = SynAdmission{std::string(again.name), again.broker,         again.lifted,
-                      again.needs_name,        again.answer_expires, policy_generation_};
   }
   if (tcp_flows_.size() + udp_flows_.size() >= policy_->limits().flows) {
     drop(DropReason::flows, "tcp", &dst);  // exact even if handshakes raced past the SYN check
@@ -834,9 +845,10 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
   ++counters_.tcp_admitted;
   if (a->broker != nullptr) ++counters_.tcp_brokered;
   if (events_.reserve_line())
-    events_.write_reserved("admit", {{"reason", a->broker != nullptr ? "answered name, handed to the broker"
-                                                : a->needs_name      ? "answered name, SNI/Host to be checked"
-                                                                     : "answered name"},
+    events_.write_reserved("admit", {{"reason", a->audited             ? "audit mode: would be denied"
+                                                : a->broker != nullptr ? "answered name, handed to the broker"
+                                                : a->needs_name ? "answered name, SNI/Host to be checked"
+                                                                : "answered name"},
                                      {"name", a->name},
                                      {"dst", dst.to_string()},
                                      {"proto", "tcp"}});
@@ -856,7 +868,7 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
     const std::size_t wide = std::min<std::size_t>(TCP_MSS, (0xFFFF - 14 - 40) / guest_mss * guest_mss);
     if (wide > guest_mss) pcb->mss = static_cast<u16_t>(wide);
   }
-  auto flow = std::make_unique<TcpFlow>(*this, pcb, a->needs_name, std::move(a->name), a->broker);
+  auto flow = std::make_unique<TcpFlow>(*this, pcb, a->needs_name, std::move(a->name), a->broker, a->audited);
   TcpFlow* raw = flow.get();
   tcp_flows_.emplace(raw, std::move(flow));
   raw->start();
@@ -893,21 +905,26 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
   }
   Admission a =
       admit_flow(*policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
-  if (!a.admitted()) {
+  const bool audited = !a.admitted() && audit_lifts(*a.refusal);
+  if (!a.admitted() && !audited) {
     refuse(*a.refusal);
     return;
   }
+  const std::string name = audited ? audited_name(dst) : std::string(a.name);
+  if (audited) would_deny(describe(*a.refusal), "udp", to, name);
   auto flow = std::make_unique<UdpFlow>(*this, key, to_net(config_.guest), src_port,
-                                        policy::Endpoint{dst, dst_port}, std::string(a.name));
+                                        policy::Endpoint{dst, dst_port}, name, audited);
   if (!flow->start()) {
-    drop(DropReason::host_socket_failed, "udp", &to, a.name);  // was silent
+    drop(DropReason::host_socket_failed, "udp", &to, name);  // was silent
     pbuf_free(p);
     return;
   }
   ++counters_.udp_admitted;
   if (events_.reserve_line())
-    events_.write_reserved(
-        "admit", {{"reason", "answered name"}, {"name", a.name}, {"dst", to.to_string()}, {"proto", "udp"}});
+    events_.write_reserved("admit", {{"reason", audited ? "audit mode: would be denied" : "answered name"},
+                                     {"name", name},
+                                     {"dst", to.to_string()},
+                                     {"proto", "udp"}});
   UdpFlow* raw = flow.get();
   udp_flows_.emplace(key, std::move(flow));
   raw->from_guest(p);
@@ -949,8 +966,13 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
   ++policy_generation_;
   ++counters_.policy_reloads;
   dns_->set_policy(now_in_force);
-  out.answers_forgotten =
-      table_.forget_names([&](std::string_view name) { return !now_in_force.allows_name(name); });
+  dns_->set_audit(audit());
+  // Audit mode keeps every answer: names the policy does not allow still
+  // vouch for the flows it lets through.
+  if (!audit()) {
+    out.answers_forgotten =
+        table_.forget_names([&](std::string_view name) { return !now_in_force.allows_name(name); });
+  }
   counters_.answers_forgotten += out.answers_forgotten;
   // Cutting retires a flow, which erases it from its map: walk snapshots.
   sweep_tcp_.clear();
@@ -962,6 +984,10 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
                                    policy::Protocol::tcp, f->name(), f->brokered());
     if (r.allowed) {
       if (f->brokered()) f->follow_binding(r.broker);
+      continue;
+    }
+    if (audit() && !f->brokered()) {
+      would_deny(describe(DropReason::policy_revoked), "tcp", dst, f->name());
       continue;
     }
     drop(DropReason::policy_revoked, "tcp", &dst, f->name());
@@ -977,6 +1003,10 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
                      false)
             .allowed)
       continue;
+    if (audit()) {
+      would_deny(describe(DropReason::policy_revoked), "udp", dst, f->name());
+      continue;
+    }
     drop(DropReason::policy_revoked, "udp", &dst, f->name());
     f->cut();
     ++out.udp_revoked;
@@ -985,6 +1015,24 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
   // the new bindings, handshakes carry a generation, the gate the new one.
   reloaded_policy_ = std::move(next);
   return out;
+}
+
+bool GuestStack::audit_lifts(DropReason refusal) const {
+  return audit() && (refusal == DropReason::not_answered || refusal == DropReason::port_not_allowed);
+}
+
+std::string GuestStack::audited_name(const policy::IpAddress& dst) const {
+  const auto names = table_.names_for(dst, loop_.now());
+  return names.empty() ? std::string() : std::string(names.front().name);
+}
+
+void GuestStack::would_deny(std::string_view reason, std::string_view proto, const policy::Endpoint& dst,
+                            std::string_view name) {
+  ++counters_.audit_would_deny;
+  if (!events_.reserve_line()) return;
+  events_.write_reserved(
+      "would_deny",
+      {{"reason", reason}, {"name", name}, {"dst", dst.to_string()}, {"proto", proto}, {"audit", true}});
 }
 
 void GuestStack::retire(TcpFlow* flow) {

@@ -102,6 +102,15 @@ class GuestStack final : public FlowServices {
   // (abox-net run: a HostAddressWatch); the stack only reads it.
   policy::HostAddresses& host_addresses() { return host_addresses_; }
   const GuestConfig& config() const override { return config_; }
+  // Audit mode: the policy's [mode] audit, or GuestConfig::audit (--audit).
+  // Admission's refusals a policy makes (not_answered, port_not_allowed) and
+  // the SNI/Host checks let the flow through with a `would_deny` event;
+  // reserved ranges and this host's addresses stay refused, as do limits and
+  // everything that is not the policy's to lift. A reload in audit mode cuts
+  // nothing and forgets no answer (each flow it would cut: a would_deny).
+  bool audit() const override { return config_.audit || policy_->mode().audit; }
+  void would_deny(std::string_view reason, std::string_view proto, const policy::Endpoint& dst,
+                  std::string_view name) override;
   std::size_t tcp_flows() const { return tcp_flows_.size(); }
   std::size_t udp_flows() const { return udp_flows_.size(); }
   // What lwIP's glue (netstack/lwip/abox_lwip.h) dropped: ICMP to a foreign
@@ -226,7 +235,13 @@ class GuestStack final : public FlowServices {
     bool needs_name = false;
     base::MonoTime answer_expires{};
     std::uint64_t policy_generation = 0;  // a reload during the handshake: judged again
+    bool audited = false;                 // let through by audit mode (TcpFlow's `audited`)
   };
+  // Audit mode lifts this refusal (a policy's own: not_answered, port_not_allowed).
+  bool audit_lifts(DropReason refusal) const;
+  // For a flow audit mode lets through: the name its destination was last
+  // answered for (empty when none).
+  std::string audited_name(const policy::IpAddress& dst) const;
   // Counts and logs one drop or refusal as its row in drop_reason.h says.
   // proto: "tcp", "udp", "ipv6", or empty for a frame (counted as TCP's).
   void drop(DropReason reason, std::string_view proto = {}, const policy::Endpoint* dst = nullptr,

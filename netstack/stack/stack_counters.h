@@ -44,13 +44,15 @@ struct StackCounters {
   std::uint64_t policy_reloads = 0;
   std::uint64_t flows_revoked = 0;
   std::uint64_t answers_forgotten = 0;  // answer-table names a reload revoked
+  // Audit mode: flows and name checks the policy would have refused, let through.
+  std::uint64_t audit_would_deny = 0;
 };
 
 struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 27> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 28> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -78,6 +80,7 @@ inline constexpr std::array<StackCounterField, 27> kStackCounterFields = {{
     {"policy_reloads", &StackCounters::policy_reloads},
     {"flows_revoked", &StackCounters::flows_revoked},
     {"answers_forgotten", &StackCounters::answers_forgotten},
+    {"audit_would_deny", &StackCounters::audit_would_deny},
 }};
 static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
               "every StackCounters field has its name in kStackCounterFields");

@@ -68,8 +68,10 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   // pcb: the accepted lwIP pcb (its local address/port is the destination).
   // needs_name: peek SNI/Host before connecting. `name` is the admitting name.
   // broker: set when the flow goes to the broker (needs_name is then false).
+  // audited: admitted only because audit mode lets through what the policy
+  // would refuse (no answer may vouch for it: no answer expiry ends it).
   TcpFlow(FlowServices& stack, tcp_pcb* pcb, bool needs_name, std::string name,
-          const policy::BrokerBinding* broker = nullptr);
+          const policy::BrokerBinding* broker = nullptr, bool audited = false);
   ~TcpFlow() override;
   TcpFlow(const TcpFlow&) = delete;
   TcpFlow& operator=(const TcpFlow&) = delete;
@@ -172,6 +174,7 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   bool host_paused_ = false;    // not reading the host: lwIP's send buffer is full
   bool host_closing_ = false;   // the poll saw POLLRDHUP/POLLHUP/POLLERR: read to the end
   bool aborted_ = false;
+  bool audited_ = false;
   base::MonoTime deadline_{};  // peek or connect deadline
   base::MonoTime last_activity_{};
 };

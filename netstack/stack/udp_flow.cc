@@ -32,13 +32,14 @@ constexpr unsigned kMaxReceivesWithoutData = 16;
 }  // namespace
 
 UdpFlow::UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
-                 const policy::Endpoint& dst, std::string name)
+                 const policy::Endpoint& dst, std::string name, bool audited)
     : stack_(stack),
       key_(key),
       guest_ip_(guest_ip),
       guest_port_(guest_port),
       dst_(dst),
-      name_(std::move(name)) {}
+      name_(std::move(name)),
+      audited_(audited) {}
 
 void HostReceive::post(int fd) {
   pool_.post_multishot_receive(this, fd);
@@ -218,7 +219,7 @@ void UdpFlow::check_idle(base::MonoTime now) {
                                             {"dst", dst_.to_string()},
                                             {"proto", "udp"}});
   }
-  bool expired = now_host || now >= stack_.answer_table().live_until(dst_.address, name_);
+  bool expired = now_host || (!audited_ && now >= stack_.answer_table().live_until(dst_.address, name_));
   if (expired && !now_host) {
     if (stack_.events().reserve_line())
       stack_.events().write_reserved("flow",

@@ -58,8 +58,10 @@ class HostReceive final : public io::EventLoop::Completion {
 class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Deletable {
  public:
   // name: the answered name that admitted the flow.
+  // audited: admitted only because audit mode lets through what the policy
+  // would refuse (no answer expiry ends it).
   UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
-          const policy::Endpoint& dst, std::string name);
+          const policy::Endpoint& dst, std::string name, bool audited = false);
   ~UdpFlow() override;
   UdpFlow(const UdpFlow&) = delete;
   UdpFlow& operator=(const UdpFlow&) = delete;
@@ -96,6 +98,7 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   std::uint32_t dst_net_ = 0;
   base::MonoTime last_activity_{};
   bool retired_ = false;
+  bool audited_ = false;
   bool queued_on_ring_ = false;           // a datagram went to the host writer (see ~UdpFlow)
   std::unique_ptr<HostReceive> receive_;  // null: read on readiness
   unsigned receives_without_data_ = 0;    // consecutive ends of the ring receive

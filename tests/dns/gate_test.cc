@@ -551,5 +551,34 @@ TEST_F(GateTest, ASetPolicyRevokesNamesForNewQuestionsAndForAnswersInFlight) {
   gate_.reset();  // before the policy it points to
 }
 
+// Audit mode: a name the policy does not allow is asked upstream anyway,
+// its answer recorded, with a would_deny event; a name with no canonical
+// form is still refused, and a reserved address still leaves the answer.
+TEST_F(GateTest, AuditModeAsksForANameThePolicyDoesNotAllowAndSaysSo) {
+  make("[mode]\naudit = true\n[dns]\nupstreams = [\"192.0.2.1\"]\n");
+  ASSERT_TRUE(gate_->audit());
+  query(1, make_query(1, "evil.org", rr_type::A));
+  ASSERT_EQ(sink_.upstream.size(), 1u);
+  auto up = sink_.upstream[0];
+  gate_->on_upstream_reply(
+      up.slot, make_answer(up.msg, {"evil.org. 300 IN A 93.184.216.7", "evil.org. 300 IN A 169.254.169.254"}),
+      now_);
+  ASSERT_EQ(sink_.guest.size(), 1u);
+  EXPECT_EQ(rcode_of(sink_.guest[0].msg), rcode::NOERROR);
+  EXPECT_EQ(ancount(sink_.guest[0].msg), 1u) << "the metadata address is removed in audit mode too";
+  const auto names = table_->names_for(*policy::IpAddress::parse("93.184.216.7"), now_);
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(names[0].name, "evil.org");
+  EXPECT_EQ(gate_->counters().would_deny, 1u);
+  EXPECT_EQ(gate_->counters().denied, 0u);
+  bool said = false;
+  for (const auto& e : event_lines_) {
+    said |= e.find("\"kind\":\"would_deny\"") != std::string::npos &&
+            e.find("\"name\":\"evil.org\"") != std::string::npos &&
+            e.find("\"audit\":true") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+}
+
 }  // namespace
 }  // namespace abox::dns

@@ -44,6 +44,19 @@ TEST(PolicyFile, MinimalDefaults) {
 
 // Non-ASCII text is fine in comments (and after a UTF-8 byte order mark):
 // only outside strings and comments is it refused (see bad cases).
+TEST(PolicyFile, AuditModeIsOffUnlessSaidAndThenWarned) {
+  Policy off = parse_ok(kRule);
+  EXPECT_FALSE(off.mode().audit);
+  EXPECT_TRUE(policy_warnings(off).empty());
+  Policy on = parse_ok("[mode]\naudit = true\n" + std::string(kRule));
+  EXPECT_TRUE(on.mode().audit);
+  EXPECT_EQ(on.mode().where.line, 1u);
+  const auto warnings = policy_warnings(on);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].message.find("audit"), std::string::npos) << warnings[0].message;
+  EXPECT_FALSE(parse_ok("[mode]\naudit = false\n" + std::string(kRule)).mode().audit);
+}
+
 TEST(PolicyFile, NonAsciiCommentsAndByteOrderMark) {
   Policy p = parse_ok(std::string("\xEF\xBB\xBF# R\xc3\xa8gles \xe2\x80\x94 l'\xc3\xa9quipe\n") +
                       std::string(kRule) + "# fin \xe2\x9c\x93\n");
@@ -245,8 +258,12 @@ INSTANTIATE_TEST_SUITE_P(
             "4:1: unknown key 'colour' in [[allow]] (expected one of: names, ports, protocols, verify_name)"},
         BadCase{"unknown_section", "[dnss]\nmin_ttl = 1\n" + rule_with(""),
                 "1:2: unknown key 'dnss' in the policy file (expected one of: allow, broker, dns, limits, "
-                "timeouts, "
+                "mode, timeouts, "
                 "unsafe, version)"},
+        BadCase{"audit_not_bool", "[mode]\naudit = \"yes\"\n" + rule_with(""),
+                "2:9: audit: expected true or false, found a string"},
+        BadCase{"unknown_mode_key", "[mode]\naudti = true\n" + rule_with(""),
+                "2:1: unknown key 'audti' in [mode] (expected one of: audit)"},
         BadCase{"typo_in_dns", "[dns]\nmax_tll = 5\n" + rule_with(""), "2:1: unknown key 'max_tll' in [dns]"},
         BadCase{"version_2", "version = 2\n" + rule_with(""),
                 "1:11: version: expected an integer from 1 to 1"},

@@ -616,5 +616,62 @@ TEST_P(TcpFlowTest, AHandshakeInProgressAtAReloadIsJudgedByTheNewPolicy) {
   EXPECT_EQ(rig_.stack().counters().flows_revoked, 1u);
 }
 
+// ---- audit mode ([mode] audit) -------------------------------------------
+
+TEST_P(TcpFlowTest, AuditModeLetsAPortTheRuleDoesNotAllowThroughAndCountsIt) {
+  StackOptions elsewhere;
+  elsewhere.port = static_cast<std::uint16_t>(server_.port + 1);  // the rule allows another port
+  elsewhere.extra = "[mode]\naudit = true\n";
+  elsewhere.host_io_on_ring = GetParam();
+  rig_.start(elsewhere);
+  ASSERT_TRUE(handshake()) << "audit mode accepts what port_not_allowed would refuse";
+  base::UniqueFd host = accept_host();
+  ASSERT_TRUE(host);
+  send(guest_.data(bytes_of("audited")));
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, 7));
+  EXPECT_EQ(got, bytes_of("audited"));
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 1u);
+  EXPECT_EQ(rig_.stack().counters().tcp_refused, 0u);
+}
+
+TEST_P(TcpFlowTest, AuditModeNeverLiftsAReservedRange) {
+  StackOptions o;
+  o.port = server_.port;
+  o.extra = "[mode]\naudit = true\n";
+  o.host_io_on_ring = GetParam();
+  rig_.start(o);
+  // The same stack, its policy now without the [unsafe] lift of 127.0.0.0/8.
+  rig_.reload(FlowRig::policy_text(o, /*lift=*/false));
+  rig_.send(guest_.syn());
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen()) << "a reserved destination is refused in audit mode too";
+  EXPECT_FALSE(guest_.syn_ack());
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 0u);
+  EXPECT_EQ(rig_.stack().counters().tcp_refused, 1u);
+}
+
+TEST_P(TcpFlowTest, AuditModeLetsAnotherSniThroughAndAReloadCutsNothing) {
+  StackOptions o = verified("[mode]\naudit = true\n");
+  start(o);
+  ASSERT_TRUE(handshake());
+  send(guest_.data(client_hello("evil.example")));
+  base::UniqueFd host = accept_host();
+  ASSERT_TRUE(host) << "audit mode connects despite the SNI";
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, client_hello("evil.example").size()));
+  EXPECT_EQ(rig_.stack().counters().name_refused, 0u);
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 1u);
+  // A reload that would revoke the flow, still in audit mode: kept, said.
+  const auto applied = rig_.reload(
+      "[mode]\naudit = true\n[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"other.example\"]\n"
+      "ports = [443]\n[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n");
+  EXPECT_EQ(applied.tcp_revoked, 0u);
+  EXPECT_EQ(applied.answers_forgotten, 0u);
+  EXPECT_EQ(flows(), 1u);
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 2u);
+  EXPECT_FALSE(guest_.reset_seen());
+}
+
 }  // namespace
 }  // namespace abox::netstack

@@ -222,5 +222,21 @@ TEST_P(UdpFlowTest, AReloadThatDropsUdpForTheNameCutsTheFlowAtOnce) {
   EXPECT_GE(rig_.stack().counters().udp_refused, 1u);
 }
 
+TEST_P(UdpFlowTest, AuditModeLetsUdpTheRuleDoesNotAllowThrough) {
+  StackOptions tcp_only;
+  tcp_only.port = server_.port;
+  tcp_only.extra = "[mode]\naudit = true\n";
+  tcp_only.host_io_on_ring = GetParam();
+  rig_.start(tcp_only);
+  const std::uint16_t port = FlowRig::fresh_port();
+  from_guest(port, bytes_of("audited"));
+  auto got = at_server();
+  ASSERT_TRUE(got.has_value()) << "audit mode lets what port_not_allowed would refuse through";
+  EXPECT_EQ(got->first, bytes_of("audited"));
+  EXPECT_EQ(flows(), 1u);
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 1u);
+  EXPECT_EQ(rig_.stack().counters().udp_refused, 0u);
+}
+
 }  // namespace
 }  // namespace abox::netstack
