@@ -127,7 +127,8 @@ def run(rig, _mode, abox):
     r = subprocess.run([ABOX, "policy", "check", path], capture_output=True, text=True, timeout=30)
     check("its output passes abox policy check", r.returncode == 0, f"exit {r.returncode}: {r.stderr.strip()}")
     check("it names every observed name and not the metadata address",
-          all(f'"{n}"' in suggested for n in OBSERVED) and METADATA not in suggested, suggested)
+          all(f'"{n}"' in suggested for n in OBSERVED) and f'"{METADATA}' not in suggested
+          and "# 1 flow (1 would_deny)" in suggested, suggested)
     net = rig.start_abox_net(abox, suggested)
     for name in OBSERVED:
         r = curl(rig, f"http://{name}/index.html")
