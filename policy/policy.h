@@ -51,6 +51,16 @@ struct PortRange {
   std::string to_string() const;
 };
 
+// An [[allow]] rule's egress budget: per window of `per_s` seconds, at most
+// max_bytes_out bytes from the guest to its names and at most max_flows new
+// flows (either may be absent). Past it, new flows to the rule's names are
+// refused and live ones cut (netstack/stack/guest_stack.h).
+struct Budget {
+  std::optional<std::uint64_t> max_bytes_out;
+  std::optional<std::uint32_t> max_flows;
+  std::uint32_t per_s = 3600;
+};
+
 // One [[allow]] table.
 struct AllowRule {
   std::size_t index = 0;  // 0-based, in file order
@@ -60,6 +70,7 @@ struct AllowRule {
   bool udp = false;
   // verify_name: unset means "on for ports 80 and 443 only".
   std::optional<bool> verify_name;
+  std::optional<Budget> budget;  // set when max_bytes_out or max_flows is
   SourceLocation where;
 
   bool allows(std::uint16_t port, Protocol p) const;

@@ -467,6 +467,7 @@ void read_allow(Reader& r, const toml::table& t, std::size_t index, std::vector<
   rule.index = index;
   rule.where = r.location(t.source());
   std::vector<std::string> protocols;
+  std::uint32_t per_s = 0;  // `per`, when given
   Section s(r, "[[allow]]");
   s.on("names",
        [&](const toml::node& n) {
@@ -512,10 +513,55 @@ void read_allow(Reader& r, const toml::table& t, std::size_t index, std::vector<
               }
             });
           })
-      .on("verify_name", [&](const toml::node& n) {
-        if (auto b = read_bool(r, n, "verify_name")) rule.verify_name = *b;
+      .on("verify_name",
+          [&](const toml::node& n) {
+            if (auto b = read_bool(r, n, "verify_name")) rule.verify_name = *b;
+          })
+      .on("max_bytes_out",
+          [&](const toml::node& n) {
+            if (auto v = read_int(r, n, "max_bytes_out", 1, std::int64_t{1} << 50)) {
+              if (!rule.budget) rule.budget.emplace();
+              rule.budget->max_bytes_out = static_cast<std::uint64_t>(*v);
+            }
+          })
+      .on("max_flows",
+          [&](const toml::node& n) {
+            if (auto v = read_int(r, n, "max_flows", 1, 1'000'000'000)) {
+              if (!rule.budget) rule.budget.emplace();
+              rule.budget->max_flows = static_cast<std::uint32_t>(*v);
+            }
+          })
+      .on("per", [&](const toml::node& n) {
+        auto text = read_string(r, n, "per");
+        if (!text) return;
+        // N followed by s, m, h or d; 1 s to 30 days.
+        std::uint64_t v = 0;
+        std::size_t i = 0;
+        while (i < text->size() && i < 9 && (*text)[i] >= '0' && (*text)[i] <= '9')
+          v = v * 10 + ((*text)[i++] - '0');
+        const std::string unit = text->substr(i);
+        const std::uint64_t mult = unit == "s"   ? 1
+                                   : unit == "m" ? 60
+                                   : unit == "h" ? 3600
+                                   : unit == "d" ? 86400
+                                                 : 0;
+        if (i == 0 || mult == 0 || v * mult < 1 || v * mult > 30ull * 86400) {
+          r.error(n,
+                  "per: expected a duration such as \"30s\", \"10m\", \"1h\" or \"1d\" (1 s to 30 days), "
+                  "found \"" +
+                      *text + "\"");
+          return;
+        }
+        per_s = static_cast<std::uint32_t>(v * mult);
       });
   s.read(t);
+  if (per_s != 0) {
+    if (!rule.budget) {
+      r.error(t.source(), "[[allow]]: per needs max_bytes_out or max_flows (the budget it is the window of)");
+    } else {
+      rule.budget->per_s = per_s;
+    }
+  }
   if (!s.has("names")) r.error(t.source(), "[[allow]]: missing key 'names' (the names this rule allows)");
   if (!s.has("ports")) {
     r.error(t.source(),

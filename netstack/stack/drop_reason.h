@@ -49,6 +49,10 @@ enum class DropReason : std::uint8_t {
   // Live flows a reloaded policy no longer allows (name, port, or an
   // [unsafe] lift withdrawn): cut, RST to the guest (GuestStack::apply_policy()).
   policy_revoked,
+  // Egress budgets ([[allow]] max_bytes_out / max_flows per window): a new
+  // flow past its rule's budget, and a live flow cut when it was crossed.
+  budget_spent,
+  budget_cut,
   count_,  // not a reason: the number of them
 };
 

@@ -176,6 +176,7 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
   dns_ = std::make_unique<GuestDns>(loop, policy, host_addresses_, std::move(upstreams), table_, events,
                                     random, gw.addr);
   dns_->set_audit(audit());
+  budgets_.resize(policy.rules().size());
 
   tcp_pcb* pcb = tcp_new();
   if (pcb == nullptr) throw std::runtime_error("lwIP tcp_new failed");
@@ -282,6 +283,7 @@ void GuestStack::sweep(base::MonoTime now) {
 // be posted is tried again.
 void GuestStack::end_turn() {
   drop_finished_receives();
+  if (!budgets_to_cut_.empty()) cut_budget_flows();
   // A link that batches (a stream socket) writes what this turn sent in
   // one go; what the socket cannot take waits for POLLOUT, and until then
   // no turn tries again (each try would be a send that fails).
@@ -803,9 +805,14 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
     drop(DropReason::no_broker, "tcp", &to, a.name);
     return SynVerdict::reset;
   }
+  if (a.broker == nullptr && a.rule != nullptr && a.rule->budget && !take_budget(*a.rule)) {
+    drop(DropReason::budget_spent, "tcp", &to, a.name);
+    return SynVerdict::reset;
+  }
   // The name is copied: the table's string may go before the handshake ends.
-  syn_admission_ = std::make_unique<SynAdmission>(SynAdmission{
-      std::string(a.name), a.broker, a.lifted, a.needs_name, a.answer_expires, policy_generation_});
+  syn_admission_ = std::make_unique<SynAdmission>(
+      SynAdmission{std::string(a.name), a.broker, a.lifted, a.needs_name, a.answer_expires,
+                   policy_generation_, false, a.broker != nullptr ? kNoBudget : budget_rule_of(a.rule)});
   return SynVerdict::accept;
 }
 
@@ -833,8 +840,14 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
       tcp_abort(pcb);
       return false;
     } else {
-      *a = SynAdmission{std::string(again.name), again.broker,         again.lifted,
-                        again.needs_name,        again.answer_expires, policy_generation_};
+      *a = SynAdmission{std::string(again.name),
+                        again.broker,
+                        again.lifted,
+                        again.needs_name,
+                        again.answer_expires,
+                        policy_generation_,
+                        false,
+                        again.broker != nullptr ? kNoBudget : budget_rule_of(again.rule)};
     }
   }
   if (tcp_flows_.size() + udp_flows_.size() >= policy_->limits().flows) {
@@ -870,6 +883,7 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
   }
   auto flow = std::make_unique<TcpFlow>(*this, pcb, a->needs_name, std::move(a->name), a->broker, a->audited);
   TcpFlow* raw = flow.get();
+  raw->set_budget_rule(a->budget_rule);
   tcp_flows_.emplace(raw, std::move(flow));
   raw->start();
   // A flow whose host side failed at once (no socket) aborted its pcb.
@@ -910,10 +924,15 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     refuse(*a.refusal);
     return;
   }
+  if (!audited && a.rule != nullptr && a.rule->budget && !take_budget(*a.rule)) {
+    refuse(DropReason::budget_spent);
+    return;
+  }
   const std::string name = audited ? audited_name(dst) : std::string(a.name);
   if (audited) would_deny(describe(*a.refusal), "udp", to, name);
   auto flow = std::make_unique<UdpFlow>(*this, key, to_net(config_.guest), src_port,
                                         policy::Endpoint{dst, dst_port}, name, audited);
+  flow->set_budget_rule(audited ? kNoBudget : budget_rule_of(a.rule));
   if (!flow->start()) {
     drop(DropReason::host_socket_failed, "udp", &to, name);  // was silent
     pbuf_free(p);
@@ -967,6 +986,9 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
   ++counters_.policy_reloads;
   dns_->set_policy(now_in_force);
   dns_->set_audit(audit());
+  // Budgets start afresh under the new rules.
+  budgets_.assign(now_in_force.rules().size(), BudgetUse{});
+  budgets_to_cut_.clear();
   // Audit mode keeps every answer: names the policy does not allow still
   // vouch for the flows it lets through.
   if (!audit()) {
@@ -984,6 +1006,9 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
                                    policy::Protocol::tcp, f->name(), f->brokered());
     if (r.allowed) {
       if (f->brokered()) f->follow_binding(r.broker);
+      f->set_budget_rule(
+          f->brokered() ? kNoBudget
+                        : budget_rule_of(now_in_force.admits(f->name(), dst.port, policy::Protocol::tcp)));
       continue;
     }
     if (audit() && !f->brokered()) {
@@ -1001,8 +1026,10 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
     const policy::Endpoint dst = f->destination();
     if (recheck_flow(now_in_force, host_addresses_, dst.address, dst.port, policy::Protocol::udp, f->name(),
                      false)
-            .allowed)
+            .allowed) {
+      f->set_budget_rule(budget_rule_of(now_in_force.admits(f->name(), dst.port, policy::Protocol::udp)));
       continue;
+    }
     if (audit()) {
       would_deny(describe(DropReason::policy_revoked), "udp", dst, f->name());
       continue;
@@ -1015,6 +1042,72 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
   // the new bindings, handshakes carry a generation, the gate the new one.
   reloaded_policy_ = std::move(next);
   return out;
+}
+
+GuestStack::BudgetUse& GuestStack::budget_of(const policy::AllowRule& rule) {
+  BudgetUse& u = budgets_.at(rule.index);
+  const base::MonoTime now = loop_.now();
+  if (now >= u.window_end) u = BudgetUse{now + base::Seconds(rule.budget->per_s)};
+  return u;
+}
+
+bool GuestStack::take_budget(const policy::AllowRule& rule) {
+  BudgetUse& u = budget_of(rule);
+  const policy::Budget& b = *rule.budget;
+  if (b.max_bytes_out && u.bytes_out >= *b.max_bytes_out) return false;
+  if (b.max_flows && u.flows >= *b.max_flows) {
+    if (!u.crossed) budget_crossed(rule, "max_flows", *b.max_flows);
+    return false;
+  }
+  ++u.flows;
+  return true;
+}
+
+void GuestStack::spend(std::size_t rule_index, std::uint64_t bytes) {
+  if (rule_index == kNoBudget || rule_index >= policy_->rules().size()) return;
+  const policy::AllowRule& rule = policy_->rules()[rule_index];
+  if (!rule.budget || !rule.budget->max_bytes_out) return;
+  BudgetUse& u = budget_of(rule);
+  u.bytes_out += bytes;
+  if (u.bytes_out < *rule.budget->max_bytes_out || u.crossed) return;
+  budget_crossed(rule, "max_bytes_out", *rule.budget->max_bytes_out);
+  budgets_to_cut_.push_back(rule_index);
+}
+
+void GuestStack::budget_crossed(const policy::AllowRule& rule, std::string_view what, std::uint64_t limit) {
+  BudgetUse& u = budgets_.at(rule.index);
+  u.crossed = true;
+  ++counters_.budget_crossed;
+  const auto left = std::chrono::duration_cast<base::Seconds>(u.window_end - loop_.now()).count();
+  events_.emit("budget", {{"reason", std::string(what) + " crossed"},
+                          {"rule", rule.where.to_string()},
+                          {"limit", limit},
+                          {"bytes_out", u.bytes_out},
+                          {"flows", static_cast<std::uint64_t>(u.flows)},
+                          {"per_s", static_cast<std::uint64_t>(rule.budget->per_s)},
+                          {"window_left_s", static_cast<std::uint64_t>(left > 0 ? left : 0)}});
+}
+
+void GuestStack::cut_budget_flows() {
+  for (const std::size_t rule : budgets_to_cut_) {
+    sweep_tcp_.clear();
+    for (auto& [_, f] : tcp_flows_)
+      if (f->budget_rule() == rule && !f->finished()) sweep_tcp_.push_back(f.get());
+    for (TcpFlow* f : sweep_tcp_) {
+      const policy::Endpoint dst = f->destination();
+      drop(DropReason::budget_cut, "tcp", &dst, f->name());
+      f->cut();
+    }
+    sweep_udp_.clear();
+    for (auto& [_, f] : udp_flows_)
+      if (f->budget_rule() == rule && !f->finished()) sweep_udp_.push_back(f.get());
+    for (UdpFlow* f : sweep_udp_) {
+      const policy::Endpoint dst = f->destination();
+      drop(DropReason::budget_cut, "udp", &dst, f->name());
+      f->cut();
+    }
+  }
+  budgets_to_cut_.clear();
 }
 
 bool GuestStack::audit_lifts(DropReason refusal) const {

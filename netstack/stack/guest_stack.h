@@ -111,6 +111,16 @@ class GuestStack final : public FlowServices {
   bool audit() const override { return config_.audit || policy_->mode().audit; }
   void would_deny(std::string_view reason, std::string_view proto, const policy::Endpoint& dst,
                   std::string_view name) override;
+  // Egress budgets ([[allow]] max_bytes_out, max_flows, per): counted per
+  // rule in fixed windows of `per` seconds from the rule's first flow of the
+  // window. A new flow is counted at its SYN (TCP) or first datagram (UDP)
+  // and refused (budget_spent) once max_flows were counted or max_bytes_out
+  // was sent in the window; bytes are counted as the host socket takes them.
+  // When max_bytes_out is crossed, a `budget` event says so and every live
+  // flow of the rule is cut at the end of the turn (budget_cut; the flow
+  // that crossed it sends what its host socket took first). Reaching
+  // max_flows refuses new flows only. A reload starts every budget afresh.
+  void spend(std::size_t rule, std::uint64_t bytes) override;
   std::size_t tcp_flows() const { return tcp_flows_.size(); }
   std::size_t udp_flows() const { return udp_flows_.size(); }
   // What lwIP's glue (netstack/lwip/abox_lwip.h) dropped: ICMP to a foreign
@@ -236,7 +246,25 @@ class GuestStack final : public FlowServices {
     base::MonoTime answer_expires{};
     std::uint64_t policy_generation = 0;  // a reload during the handshake: judged again
     bool audited = false;                 // let through by audit mode (TcpFlow's `audited`)
+    std::size_t budget_rule = kNoBudget;  // the rule whose budget the flow spends
   };
+  struct BudgetUse {
+    base::MonoTime window_end{};
+    std::uint64_t bytes_out = 0;
+    std::uint32_t flows = 0;
+    bool crossed = false;  // the `budget` event was written for this window
+  };
+  // The rule's budget, its window rolled to `now`.
+  BudgetUse& budget_of(const policy::AllowRule& rule);
+  // Counts one new flow against the rule's budget; false (nothing counted)
+  // when it is spent.
+  bool take_budget(const policy::AllowRule& rule);
+  void budget_crossed(const policy::AllowRule& rule, std::string_view what, std::uint64_t limit);
+  void cut_budget_flows();
+  // The rule index a new direct flow spends (kNoBudget when its rule has none).
+  static std::size_t budget_rule_of(const policy::AllowRule* rule) {
+    return rule != nullptr && rule->budget ? rule->index : kNoBudget;
+  }
   // Audit mode lifts this refusal (a policy's own: not_answered, port_not_allowed).
   bool audit_lifts(DropReason refusal) const;
   // For a flow audit mode lets through: the name its destination was last
@@ -269,6 +297,8 @@ class GuestStack final : public FlowServices {
   const policy::Policy* policy_;  // never null: the constructor's, or the last reload's
   std::unique_ptr<const policy::Policy> reloaded_policy_;  // owns the last reload's
   std::uint64_t policy_generation_ = 0;                    // +1 per reload
+  std::vector<BudgetUse> budgets_;                         // by rule index
+  std::vector<std::size_t> budgets_to_cut_;                // rules crossed this turn
   base::EventLog& events_;
   GuestConfig config_;
   policy::HostAddresses host_addresses_;  // before dns_, which reads it

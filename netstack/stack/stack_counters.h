@@ -46,13 +46,18 @@ struct StackCounters {
   std::uint64_t answers_forgotten = 0;  // answer-table names a reload revoked
   // Audit mode: flows and name checks the policy would have refused, let through.
   std::uint64_t audit_would_deny = 0;
+  // Egress budgets: budgets crossed (a `budget` event each), new flows
+  // refused past one, live flows cut when one was crossed.
+  std::uint64_t budget_crossed = 0;
+  std::uint64_t budget_refused = 0;
+  std::uint64_t budget_cut = 0;
 };
 
 struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 28> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 31> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -81,6 +86,9 @@ inline constexpr std::array<StackCounterField, 28> kStackCounterFields = {{
     {"flows_revoked", &StackCounters::flows_revoked},
     {"answers_forgotten", &StackCounters::answers_forgotten},
     {"audit_would_deny", &StackCounters::audit_would_deny},
+    {"budget_crossed", &StackCounters::budget_crossed},
+    {"budget_refused", &StackCounters::budget_refused},
+    {"budget_cut", &StackCounters::budget_cut},
 }};
 static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
               "every StackCounters field has its name in kStackCounterFields");

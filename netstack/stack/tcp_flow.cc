@@ -391,6 +391,7 @@ void TcpFlow::took_from_guest(std::size_t done) {
     done -= line;
   }
   to_host_bytes_ -= done;
+  stack_.spend(budget_rule_, done);
   // Free what the host took and open the guest's window by as much.
   while (done > 0) {
     auto step = static_cast<u16_t>(std::min<std::size_t>(done, 0xFFFF));

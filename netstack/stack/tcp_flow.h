@@ -106,6 +106,9 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   bool finished() const { return state_ == State::done; }
   // The same binding in the reloaded policy (the old one goes with it).
   void follow_binding(const policy::BrokerBinding* binding) { broker_ = binding; }
+  // The [[allow]] rule whose egress budget this flow spends (kNoBudget: none).
+  std::size_t budget_rule() const { return budget_rule_; }
+  void set_budget_rule(std::size_t rule) { budget_rule_ = rule; }
   // Cut by a reload: RST to the guest, the host socket closed (SO_LINGER 0),
   // the flow retired. The caller has counted and logged it.
   void cut() { abort_both("policy revoked"); }
@@ -175,6 +178,7 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   bool host_closing_ = false;   // the poll saw POLLRDHUP/POLLHUP/POLLERR: read to the end
   bool aborted_ = false;
   bool audited_ = false;
+  std::size_t budget_rule_ = static_cast<std::size_t>(-1);
   base::MonoTime deadline_{};  // peek or connect deadline
   base::MonoTime last_activity_{};
 };

@@ -123,6 +123,7 @@ void UdpFlow::from_guest(pbuf* p) {
     pbuf_free(p);
     return;
   }
+  stack_.spend(budget_rule_, p->tot_len);
   std::array<std::span<const std::uint8_t>, 8> parts{};
   std::size_t count = 0;
   std::size_t covered = 0;

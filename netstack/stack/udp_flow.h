@@ -81,6 +81,9 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   const std::string& name() const { return name_; }
   const policy::Endpoint& destination() const { return dst_; }
   bool finished() const { return retired_; }
+  // The [[allow]] rule whose egress budget this flow spends (kNoBudget: none).
+  std::size_t budget_rule() const { return budget_rule_; }
+  void set_budget_rule(std::size_t rule) { budget_rule_ = rule; }
   // Cut by a reload: the host socket closes with the flow, retired now. The
   // caller has counted and logged it.
   void cut();
@@ -99,6 +102,7 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   base::MonoTime last_activity_{};
   bool retired_ = false;
   bool audited_ = false;
+  std::size_t budget_rule_ = static_cast<std::size_t>(-1);
   bool queued_on_ring_ = false;           // a datagram went to the host writer (see ~UdpFlow)
   std::unique_ptr<HostReceive> receive_;  // null: read on readiness
   unsigned receives_without_data_ = 0;    // consecutive ends of the ring receive

@@ -18,7 +18,11 @@ nginx (a name the new policy revokes). Checked:
   the stats count one reload and one flow revoked;
 - SIGHUP rereads the policy file written in place (the revoked name comes
   back); a file renamed over the original is refused with a message saying
-  to use `abox-net reload`, and changes nothing.
+  to use `abox-net reload`, and changes nothing;
+- egress budgets: reloaded with max_bytes_out = 1 MiB on the tools server's
+  rule, a 10 MiB upload to it is cut near 1 MiB (the guest sees a reset, the
+  `budget` event counts at most 1.5 MiB out), a new flow to it is refused,
+  and the web name (no budget) is unaffected.
 
 Usage: policy_reload_e2e.py PATH/TO/abox-net [--keep]
 Every wait is bounded; everything the rig made is removed at the end.
@@ -42,7 +46,11 @@ STREAM_BYTES = 64 << 20  # half before the reloads, half after
 INDEX = b"abox reload e2e\n"
 
 
-def policy(web_allowed):
+BUDGET = 1 << 20
+UPLOAD = 10 << 20
+
+
+def policy(web_allowed, tools_extra=""):
     web = f"""
 [[allow]]
 names = ["{WEB}"]
@@ -56,7 +64,7 @@ timeout_ms = 2000
 [[allow]]
 names = ["{TOOLS}"]
 ports = [{nr.STREAM_PORT}]
-"""
+{tools_extra}"""
 
 
 INVALID = policy(False) + "\n[[allow]]\nnames = [\"x.example.test\"]\nports = [70000]\n"
@@ -127,6 +135,23 @@ def client(d):
     web.close()
     print(json.dumps(out), flush=True)
     return 0
+
+
+def upload(nbytes):
+    """Sends nbytes to the tools server's stream port; how many went before
+    an error (the server answers its digest only when all came)."""
+    nbytes, sent = int(nbytes), 0
+    try:
+        s = socket.create_connection((socket.gethostbyname(TOOLS), nr.STREAM_PORT), timeout=10)
+        s.settimeout(10)
+        s.sendall(f"UP {nbytes} 0\n".encode())
+        for c in nr.stream_chunks(nbytes):
+            s.sendall(c)
+            sent += len(c)
+        nr.recv_line(s)
+        return {"sent": sent, "error": None}
+    except (OSError, EOFError) as e:
+        return {"sent": sent, "error": type(e).__name__}
 
 
 # -- the test -------------------------------------------------------------------------
@@ -266,6 +291,32 @@ def run(rig, _mode, abox):
                                  and "abox-net reload" in e.get("error", "") for e in events(rig))),
           str([e for e in events(rig) if e.get("kind") == "policy"]))
     check("and changed nothing", dig_rcode(rig, WEB) == "NOERROR", dig_rcode(rig, WEB))
+
+    # Egress budgets: 1 MiB out to the tools server per hour.
+    budget = rig.path("budget.toml")
+    with open(budget, "w") as f:
+        f.write(policy(True, f"max_bytes_out = {BUDGET}\nper = \"1h\"\n"))
+    r = subprocess.run([abox, "reload", sock, budget], capture_output=True, text=True, timeout=10)
+    check("a policy with a budget is applied", r.returncode == 0, f"exit {r.returncode}: {r.stderr}")
+    r = rig.run([sys.executable, os.path.abspath(__file__), "--upload", str(UPLOAD)], ns=rig.guest, timeout=60)
+    up = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
+    check("a 10 MiB upload past a 1 MiB budget is cut", up.get("error") in ("ConnectionResetError", "BrokenPipeError")
+          and up.get("sent", UPLOAD) < UPLOAD, f"{up} {r.stderr[-300:]}")
+    crossed = [e for e in events(rig) if e.get("kind") == "budget"]
+    check("the budget event says it was crossed near 1 MiB",
+          len(crossed) == 1 and BUDGET <= crossed[0].get("bytes_out", 0) <= BUDGET + (BUDGET >> 1), str(crossed))
+    cut = [e for e in events(rig) if e.get("kind") == "deny" and e.get("reason", "").startswith("budget_cut")]
+    check("the flow is logged as budget_cut", len(cut) == 1 and cut[0].get("name") == TOOLS, str(cut))
+    r = rig.run([sys.executable, os.path.abspath(__file__), "--upload", "1000"], ns=rig.guest, timeout=60)
+    up = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
+    check("a new flow to the name is refused for the window", up.get("error") == "ConnectionRefusedError", str(up))
+    r = rig.run(["curl", "-sS", "--max-time", "5", f"http://{WEB}/index.html"], ns=rig.guest, timeout=15)
+    check("another name is unaffected", r.returncode == 0 and r.stdout == INDEX.decode(),
+          f"curl exit {r.returncode}: {r.stderr.strip()}")
+    st = stats(abox, sock)
+    check("stats: the budget crossed, one flow cut, one refused",
+          st.get("budget_crossed") == 1 and st.get("budget_cut") == 1 and st.get("budget_refused") == 1,
+          str({k: st.get(k) for k in ("budget_crossed", "budget_cut", "budget_refused")}))
     check("abox-net is still running", net.poll() is None, f"exited {net.returncode}")
     return passed, failed
 
@@ -273,6 +324,9 @@ def run(rig, _mode, abox):
 def main(argv):
     if argv[:1] == ["--client"]:
         return client(argv[1])
+    if argv[:1] == ["--upload"]:
+        print(json.dumps(upload(argv[1])))
+        return 0
     return nr.run_suite("policy_reload_e2e", "pr", ("ip", "nsd", "nginx", "curl", "dig", "openssl"), argv, [],
                         setup, run, doc=__doc__)
 

@@ -88,6 +88,7 @@ struct StackOptions {
   bool verify_name = false;  // the rule's verify_name
   bool udp = false;          // protocols = ["tcp", "udp"]
   std::string extra;         // more policy: [timeouts], [limits], [dns]
+  std::string rule_extra;    // more keys of the [[allow]] rule (budgets)
   bool host_io_on_ring = true;
 };
 
@@ -120,6 +121,7 @@ class FlowRig {
     text += "\n[[allow]]\nnames = [\"example.com\"]\nports = [" + std::to_string(o.port) + "]\n";
     text += o.udp ? "protocols = [\"tcp\", \"udp\"]\n" : "";
     text += o.verify_name ? "verify_name = true\n" : "verify_name = false\n";
+    text += o.rule_extra;
     if (lift) text += "[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n";
     return text;
   }

@@ -673,5 +673,53 @@ TEST_P(TcpFlowTest, AuditModeLetsAnotherSniThroughAndAReloadCutsNothing) {
   EXPECT_FALSE(guest_.reset_seen());
 }
 
+// ---- egress budgets ([[allow]] max_bytes_out, max_flows) ------------------
+
+TEST_P(TcpFlowTest, CrossingMaxBytesOutCutsTheFlowAndRefusesNewOnes) {
+  StackOptions o;
+  o.rule_extra = "max_bytes_out = 4000\nper = \"1h\"\n";
+  base::UniqueFd host = open_flow(o);
+  ASSERT_TRUE(host);
+  send(guest_.data(pattern(0, 1000)));
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, 1000));
+  EXPECT_FALSE(guest_.reset_seen()) << "within the budget";
+  for (std::size_t at = 1000; at < 4000; at += 1000) send(guest_.data(pattern(at, 1000)));
+  ASSERT_TRUE(until([&] { return guest_.reset_seen(); })) << "cut once 4000 bytes went";
+  EXPECT_EQ(flows(), 0u);
+  EXPECT_EQ(rig_.stack().counters().budget_crossed, 1u);
+  EXPECT_EQ(rig_.stack().counters().budget_cut, 1u);
+  // A new flow to the rule's names: refused for the rest of the window.
+  GuestTcp again{FlowRig::fresh_port(), flow_test::kLoopback, server_.port};
+  rig_.send(again.syn());
+  again.take(rig_.seen());
+  EXPECT_TRUE(again.reset_seen());
+  EXPECT_EQ(rig_.stack().counters().budget_refused, 1u);
+  // The next window admits again.
+  rig_.advance(base::Seconds(3600));
+  rig_.answer(base::Seconds(3600));  // the guest asks again: the old answer expired with the window
+  GuestTcp later{FlowRig::fresh_port(), flow_test::kLoopback, server_.port};
+  rig_.send(later.syn());
+  later.take(rig_.seen());
+  EXPECT_TRUE(later.syn_ack());
+}
+
+TEST_P(TcpFlowTest, MaxFlowsRefusesTheFlowPastItAndLeavesTheLiveOne) {
+  StackOptions o;
+  o.rule_extra = "max_flows = 1\n";
+  base::UniqueFd host = open_flow(o);
+  ASSERT_TRUE(host);
+  GuestTcp second{FlowRig::fresh_port(), flow_test::kLoopback, server_.port};
+  rig_.send(second.syn());
+  second.take(rig_.seen());
+  EXPECT_TRUE(second.reset_seen());
+  EXPECT_EQ(rig_.stack().counters().budget_refused, 1u);
+  EXPECT_EQ(rig_.stack().counters().budget_crossed, 1u);
+  send(guest_.data(bytes_of("still open")));
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, 10));
+  EXPECT_FALSE(guest_.reset_seen());
+}
+
 }  // namespace
 }  // namespace abox::netstack
