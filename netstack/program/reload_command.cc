@@ -196,6 +196,10 @@ int run_reload_command(std::span<const std::string_view> args) {
   const std::string status = reply->substr(0, nl);
   std::string body = nl == std::string::npos ? std::string() : reply->substr(nl + 1);
   while (!body.empty() && body.back() == '\n') body.pop_back();
+  if (status == "3") {
+    std::cerr << "abox-net reload: " << socket << ": " << body << '\n';
+    return 3;
+  }
   if (status != "0" && status != "1") {
     std::cerr << "abox-net reload: " << socket << " did not answer a reload: " << *reply << '\n';
     return 3;

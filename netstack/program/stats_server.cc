@@ -112,7 +112,7 @@ void StatsServer::reply(int fd, std::string_view request) {
     const std::string_view source = line.substr(std::min<std::size_t>(line.size(), 7));
     out = apply_policy_
               ? apply_policy_(source.empty() ? std::string_view("<reload>") : source, request.substr(nl + 1))
-              : "1\nthis abox-net has no policy to reload (abox-net dns)";
+              : "3\nthis abox-net has no policy to reload (abox-net dns)";
   } else {
     ++counters_.bad_requests;
     out = error_reply("unknown request (expected 'stats', 'explain TARGET' or 'reload SOURCE')");

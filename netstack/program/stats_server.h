@@ -17,7 +17,7 @@
 //                             (reload_command.h). SOURCE names the text in
 //                             error messages (the client's path). At most
 //                             kMaxReloadBytes of text; a server without that
-//                             handler answers {"error": ...}.
+//                             handler (abox-net dns) answers "3\n" and why.
 // Anything else gets {"error":"unknown request ..."}.
 //
 // The socket file is made 0600 (unix_listener.h): only the operator who

@@ -191,14 +191,14 @@ TEST_F(StatsServerTest, AReloadTakesTheTextToTheEndOfTheStream) {
   EXPECT_EQ(read_reply(loop, c.get()), std::optional<std::string>("0\napplied\n"));
   EXPECT_EQ(source, "/etc/abox/p.toml");
   EXPECT_EQ(text, body);
-  // Without a handler (abox-net dns): refused, exit status 1.
+  // Without a handler (abox-net dns): not a reload, exit status 3.
   auto none = StatsServer::create(loop, dir_.file("dns.sock"), [] { return std::string("{}"); });
   ASSERT_TRUE(none.ok());
   auto d = connect_to(dir_.file("dns.sock"), "reload x\n[[allow]]\n");
   ::shutdown(d.get(), SHUT_WR);
   auto reply = read_reply(loop, d.get());
   ASSERT_TRUE(reply);
-  EXPECT_TRUE(reply->starts_with("1\n")) << *reply;
+  EXPECT_TRUE(reply->starts_with("3\n")) << *reply;
 }
 
 TEST_F(StatsServerTest, WithoutAnExplainHandlerExplainIsAnError) {
