@@ -238,5 +238,23 @@ TEST_P(UdpFlowTest, AuditModeLetsUdpTheRuleDoesNotAllowThrough) {
   EXPECT_EQ(rig_.stack().counters().udp_refused, 0u);
 }
 
+TEST_P(UdpFlowTest, CrossingMaxBytesOutCutsTheFlowAndRefusesTheNextDatagram) {
+  StackOptions o;
+  o.rule_extra = "max_bytes_out = 10\n";
+  start(o);
+  const std::uint16_t port = FlowRig::fresh_port();
+  from_guest(port, bytes_of("123456"));
+  ASSERT_TRUE(at_server().has_value()) << "within the budget";
+  from_guest(port, bytes_of("789012"));
+  ASSERT_TRUE(at_server().has_value()) << "the datagram that crosses it still goes";
+  rig_.turns(2);
+  EXPECT_EQ(flows(), 0u) << "cut at the end of the turn";
+  EXPECT_EQ(rig_.stack().counters().budget_crossed, 1u);
+  EXPECT_EQ(rig_.stack().counters().budget_cut, 1u);
+  from_guest(port, bytes_of("x"));
+  EXPECT_EQ(flows(), 0u);
+  EXPECT_EQ(rig_.stack().counters().budget_refused, 1u);
+}
+
 }  // namespace
 }  // namespace abox::netstack
