@@ -56,6 +56,27 @@ AnswerTable::AnswerTable(const policy::Policy& policy, std::size_t capacity)
   // nothing.
 }
 
+std::size_t AnswerTable::forget_names(const std::function<bool(std::string_view)>& revoked) {
+  std::size_t forgotten = 0;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    const std::size_t before = e.names.size();
+    std::erase_if(e.names, [&](const NameExpiry& n) { return revoked(n.name); });
+    forgotten += before - e.names.size();
+    if (e.names.empty()) {
+      recency_.erase(e.lru);
+      it = entries_.erase(it);
+      continue;
+    }
+    if (e.names.size() != before) {
+      e.latest_expiry = e.names.front().expires;
+      for (const NameExpiry& n : e.names) e.latest_expiry = std::max(e.latest_expiry, n.expires);
+    }
+    ++it;
+  }
+  return forgotten;
+}
+
 void AnswerTable::record(const policy::IpAddress& address, std::string_view canonical_name,
                          base::MonoTime expires, base::MonoTime now) {
   ++counters_.recorded;

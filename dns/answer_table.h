@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <string>
 #include <string_view>
@@ -79,6 +80,12 @@ class AnswerTable {
   // The names the address was answered for that have not expired at `now`,
   // most recently answered first (the order admission tries them in).
   AnsweredNames names_for(const policy::IpAddress& address, base::MonoTime now) const;
+
+  // Forgets every name for which `revoked(name)` is true (a reloaded policy
+  // no longer allows it), and every address left with no name. Returns how
+  // many (address, name) pairs went. O(table); for reloads, never the
+  // packet path.
+  std::size_t forget_names(const std::function<bool(std::string_view)>& revoked);
 
   std::size_t size() const { return entries_.size(); }
   std::size_t capacity() const { return capacity_; }

@@ -97,7 +97,8 @@ std::string type_name(std::uint16_t qtype) {
 DnsGate::DnsGate(const policy::Policy& policy, const policy::HostAddresses& host,
                  std::vector<policy::Endpoint> upstreams, AnswerTable& table, base::EventLog& events,
                  base::RandomSource& random, GateSink& sink)
-    : policy_(policy),
+    : policy_(&policy),
+      audit_(policy.mode().audit),
       host_(host),
       upstreams_(std::move(upstreams)),
       table_(table),
@@ -189,13 +190,22 @@ bool DnsGate::on_guest_query(std::span<const std::uint8_t> msg, const GuestRef& 
     reply_empty(from, q, rcode::REFUSED);
     return true;
   }
-  if (!q.canonical_ok || !policy_.allows_name(q.name.view())) {
+  if (q.canonical_ok && audit_ && !policy_->allows_name(q.name.view())) {
+    // Audit mode: asked as an allowed name would be, and said.
+    ++counters_.would_deny;
+    if (events_.reserve_line()) {
+      events_.write_reserved("would_deny", {{"reason", "name not allowed"},
+                                            {"name", q.name.view()},
+                                            {"type", type_name(q.qtype)},
+                                            {"audit", true}});
+    }
+  } else if (!q.canonical_ok || !policy_->allows_name(q.name.view())) {
     ++counters_.denied;
     // A guest decides how many denials there are: the rate cap first, the
     // name's text only for a line that will be written.
     if (events_.reserve_line()) emit_deny(q);
     reply_empty(from, q,
-                policy_.dns().denied == policy::DeniedAnswer::nxdomain ? rcode::NXDOMAIN : rcode::REFUSED);
+                policy_->dns().denied == policy::DeniedAnswer::nxdomain ? rcode::NXDOMAIN : rcode::REFUSED);
     return true;
   }
   if (q.qtype == rr_type::HTTPS || q.qtype == rr_type::SVCB) {
@@ -274,7 +284,7 @@ void DnsGate::send_attempt(std::uint32_t idx, base::MonoTime now) {
   Slot& s = slots_[idx];
   s.upstream_id = random_.next_u16();
   build_upstream_query(s.waiters.front().query, s.upstream_id, s.query_wire);
-  s.deadline = now + base::Millis(policy_.dns().timeout_ms);
+  s.deadline = now + base::Millis(policy_->dns().timeout_ms);
   const auto& up = upstreams_[(s.first_upstream + s.attempt) % upstreams_.size()];
   ++counters_.forwarded;
   sink_.send_upstream(idx, up, s.transport, s.query_wire);
@@ -282,7 +292,7 @@ void DnsGate::send_attempt(std::uint32_t idx, base::MonoTime now) {
 
 void DnsGate::next_attempt_or_fail(std::uint32_t idx, base::MonoTime now) {
   Slot& s = slots_[idx];
-  std::size_t total = static_cast<std::size_t>(policy_.dns().attempts) * upstreams_.size();
+  std::size_t total = static_cast<std::size_t>(policy_->dns().attempts) * upstreams_.size();
   if (s.attempt + 1 >= total) {
     finish(idx, nullptr, now);
     return;
@@ -303,7 +313,7 @@ void DnsGate::on_upstream_reply(std::uint32_t idx, std::span<const std::uint8_t>
   AskedQuestion aq{s.upstream_id,
                    std::span<const std::uint8_t>(s.query_wire).subspan(kHeaderSize, asked.qname_wire_len),
                    asked.qtype, asked.qclass};
-  auto filtered = filter_upstream_answer(msg, aq, policy_, host_);
+  auto filtered = filter_upstream_answer(msg, aq, *policy_, host_);
   if (!filtered.ok()) {
     ++counters_.upstream_ignored;
     return;  // not ours, or garbage: keep waiting for the real answer or the deadline
@@ -391,6 +401,15 @@ void DnsGate::finish(std::uint32_t idx, const FilteredAnswer* answer, base::Mono
                          {"name", s.waiters.front().query.name.view()},
                          {"type", type_name(s.waiters.front().query.qtype)}});
     for (const auto& w : s.waiters) reply_empty(w.to, w.query, rcode::SERVFAIL);
+  } else if (!audit_ && !policy_->allows_name(s.waiters.front().query.name.view())) {
+    // Asked under a policy that allowed the name, answered after a reload
+    // that revoked it (set_policy()): denied, never recorded or cached.
+    const std::uint8_t rc =
+        policy_->dns().denied == policy::DeniedAnswer::nxdomain ? rcode::NXDOMAIN : rcode::REFUSED;
+    for (const auto& w : s.waiters) {
+      ++counters_.denied;
+      reply_empty(w.to, w.query, rc);
+    }
   } else {
     const Query& first = s.waiters.front().query;
     record_answer(first, *answer, now);

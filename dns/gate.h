@@ -91,6 +91,7 @@ struct GateCounters {
   std::uint64_t truncated = 0;         // UDP answers cut to TC
   std::uint64_t rebinding = 0;         // reserved addresses removed from answers
   std::uint64_t unsafe_lifted = 0;     // addresses kept only because [unsafe] lifts them
+  std::uint64_t would_deny = 0;        // audit mode: names the policy does not allow, asked anyway
 };
 
 class DnsGate {
@@ -105,6 +106,22 @@ class DnsGate {
   DnsGate(const policy::Policy& policy, const policy::HostAddresses& host,
           std::vector<policy::Endpoint> upstreams, AnswerTable& table, base::EventLog& events,
           base::RandomSource& random, GateSink& sink);
+
+  // A reloaded policy, in force from the next question on (the caller keeps
+  // it alive while the gate uses it). A question in flight whose name it no
+  // longer allows is answered as denied when its upstream answer comes, and
+  // nothing of that answer is recorded. What the gate sized at construction
+  // (upstreams, dns_in_flight, the cache) stays.
+  void set_policy(const policy::Policy& policy) {
+    policy_ = &policy;
+    audit_ = policy.mode().audit;
+  }
+  // Audit mode (policy.h, Mode): a name the policy does not allow is asked
+  // upstream anyway and its answer recorded, with a `would_deny` event. A
+  // name with no canonical form is still refused, and reserved addresses
+  // still leave every answer. Starts as the policy's [mode] audit.
+  void set_audit(bool on) { audit_ = on; }
+  bool audit() const { return audit_; }
 
   // Returns false when the query was dropped without an answer (not even an
   // ID to answer to): only then will `from` never reach send_to_guest().
@@ -151,7 +168,8 @@ class DnsGate {
   void release(std::uint32_t slot);
   void record_answer(const Query& q, const FilteredAnswer& a, base::MonoTime now);
 
-  const policy::Policy& policy_;
+  const policy::Policy* policy_;  // never null; replaced by set_policy()
+  bool audit_ = false;
   const policy::HostAddresses& host_;
   std::vector<policy::Endpoint> upstreams_;
   AnswerTable& table_;

@@ -199,6 +199,16 @@ Explanation explain_name(const Policy& p, std::string_view written, std::optiona
                             : "the flow's first bytes are not checked for a name (" + why + ")");
   }
   e.details.push_back("only to addresses the DNS gate answered for this name, never to a reserved range");
+  if (const auto& b = e.rule->budget) {
+    std::string budget = "egress budget per " + std::to_string(b->per_s) + " s:";
+    if (b->max_bytes_out) budget += " " + std::to_string(*b->max_bytes_out) + " bytes out";
+    if (b->max_bytes_out && b->max_flows) budget += ",";
+    if (b->max_flows) budget += " " + std::to_string(*b->max_flows) + " new flows";
+    e.details.push_back(budget + " (past it new flows are refused; crossing the bytes cuts live ones)");
+  }
+  if (p.mode().audit) {
+    e.details.push_back("[mode] audit = true: what this policy refuses is let through and logged would_deny");
+  }
   return e;
 }
 

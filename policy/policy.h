@@ -51,6 +51,16 @@ struct PortRange {
   std::string to_string() const;
 };
 
+// An [[allow]] rule's egress budget: per window of `per_s` seconds, at most
+// max_bytes_out bytes from the guest to its names and at most max_flows new
+// flows (either may be absent). Past it, new flows to the rule's names are
+// refused and live ones cut (netstack/stack/guest_stack.h).
+struct Budget {
+  std::optional<std::uint64_t> max_bytes_out;
+  std::optional<std::uint32_t> max_flows;
+  std::uint32_t per_s = 3600;
+};
+
 // One [[allow]] table.
 struct AllowRule {
   std::size_t index = 0;  // 0-based, in file order
@@ -60,6 +70,7 @@ struct AllowRule {
   bool udp = false;
   // verify_name: unset means "on for ports 80 and 443 only".
   std::optional<bool> verify_name;
+  std::optional<Budget> budget;  // set when max_bytes_out or max_flows is
   SourceLocation where;
 
   bool allows(std::uint16_t port, Protocol p) const;
@@ -126,6 +137,15 @@ struct Unsafe {
   SourceLocation where;
 };
 
+// [mode]: how the policy is applied. audit: what the policy would refuse is
+// let through and logged `would_deny` with its reason, except what is never
+// liftable (reserved ranges, this host's addresses); for learning what an
+// agent needs (abox policy suggest), never for production.
+struct Mode {
+  bool audit = false;
+  SourceLocation where;  // of [mode]; line 0 when the file has none
+};
+
 struct AddressVerdict {
   const ReservedRange* reserved = nullptr;  // the range it falls in, if any
   const Cidr* lifted_by = nullptr;          // the [unsafe] entry lifting it, if any
@@ -141,6 +161,7 @@ class Policy {
   const Limits& limits() const { return limits_; }
   const Timeouts& timeouts() const { return timeouts_; }
   const Unsafe& unsafe() const { return unsafe_; }
+  const Mode& mode() const { return mode_; }
 
   // May the DNS gate resolve this name (an [[allow]] or [[broker]] names it)?
   bool allows_name(std::string_view canonical) const { return matcher_.matches(canonical); }
@@ -182,6 +203,7 @@ class Policy {
   Limits limits_;
   Timeouts timeouts_;
   Unsafe unsafe_;
+  Mode mode_;
   NameMatcher matcher_;  // ids: rule index, or kBrokerBit | broker index
 };
 

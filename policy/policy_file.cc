@@ -51,7 +51,7 @@ std::string PolicyError::to_string() const {
 class PolicyBuilder {
  public:
   static Policy build(std::string source, std::vector<AllowRule> rules, std::vector<BrokerBinding> brokers,
-                      DnsSettings dns, Limits limits, Timeouts timeouts, Unsafe unsafe) {
+                      DnsSettings dns, Limits limits, Timeouts timeouts, Unsafe unsafe, Mode mode) {
     Policy p;
     p.source_ = std::move(source);
     p.rules_ = std::move(rules);
@@ -60,6 +60,7 @@ class PolicyBuilder {
     p.limits_ = limits;
     p.timeouts_ = timeouts;
     p.unsafe_ = std::move(unsafe);
+    p.mode_ = std::move(mode);
     for (const auto& r : p.rules_)
       for (const auto& n : r.names) p.matcher_.add(n, static_cast<std::uint32_t>(r.index));
     for (const auto& b : p.brokers_)
@@ -394,6 +395,7 @@ struct Parsed {
   Limits limits;
   Timeouts timeouts;
   Unsafe unsafe;
+  Mode mode;
 };
 
 void read_dns(Reader& r, const toml::table& t, DnsSettings& dns) {
@@ -458,6 +460,7 @@ void read_allow(Reader& r, const toml::table& t, std::size_t index, std::vector<
   rule.index = index;
   rule.where = r.location(t.source());
   std::vector<std::string> protocols;
+  std::uint32_t per_s = 0;  // `per`, when given
   Section s(r, "[[allow]]");
   s.on("names",
        [&](const toml::node& n) {
@@ -503,10 +506,55 @@ void read_allow(Reader& r, const toml::table& t, std::size_t index, std::vector<
               }
             });
           })
-      .on("verify_name", [&](const toml::node& n) {
-        if (auto b = read_bool(r, n, "verify_name")) rule.verify_name = *b;
+      .on("verify_name",
+          [&](const toml::node& n) {
+            if (auto b = read_bool(r, n, "verify_name")) rule.verify_name = *b;
+          })
+      .on("max_bytes_out",
+          [&](const toml::node& n) {
+            if (auto v = read_int(r, n, "max_bytes_out", 1, std::int64_t{1} << 50)) {
+              if (!rule.budget) rule.budget.emplace();
+              rule.budget->max_bytes_out = static_cast<std::uint64_t>(*v);
+            }
+          })
+      .on("max_flows",
+          [&](const toml::node& n) {
+            if (auto v = read_int(r, n, "max_flows", 1, 1'000'000'000)) {
+              if (!rule.budget) rule.budget.emplace();
+              rule.budget->max_flows = static_cast<std::uint32_t>(*v);
+            }
+          })
+      .on("per", [&](const toml::node& n) {
+        auto text = read_string(r, n, "per");
+        if (!text) return;
+        // N followed by s, m, h or d; 1 s to 30 days.
+        std::uint64_t v = 0;
+        std::size_t i = 0;
+        while (i < text->size() && i < 9 && (*text)[i] >= '0' && (*text)[i] <= '9')
+          v = v * 10 + ((*text)[i++] - '0');
+        const std::string unit = text->substr(i);
+        const std::uint64_t mult = unit == "s"   ? 1
+                                   : unit == "m" ? 60
+                                   : unit == "h" ? 3600
+                                   : unit == "d" ? 86400
+                                                 : 0;
+        if (i == 0 || mult == 0 || v * mult < 1 || v * mult > 30ull * 86400) {
+          r.error(n,
+                  "per: expected a duration such as \"30s\", \"10m\", \"1h\" or \"1d\" (1 s to 30 days), "
+                  "found \"" +
+                      *text + "\"");
+          return;
+        }
+        per_s = static_cast<std::uint32_t>(v * mult);
       });
   s.read(t);
+  if (per_s != 0) {
+    if (!rule.budget) {
+      r.error(t.source(), "[[allow]]: per needs max_bytes_out or max_flows (the budget it is the window of)");
+    } else {
+      rule.budget->per_s = per_s;
+    }
+  }
   if (!s.has("names")) r.error(t.source(), "[[allow]]: missing key 'names' (the names this rule allows)");
   if (!s.has("ports")) {
     r.error(t.source(),
@@ -690,6 +738,16 @@ void read_timeouts(Reader& r, const toml::table& t, Timeouts& to) {
           [&](const toml::node& n) { read_uint_into(r, n, "http_head_ms", 100, 600000, to.http_head_ms); })
       .on("http_body_ms",
           [&](const toml::node& n) { read_uint_into(r, n, "http_body_ms", 100, 3600000, to.http_body_ms); })
+      .read(t);
+}
+
+void read_mode(Reader& r, const toml::table& t, Mode& m) {
+  m.where = r.location(t.source());
+  Section(r, "[mode]")
+      .on("audit",
+          [&](const toml::node& n) {
+            if (auto v = read_bool(r, n, "audit")) m.audit = *v;
+          })
       .read(t);
 }
 
@@ -921,8 +979,12 @@ base::Result<Policy, PolicyError> parse_policy(std::string_view text, std::strin
           [&](const toml::node& n) {
             if (const auto* t = expect_table(r, n, "[timeouts]")) read_timeouts(r, *t, p.timeouts);
           })
-      .on("unsafe", [&](const toml::node& n) {
-        if (const auto* t = expect_table(r, n, "[unsafe]")) read_unsafe(r, *t, p.unsafe);
+      .on("unsafe",
+          [&](const toml::node& n) {
+            if (const auto* t = expect_table(r, n, "[unsafe]")) read_unsafe(r, *t, p.unsafe);
+          })
+      .on("mode", [&](const toml::node& n) {
+        if (const auto* t = expect_table(r, n, "[mode]")) read_mode(r, *t, p.mode);
       });
   top.read(root);
 
@@ -936,7 +998,7 @@ base::Result<Policy, PolicyError> parse_policy(std::string_view text, std::strin
   }
   if (r.failed()) return base::Err{r.take()};
   return PolicyBuilder::build(std::string(source), std::move(p.rules), std::move(p.brokers), std::move(p.dns),
-                              p.limits, p.timeouts, std::move(p.unsafe));
+                              p.limits, p.timeouts, std::move(p.unsafe), std::move(p.mode));
 }
 
 base::Result<Policy, PolicyError> load_policy(const std::filesystem::path& path) {
@@ -974,6 +1036,13 @@ std::vector<PolicyDiagnostic> policy_warnings(const Policy& policy) {
   auto warn = [&](const SourceLocation& at, std::string message) {
     out.push_back(PolicyDiagnostic{at.file, at.line, at.column, std::move(message)});
   };
+  if (policy.mode().audit) {
+    warn(
+        policy.mode().where,
+        "warning: [mode] audit = true: nothing the policy would refuse is refused (each is logged "
+        "would_deny) but reserved ranges and this host's addresses; for learning what a guest needs, not for "
+        "production");
+  }
   for (const auto& c : policy.unsafe().allow_reserved) {
     warn(policy.unsafe().where, "warning: [unsafe] allow_reserved lifts " + c.to_string() +
                                     ": guests may reach it; for test rigs only, every use is logged");

@@ -46,6 +46,7 @@ constexpr std::string_view kUsage =
     "  cp NAME:PATH -                 a file or folder of a running instance, as a tar stream\n"
     "  policy check FILE...          validate egress policy files\n"
     "  policy explain FILE TARGET    say whether a policy admits a name, port or address, and why\n"
+    "  policy suggest EVENTS.jsonl   write a policy allowing what an event log (audit mode) shows\n"
     "  broker --policy FILE ...      run the TLS credential broker of one instance\n"
     "  broker ca --state DIR         print the instance CA certificate the guest must trust\n"
     "  broker nonces --policy FILE --state DIR   print the nonces the guest gets, one per binding\n"

@@ -1,5 +1,7 @@
 #include "engine/cli/policy_command.h"
 
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -8,6 +10,7 @@
 #include "base/command_line.h"
 #include "base/json.h"
 #include "engine/cli/exit_codes.h"
+#include "engine/cli/policy_suggest.h"
 #include "policy/explain.h"
 #include "policy/policy_file.h"
 
@@ -24,6 +27,7 @@ constexpr std::string_view kPolicyUsage =
     "Commands:\n"
     "  check [--json] [--quiet] FILE...        validate policy files\n"
     "  explain [--json] [--udp] FILE TARGET    say whether a policy admits TARGET, and why\n"
+    "  suggest [--from POLICY] EVENTS.jsonl    write a policy allowing what an event log shows\n"
     "\n"
     "Run 'abox policy <command> --help' (or 'abox help policy <command>') for details.\n";
 
@@ -63,6 +67,28 @@ constexpr std::string_view kExplainUsage =
     "error, 3 the policy file cannot be read or is invalid, 4 answer-required: an\n"
     "address is admitted only through a DNS answer for an allowed name.\n";
 
+constexpr std::string_view kSuggestUsage =
+    "usage: abox policy suggest [--from POLICY] [--group-wildcards] EVENTS.jsonl\n"
+    "\n"
+    "Reads an abox-net event log (best from a run in audit mode: abox-net run\n"
+    "--audit, or [mode] audit = true) and prints a policy that allows exactly\n"
+    "what it shows: one [[allow]] per name and protocol with the ports seen,\n"
+    "UDP where seen, each with a comment saying how many flows it covers and\n"
+    "when it was first seen. Flows no name was answered for, names asked with\n"
+    "no flow after, and flows refused as reserved are listed as comments: no\n"
+    "rule can allow them. The output passes 'abox policy check'; review it.\n"
+    "\n"
+    "Options:\n"
+    "      --from POLICY       start from POLICY (its text, unchanged) and add only\n"
+    "                          what it does not allow yet\n"
+    "      --group-wildcards   put names that share a parent domain (two or more)\n"
+    "                          under one '*.PARENT' rule\n"
+    "\n"
+    "Exit status: 0 printed, 1 nothing to allow (no flow with a name in the log),\n"
+    "2 usage error, 3 EVENTS or POLICY cannot be read, or POLICY is invalid.\n";
+
+constexpr std::size_t kMaxEventsBytes = std::size_t{256} << 20;
+
 void print_diagnostics_json(base::JsonWriter& w, std::string_view key,
                             const std::vector<policy::PolicyDiagnostic>& ds) {
   w.key(key).begin_array();
@@ -82,6 +108,71 @@ void print_diagnostics_json(base::JsonWriter& w, std::string_view key,
 
 constexpr base::OptionSpec kCheckOptions[] = {{"json", 0, false}, {"quiet", 'q', false}};
 constexpr base::OptionSpec kExplainOptions[] = {{"json", 0, false}, {"udp", 'u', false}, {"tcp", 't', false}};
+
+constexpr base::OptionSpec kSuggestOptions[] = {{"from", 0, true}, {"group-wildcards", 0, false}};
+
+int suggest(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
+  constexpr std::string_view kCommand = "abox policy suggest";
+  auto parsed = base::parse_options(args, kSuggestOptions, false);
+  if (!parsed.ok()) {
+    err << base::usage_error_line(kCommand, parsed.error());
+    return kExitUsage;
+  }
+  if (parsed->help) {
+    out << kSuggestUsage;
+    return kExitOk;
+  }
+  if (parsed->positionals.size() != 1) {
+    err << base::usage_error_line(kCommand, parsed->positionals.empty()
+                                                ? "EVENTS.jsonl is required"
+                                                : "unexpected argument '" + parsed->positionals[1] + "'");
+    return kExitUsage;
+  }
+  const std::string& events_path = parsed->positionals[0];
+  std::ifstream in(events_path, std::ios::binary);
+  if (!in) {
+    err << "abox policy suggest: cannot read " << events_path << '\n';
+    return kExitFailed;
+  }
+  std::string events;
+  events.resize(kMaxEventsBytes + 1);
+  in.read(events.data(), static_cast<std::streamsize>(events.size()));
+  events.resize(static_cast<std::size_t>(in.gcount()));
+  if (events.size() > kMaxEventsBytes) {
+    err << "abox policy suggest: " << events_path << " is larger than 256 MiB\n";
+    return kExitFailed;
+  }
+  SuggestOptions options;
+  options.group_wildcards = parsed->has("group-wildcards");
+  options.events_source = events_path;
+  std::optional<Policy> from;
+  std::string from_text;
+  if (auto f = parsed->last("from")) {
+    auto loaded = policy::load_policy(*f);
+    if (!loaded.ok()) {
+      err << loaded.error().to_string() << "abox policy suggest: --from " << *f << " cannot be used\n";
+      return kExitFailed;
+    }
+    from.emplace(std::move(loaded).value());
+    std::ifstream text(*f, std::ios::binary);
+    from_text.assign(std::istreambuf_iterator<char>(text), std::istreambuf_iterator<char>());
+    options.from = &*from;
+    options.from_text = from_text;
+    if (from->mode().audit) {
+      err << "abox policy suggest: warning: " << *f
+          << " says [mode] audit = true, and so does the output: remove it to enforce the policy\n";
+    }
+  }
+  auto s = suggest_policy(events, options);
+  if (!s.ok()) {
+    err << "abox policy suggest: " << s.error() << '\n';
+    return kExitNo;
+  }
+  out << s->text;
+  err << "abox policy suggest: " << s->rules << " rule(s) for " << s->flows << " flow(s); " << s->lines_read
+      << " lines read, " << s->lines_skipped << " skipped\n";
+  return kExitOk;
+}
 
 int check(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
   constexpr std::string_view kCommand = "abox policy check";
@@ -221,7 +312,7 @@ int explain(std::span<const std::string_view> args, std::ostream& out, std::ostr
 
 int run_policy_command(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
   if (args.empty()) {
-    err << base::usage_error_line("abox policy", "which command? check or explain");
+    err << base::usage_error_line("abox policy", "which command? check, explain or suggest");
     return kExitUsage;
   }
   if (args[0] == "-h" || args[0] == "--help") {
@@ -230,6 +321,7 @@ int run_policy_command(std::span<const std::string_view> args, std::ostream& out
   }
   if (args[0] == "check") return check(args.subspan(1), out, err);
   if (args[0] == "explain") return explain(args.subspan(1), out, err);
+  if (args[0] == "suggest") return suggest(args.subspan(1), out, err);
   err << base::usage_error_line("abox policy", "unknown command '" + std::string(args[0]) + "'");
   return kExitUsage;
 }

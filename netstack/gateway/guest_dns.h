@@ -46,6 +46,9 @@ class GuestDns final : public dns::GateSink {
   ~GuestDns() override;
 
   const dns::DnsGate& gate() const { return gate_; }
+  // A reloaded policy for the gate (DnsGate::set_policy()).
+  void set_policy(const policy::Policy& policy) { gate_.set_policy(policy); }
+  void set_audit(bool on) { gate_.set_audit(on); }
   const GuestDnsCounters& counters() const { return counters_; }
 
   void send_to_guest(const dns::GuestRef& to, std::span<const std::uint8_t> msg) override;

@@ -9,6 +9,7 @@
 #include "base/command_line.h"
 #include "netstack/program/dns_command.h"
 #include "netstack/program/explain_command.h"
+#include "netstack/program/reload_command.h"
 #include "netstack/program/run_command.h"
 #include "netstack/program/stats_command.h"
 
@@ -32,6 +33,7 @@ constexpr std::string_view kUsage =
     "  dns      run only the DNS gate on a host socket (try a policy, benchmarks)\n"
     "  stats    print the live counters of a running abox-net (its --stats-socket)\n"
     "  explain  ask a running abox-net about an address or name now (its --stats-socket)\n"
+    "  reload   give a running abox-net run a new policy (its --stats-socket)\n"
     "  help [MODE]  this text, or MODE's (as 'abox-net MODE --help')\n"
     "\n"
     "Options:\n"
@@ -41,7 +43,8 @@ constexpr std::string_view kUsage =
     "Every mode takes --opt value and --opt=value, -- to end its options, and\n"
     "says what is wrong with its arguments in one line.\n"
     "\n"
-    "Exit status: 0 success, 1 a negative answer (explain: refused), 2 usage error,\n"
+    "Exit status: 0 success, 1 a negative answer (explain: refused; reload: invalid),\n"
+    "2 usage error, "
     "3 could not start or could not get an answer. 'run -- CMD' passes CMD's status\n"
     "through and has its own (122-127: see 'abox-net run --help').\n";
 
@@ -51,6 +54,7 @@ int dispatch(std::span<const std::string_view> args) {
   if (mode == "dns") return abox::netstack::run_dns_command(args.subspan(1));
   if (mode == "stats") return abox::netstack::run_stats_command(args.subspan(1));
   if (mode == "explain") return abox::netstack::run_explain_command(args.subspan(1));
+  if (mode == "reload") return abox::netstack::run_reload_command(args.subspan(1));
   std::cerr << abox::base::usage_error_line("abox-net", "unknown mode '" + std::string(mode) + "'");
   return 2;
 }
@@ -60,7 +64,7 @@ int dispatch(std::span<const std::string_view> args) {
 int main(int argc, char** argv) {
   std::vector<std::string_view> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::cerr << abox::base::usage_error_line("abox-net", "which mode? run, dns, stats or explain");
+    std::cerr << abox::base::usage_error_line("abox-net", "which mode? run, dns, stats, explain or reload");
     return 2;
   }
   if (args[0] == "-h" || args[0] == "--help") {

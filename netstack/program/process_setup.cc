@@ -88,13 +88,14 @@ bool has_effective_capability(int cap) {
   return (data[cap / 32].effective & (1u << (cap % 32))) != 0;
 }
 
-SignalWatch::SignalWatch(io::EventLoop& loop, std::function<void()> on_usr1)
-    : loop_(loop), on_usr1_(std::move(on_usr1)) {
+SignalWatch::SignalWatch(io::EventLoop& loop, std::function<void()> on_usr1, std::function<void()> on_hup)
+    : loop_(loop), on_usr1_(std::move(on_usr1)), on_hup_(std::move(on_hup)) {
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGUSR1);
+  if (on_hup_) sigaddset(&mask, SIGHUP);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
   fd_.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
   if (fd_) handle_ = loop_.watch(fd_.get(), POLLIN, this);
@@ -109,6 +110,8 @@ void SignalWatch::on_ready(std::uint32_t) {
   while (::read(fd_.get(), &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
     if (si.ssi_signo == SIGUSR1) {
       if (on_usr1_) on_usr1_();
+    } else if (si.ssi_signo == SIGHUP) {
+      on_hup_();
     } else {
       loop_.stop();
     }

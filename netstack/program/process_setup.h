@@ -70,9 +70,11 @@ bool has_effective_capability(int cap);
 // Blocks SIGINT, SIGTERM and SIGUSR1 and watches them on the loop: the first
 // two stop the loop, SIGUSR1 calls on_usr1. Keep the object alive while the
 // loop runs.
+// With on_hup, SIGHUP too (abox-net run: reread the policy); without,
+// SIGHUP keeps its default.
 class SignalWatch final : public io::EventLoop::Watcher {
  public:
-  SignalWatch(io::EventLoop& loop, std::function<void()> on_usr1);
+  SignalWatch(io::EventLoop& loop, std::function<void()> on_usr1, std::function<void()> on_hup = {});
   ~SignalWatch() override;
   SignalWatch(const SignalWatch&) = delete;
   SignalWatch& operator=(const SignalWatch&) = delete;
@@ -81,6 +83,7 @@ class SignalWatch final : public io::EventLoop::Watcher {
  private:
   io::EventLoop& loop_;
   std::function<void()> on_usr1_;
+  std::function<void()> on_hup_;
   base::UniqueFd fd_;
   io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
 };

@@ -1,5 +1,6 @@
 #include "netstack/program/run_command.h"
 
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@
 #include "netstack/program/host_address_watch.h"
 #include "netstack/program/memory_trimmer.h"
 #include "netstack/program/process_setup.h"
+#include "netstack/program/reload_command.h"
 #include "netstack/program/run_namespace.h"
 #include "netstack/program/sandbox.h"
 #include "netstack/program/stats.h"
@@ -86,13 +88,20 @@ constexpr std::string_view kUsage =
     "                             so the guest gets an address in the instance's own ULA /64\n"
     "                             but no IPv6 route (with --netns, --tap-fd or --stream; CMD's\n"
     "                             namespace keeps IPv6 off)\n"
+    "      --audit                audit mode, whatever the policy's [mode] says: what the\n"
+    "                             policy would refuse is let through and logged would_deny\n"
+    "                             (reserved ranges and this host's addresses stay refused);\n"
+    "                             for learning what a guest needs (abox policy suggest)\n"
     "      --no-sandbox           FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
     "                             filter and the io_uring restrictions (docs/security.md)\n"
     "\n"
     "Prints 'ready ...' on stdout once the guest side is up and the process is\n"
     "sandboxed (with --stream: once the socket listens, so the VMM can connect\n"
     "after; the syscall filter follows when it has; with CMD: nothing, CMD starts\n"
-    "instead). SIGUSR1 prints the counters as JSON to stderr.\n"
+    "instead). SIGUSR1 prints the counters as JSON to stderr. A new policy while it\n"
+    "runs: 'abox-net reload SOCKET FILE' (with --stats-socket), or SIGHUP, which\n"
+    "rereads the policy file (the same file, written in place; with CMD, SIGHUP\n"
+    "goes to CMD: use reload).\n"
     "\n"
     "Exit status: 0 stopped by a signal, the namespace went away or the VM\n"
     "disconnected, 2 usage error, 3 could not start (invalid or unreadable policy,\n"
@@ -154,7 +163,7 @@ base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std
       {"events", 0, true},         {"instance", 0, true},     {"address", 'a', true}, {"gateway", 'g', true},
       {"mtu", 'm', true},          {"ifname", 0, true},       {"broker", 0, true},    {"pcap", 0, true},
       {"pcap-max-bytes", 0, true}, {"stats-socket", 0, true}, {"io", 0, true},        {"ipv6", 0, true},
-      {"no-sandbox", 0, false},
+      {"no-sandbox", 0, false},    {"audit", 0, false},
   };
   // With a CMD, abox-net's own failures are 125 (CMD's status passes
   // through, as with `abox run`); without, 2.
@@ -182,6 +191,7 @@ base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std
 
   ApplianceOptions& o = run.options;
   o.sandbox = !a.has("no-sandbox");
+  o.audit = a.has("audit");
   o.events_path = a.last("events").value_or("");
   o.pcap_path = a.last("pcap");
   o.stats_socket = a.last("stats-socket");
@@ -294,6 +304,15 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
 
   // The link: a tap now, or a stream socket's listener now and its one peer
   // once the VMM connects.
+  // Said at start, on stderr and in the start event (and in every
+  // would_deny): nothing is refused but reserved ranges.
+  const bool audit_on = o.audit || policy.mode().audit;
+  if (audit_on) {
+    std::cerr << "abox-net run: warning: audit mode ("
+              << (o.audit ? std::string("--audit") : policy.mode().where.to_string() + " [mode] audit")
+              << "): what the policy would refuse is let through and logged would_deny; reserved ranges and "
+                 "this host's addresses stay refused\n";
+  }
   std::unique_ptr<Link> link;
   TapLink* tap = nullptr;
   StreamLink* stream = nullptr;  // set once the VMM has connected
@@ -364,6 +383,7 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     gc.link_on_ring = o.io_on_ring;
     gc.host_io_on_ring = o.io_on_ring;
     gc.ipv6_neighbour_discovery = o.ipv6_neighbour_discovery;
+    gc.audit = o.audit;
     // Gives back what glibc keeps after a burst of flows, every few seconds.
     MemoryTrimmer trimmer(loop, memory);
     std::unique_ptr<GuestStack> stack;
@@ -373,15 +393,25 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
                          {*stack, *guest_link, memory, pcap ? &*pcap : nullptr, tap, stream, &trimmer})
                    : std::string("{}");
     };
-    SignalWatch signals(loop, [&] {
-      if (stack) write_stats_line(STDERR_FILENO, stats());
-    });
+    // The policy file stays open: on SIGHUP it is read again, which the
+    // sandbox would not let a path be opened for (reload_command.h).
+    PolicyReloader reloader(events, o.policy_path,
+                            base::UniqueFd(::open(o.policy_path.c_str(), O_RDONLY | O_CLOEXEC)), !o.sandbox);
+    SignalWatch signals(
+        loop,
+        [&] {
+          if (stack) write_stats_line(STDERR_FILENO, stats());
+        },
+        [&] { reloader.reread_file(); });
     std::unique_ptr<StatsServer> stats_server;
     if (o.stats_socket) {
-      auto server = StatsServer::create(loop, *o.stats_socket, stats, [&](std::string_view args) {
-        return stack ? answer_explain(*stack, args, loop.now())
-                     : std::string("1\nno guest yet: the VMM has not connected");
-      });
+      auto server = StatsServer::create(
+          loop, *o.stats_socket, stats,
+          [&](std::string_view args) {
+            return stack ? answer_explain(*stack, args, loop.now())
+                         : std::string("1\nno guest yet: the VMM has not connected");
+          },
+          [&](std::string_view source, std::string_view text) { return reloader.apply(source, text); });
       if (!server.ok()) {
         std::cerr << "abox-net run: --stats-socket: " << server.error() << '\n';
         return 3;
@@ -421,7 +451,8 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
                             {"link", o.stream_path ? "stream" : "tap"},
                             {"guest", net.guest_address.to_string()},
                             {"gateway", net.gateway.to_string()},
-                            {"mtu", static_cast<std::uint64_t>(net.mtu)}});
+                            {"mtu", static_cast<std::uint64_t>(net.mtu)},
+                            {"audit", audit_on}});
     };
     if (listener) {
       if (!events_after_ready) start_event();
@@ -442,6 +473,7 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     }
     guest_link = pcap ? static_cast<Link*>(&recording.emplace(*link, *pcap)) : link.get();
     stack = std::make_unique<GuestStack>(loop, *guest_link, policy, upstreams, events, random, gc);
+    reloader.set_stack(stack.get());
     // This host's addresses, before the first guest byte and before the
     // syscall filter (a netlink socket): the gate and admission refuse them.
     auto host_watch = HostAddressWatch::start(loop, stack->host_addresses(), events);

@@ -36,6 +36,7 @@ struct ApplianceOptions {
   // --ipv6 nd: answer IPv6 neighbour and router solicitations
   // (GuestConfig::ipv6_neighbour_discovery); IPv6 flows are not carried yet.
   bool ipv6_neighbour_discovery = false;
+  bool audit = false;  // --audit: audit mode whatever the policy's [mode] says
   // Where the ready line goes: -1 for stdout, else this fd (run -- CMD: the
   // parent that starts CMD reads it). Not with --stream.
   int ready_fd = -1;

@@ -186,6 +186,17 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("ndp_ignored", nd.ignored)
       .field("ndp_malformed", nd.malformed)
       .field("ndp_rate_limited", nd.rate_limited);
+  // Live policy reloads (GuestStack::apply_policy(); added at the end).
+  w.field("policy_reloads", c.policy_reloads)
+      .field("flows_revoked", c.flows_revoked)
+      .field("answers_forgotten", c.answers_forgotten);
+  // Audit mode (added at the end): flows and names let through that the
+  // policy would have refused.
+  w.field("audit_would_deny", c.audit_would_deny).field("dns_would_deny", g.would_deny);
+  // Egress budgets (added at the end).
+  w.field("budget_crossed", c.budget_crossed)
+      .field("budget_refused", c.budget_refused)
+      .field("budget_cut", c.budget_cut);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

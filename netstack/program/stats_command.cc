@@ -41,8 +41,8 @@ constexpr int kTimeoutSeconds = 5;
 
 }  // namespace
 
-std::optional<std::string> ask_abox_net(const std::string& path, std::string_view request,
-                                        std::string& error) {
+std::optional<std::string> ask_abox_net(const std::string& path, std::string_view request, std::string& error,
+                                        std::string_view body) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path) {
@@ -72,11 +72,13 @@ std::optional<std::string> ask_abox_net(const std::string& path, std::string_vie
   }
   std::string line(request);
   line += '\n';
+  line += body;
   // A peer that answers without reading may have closed already (EPIPE):
   // its answer is still there to read, and is judged as any other.
   std::string send_error;
   if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
     send_error = "writing to " + path + ": " + std::strerror(errno);
+  if (!body.empty()) ::shutdown(fd.get(), SHUT_WR);
   std::string reply;
   std::vector<char> buf(64 * 1024);
   for (;;) {

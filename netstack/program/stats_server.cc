@@ -26,19 +26,21 @@ std::string error_reply(std::string_view message) {
 base::Result<std::unique_ptr<StatsServer>, std::string> StatsServer::create(io::EventLoop& loop,
                                                                             const std::string& path,
                                                                             RenderStats render_stats,
-                                                                            AnswerExplain answer_explain) {
+                                                                            AnswerExplain answer_explain,
+                                                                            ApplyPolicy apply_policy) {
   auto fd = io::listen_unix(path, 16, "stats socket");
   if (!fd.ok()) return base::Err{std::move(fd).error()};
-  return std::unique_ptr<StatsServer>(
-      new StatsServer(loop, std::move(fd).value(), std::move(render_stats), std::move(answer_explain)));
+  return std::unique_ptr<StatsServer>(new StatsServer(loop, std::move(fd).value(), std::move(render_stats),
+                                                      std::move(answer_explain), std::move(apply_policy)));
 }
 
 StatsServer::StatsServer(io::EventLoop& loop, base::UniqueFd listener, RenderStats render_stats,
-                         AnswerExplain answer_explain)
+                         AnswerExplain answer_explain, ApplyPolicy apply_policy)
     : loop_(loop),
       listener_(std::move(listener)),
       render_stats_(std::move(render_stats)),
-      answer_explain_(std::move(answer_explain)) {
+      answer_explain_(std::move(answer_explain)),
+      apply_policy_(std::move(apply_policy)) {
   handle_ = loop_.watch(listener_.get(), POLLIN, this);
 }
 
@@ -49,8 +51,17 @@ StatsServer::~StatsServer() {
   if (handle_ != io::EventLoop::kNoHandle) loop_.unwatch(handle_);
 }
 
+namespace {
+
+// "reload SOURCE": its text follows the line, to the end of the stream.
+bool is_reload_line(std::string_view line) {
+  return line == "reload" || line.starts_with("reload ");
+}
+
+}  // namespace
+
 bool StatsServer::read_request(int fd, std::string& request) {
-  char buf[512];
+  char buf[16384];
   for (;;) {
     const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
     if (n == 0) {
@@ -63,6 +74,13 @@ bool StatsServer::read_request(int fd, std::string& request) {
       return errno != EAGAIN && errno != EWOULDBLOCK;  // broken: drop it
     }
     request.append(buf, static_cast<std::size_t>(n));
+    if (auto nl = request.find('\n'); nl != std::string::npos && is_reload_line(request.substr(0, nl))) {
+      if (request.size() - nl - 1 <= kMaxReloadBytes) continue;  // the policy's text, to the end
+      ++counters_.bad_requests;
+      std::string r = "1\nthe policy is larger than 4 MiB; nothing changed\n";
+      ::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      return true;
+    }
     if (auto nl = request.find('\n'); nl != std::string::npos) {
       request.resize(nl);
       if (!request.empty() && request.back() == '\r') request.pop_back();
@@ -87,9 +105,17 @@ void StatsServer::reply(int fd, std::string_view request) {
     out = answer_explain_
               ? answer_explain_(args)
               : error_reply("this abox-net admits no flows (abox-net dns): ask an 'abox-net run'");
+  } else if (auto nl = request.find('\n');
+             nl != std::string_view::npos && is_reload_line(request.substr(0, nl))) {
+    std::string_view line = request.substr(0, nl);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string_view source = line.substr(std::min<std::size_t>(line.size(), 7));
+    out = apply_policy_
+              ? apply_policy_(source.empty() ? std::string_view("<reload>") : source, request.substr(nl + 1))
+              : "3\nthis abox-net has no policy to reload (abox-net dns)";
   } else {
     ++counters_.bad_requests;
-    out = error_reply("unknown request (expected 'stats' or 'explain TARGET')");
+    out = error_reply("unknown request (expected 'stats', 'explain TARGET' or 'reload SOURCE')");
   }
   out += '\n';
   const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -11,6 +11,13 @@
 //                             program's business: explain_command.h); a
 //                             server without that handler answers
 //                             {"error": ...}.
+//   "reload SOURCE"           then the new policy's text, to the end of the
+//                             stream (the client half-closes): what
+//                             apply_policy(SOURCE, TEXT) returns
+//                             (reload_command.h). SOURCE names the text in
+//                             error messages (the client's path). At most
+//                             kMaxReloadBytes of text; a server without that
+//                             handler (abox-net dns) answers "3\n" and why.
 // Anything else gets {"error":"unknown request ..."}.
 //
 // The socket file is made 0600 (unix_listener.h): only the operator who
@@ -60,9 +67,11 @@ class StatsServer final : public io::EventLoop::Watcher {
   static constexpr std::size_t kMaxWaiting = 16;
   static constexpr std::size_t kMaxRequest = 1024;
   static constexpr base::Millis kRequestDeadline{2000};
+  static constexpr std::size_t kMaxReloadBytes = 4u << 20;  // load_policy()'s own bound
 
   using RenderStats = std::function<std::string()>;
   using AnswerExplain = std::function<std::string(std::string_view args)>;
+  using ApplyPolicy = std::function<std::string(std::string_view source, std::string_view text)>;
 
   // Binds and listens on path (startup; the error is a message). The
   // handlers must stay callable while the server lives; answer_explain
@@ -70,7 +79,8 @@ class StatsServer final : public io::EventLoop::Watcher {
   static base::Result<std::unique_ptr<StatsServer>, std::string> create(io::EventLoop& loop,
                                                                         const std::string& path,
                                                                         RenderStats render_stats,
-                                                                        AnswerExplain answer_explain = {});
+                                                                        AnswerExplain answer_explain = {},
+                                                                        ApplyPolicy apply_policy = {});
   ~StatsServer() override;
   StatsServer(const StatsServer&) = delete;
   StatsServer& operator=(const StatsServer&) = delete;
@@ -91,7 +101,7 @@ class StatsServer final : public io::EventLoop::Watcher {
   };
 
   StatsServer(io::EventLoop& loop, base::UniqueFd listener, RenderStats render_stats,
-              AnswerExplain answer_explain);
+              AnswerExplain answer_explain, ApplyPolicy apply_policy);
   // Reads what fd has; true when the connection is finished (answered, or
   // closed by the client, or broken).
   bool read_request(int fd, std::string& request);
@@ -103,6 +113,7 @@ class StatsServer final : public io::EventLoop::Watcher {
   base::UniqueFd listener_;
   RenderStats render_stats_;
   AnswerExplain answer_explain_;
+  ApplyPolicy apply_policy_;
   io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
   std::vector<std::unique_ptr<Waiting>> waiting_;
   StatsServerCounters counters_;

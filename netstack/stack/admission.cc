@@ -18,6 +18,22 @@ std::string_view describe(NameCheck c) {
   return kNameCheckSentences.at(static_cast<std::size_t>(c));
 }
 
+Recheck recheck_flow(const policy::Policy& policy, const policy::HostAddresses& host,
+                     const policy::IpAddress& dst, std::uint16_t port, policy::Protocol protocol,
+                     std::string_view name, bool brokered) {
+  Recheck r;
+  if (policy.check_address(dst, host).refused()) return r;
+  const policy::BrokerBinding* binding =
+      protocol == policy::Protocol::tcp ? policy.broker_for(name, port) : nullptr;
+  if (brokered) {
+    r.allowed = binding != nullptr;
+    r.broker = binding;
+    return r;
+  }
+  r.allowed = binding == nullptr && policy.admits(name, port, protocol) != nullptr;
+  return r;
+}
+
 // One reserved-range check, one table lookup (no allocation), then the
 // names in the table's order: a broker binding first, then allow rules.
 Admission admit_flow(const policy::Policy& policy, const policy::HostAddresses& host,

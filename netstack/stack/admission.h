@@ -53,6 +53,22 @@ Admission admit_flow(const policy::Policy& policy, const policy::HostAddresses& 
                      const dns::AnswerTable& table, const policy::IpAddress& dst, std::uint16_t port,
                      policy::Protocol protocol, base::MonoTime now);
 
+// A live flow, judged again under a reloaded policy (GuestStack::apply_policy()).
+// It stays when its destination is not refused (an [unsafe] lift withdrawn,
+// or an address of this host, cut it) and its admitting name still takes it
+// the same way: a brokered flow needs a [[broker]] binding for that name and
+// port (the one it now follows); a direct flow needs an [[allow]] rule for the
+// name, port and protocol, and no binding for them (a name that became
+// brokered must never leave without the broker's gate). The answer table is
+// not asked: the reload forgets the answers of the names it revokes.
+struct Recheck {
+  bool allowed = false;
+  const policy::BrokerBinding* broker = nullptr;  // a brokered flow's binding under the new policy
+};
+Recheck recheck_flow(const policy::Policy& policy, const policy::HostAddresses& host,
+                     const policy::IpAddress& dst, std::uint16_t port, policy::Protocol protocol,
+                     std::string_view name, bool brokered);
+
 enum class NameCheck : std::uint8_t {
   ok,
   not_answered_for_address,  // the SNI/Host names a host this address was not answered for

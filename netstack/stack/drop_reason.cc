@@ -49,6 +49,12 @@ constexpr std::array<DropReasonInfo, kDropReasons> kTable = {{
      &StackCounters::udp_refused},
     {"host_socket_failed", "cannot open a host socket for the flow", DropLog::deny,
      &StackCounters::connect_failed, &StackCounters::connect_failed},
+    {"policy_revoked", "policy_revoked: the reloaded policy no longer allows this flow", DropLog::deny,
+     &StackCounters::flows_revoked, &StackCounters::flows_revoked},
+    {"budget_spent", "budget_spent: the rule's egress budget for this window is spent", DropLog::deny,
+     &StackCounters::budget_refused, &StackCounters::budget_refused},
+    {"budget_cut", "budget_cut: the rule's egress budget was crossed", DropLog::deny,
+     &StackCounters::budget_cut, &StackCounters::budget_cut},
 }};
 
 constexpr bool every_row_filled() {

@@ -53,7 +53,14 @@ enum class DropReason : std::uint8_t {
   answer_expired,      // the answer expired between a flow's SYN and its ACK
   gateway_udp,         // UDP to the gateway, not DNS
   host_socket_failed,  // a UDP flow's host socket could not be made
-  count_,              // not a reason: the number of them
+  // Live flows a reloaded policy no longer allows (name, port, or an
+  // [unsafe] lift withdrawn): cut, RST to the guest (GuestStack::apply_policy()).
+  policy_revoked,
+  // Egress budgets ([[allow]] max_bytes_out / max_flows per window): a new
+  // flow past its rule's budget, and a live flow cut when it was crossed.
+  budget_spent,
+  budget_cut,
+  count_,  // not a reason: the number of them
 };
 
 enum class DropLog : std::uint8_t { none, once, deny, limit };

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "base/event_log.h"
 #include "dns/answer_table.h"
@@ -44,6 +45,17 @@ class FlowServices {
   virtual const policy::HostAddresses& host_addresses() const = 0;
   virtual StackCounters& mutable_counters() = 0;
   virtual const GuestConfig& config() const = 0;
+  // Audit mode (policy.h, Mode): what the policy would refuse goes on, and
+  // would_deny() counts and logs it (a `would_deny` event with `reason`,
+  // `name`, `dst`, `proto` and "audit": true).
+  virtual bool audit() const = 0;
+  virtual void would_deny(std::string_view reason, std::string_view proto, const policy::Endpoint& dst,
+                          std::string_view name) = 0;
+  // Egress budgets ([[allow]] max_bytes_out): `bytes` the guest sent through
+  // a flow admitted by rule `rule` (kNoBudget: none) left for the host. A
+  // budget crossed cuts the rule's flows at the end of the turn.
+  static constexpr std::size_t kNoBudget = static_cast<std::size_t>(-1);
+  virtual void spend(std::size_t rule, std::uint64_t bytes) = 0;
 
   // A flow is finished: destroy it at the end of this loop turn (it may be
   // inside its own callback now).

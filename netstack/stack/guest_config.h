@@ -42,6 +42,9 @@ struct GuestConfig {
   // global IPv6 address fails at once (a quick IPv4 fallback), not after a
   // timeout. Everything but neighbour discovery is still dropped, counted.
   bool ipv6_neighbour_discovery = false;
+  // Audit mode forced on (abox-net run --audit), whatever the policy's
+  // [mode] says: see GuestStack::audit().
+  bool audit = false;
 };
 
 }  // namespace abox::netstack

@@ -128,7 +128,7 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
                        base::RandomSource& random, GuestConfig config)
     : loop_(loop),
       link_(link),
-      policy_(policy),
+      policy_(&policy),
       events_(events),
       config_(config),
       table_(policy, policy.limits().answer_entries),
@@ -179,6 +179,8 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
 
   dns_ = std::make_unique<GuestDns>(loop, policy, host_addresses_, std::move(upstreams), table_, events,
                                     random, gw.addr);
+  dns_->set_audit(audit());
+  budgets_.resize(policy.rules().size());
 
   tcp_pcb* pcb = tcp_new();
   if (pcb == nullptr) throw std::runtime_error("lwIP tcp_new failed");
@@ -286,6 +288,7 @@ void GuestStack::sweep(base::MonoTime now) {
 // be posted is tried again.
 void GuestStack::end_turn() {
   drop_finished_receives();
+  if (!budgets_to_cut_.empty()) cut_budget_flows();
   // A link that batches (a stream socket) writes what this turn sent in
   // one go; what the socket cannot take waits for POLLOUT, and until then
   // no turn tries again (each try would be a send that fails).
@@ -738,7 +741,7 @@ void GuestStack::drop(DropReason reason, std::string_view proto, const policy::E
       break;
     case DropLog::limit: {
       const std::uint64_t limit =
-          reason == DropReason::half_open ? policy_.limits().half_open : policy_.limits().flows;
+          reason == DropReason::half_open ? policy_->limits().half_open : policy_->limits().flows;
       if (events_.reserve_line())
         events_.write_reserved("limit", {{"reason", row.name},
                                          {"limit", limit},
@@ -783,16 +786,22 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
   const policy::Endpoint to{dst, dst_port};
   // Handshakes in progress become flows: they count against the limit too.
   std::size_t half_open = half_open_now();
-  if (tcp_flows_.size() + udp_flows_.size() + half_open >= policy_.limits().flows) {
+  if (tcp_flows_.size() + udp_flows_.size() + half_open >= policy_->limits().flows) {
     drop(DropReason::flows, "tcp", &to);
     return SynVerdict::reset;
   }
-  if (half_open >= policy_.limits().half_open) {
+  if (half_open >= policy_->limits().half_open) {
     drop(DropReason::half_open, "tcp", &to);
     return SynVerdict::drop;  // the guest retries; old flows keep going
   }
   Admission a =
-      admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
+      admit_flow(*policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::tcp, loop_.now());
+  if (!a.admitted() && audit_lifts(*a.refusal)) {
+    would_deny(describe(*a.refusal), "tcp", to, audited_name(dst));
+    syn_admission_ = std::make_unique<SynAdmission>(SynAdmission{
+        audited_name(dst), nullptr, nullptr, false, base::MonoTime::max(), policy_generation_, true});
+    return SynVerdict::accept;
+  }
   if (!a.admitted()) {
     drop(*a.refusal, "tcp", &to);
     return SynVerdict::reset;
@@ -802,9 +811,14 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
     drop(DropReason::no_broker, "tcp", &to, a.name);
     return SynVerdict::reset;
   }
+  if (a.broker == nullptr && a.rule != nullptr && a.rule->budget && !take_budget(*a.rule)) {
+    drop(DropReason::budget_spent, "tcp", &to, a.name);
+    return SynVerdict::reset;
+  }
   // The name is copied: the table's string may go before the handshake ends.
   syn_admission_ = std::make_unique<SynAdmission>(
-      SynAdmission{std::string(a.name), a.broker, a.lifted, a.needs_name, a.answer_expires});
+      SynAdmission{std::string(a.name), a.broker, a.lifted, a.needs_name, a.answer_expires,
+                   policy_generation_, false, a.broker != nullptr ? kNoBudget : budget_rule_of(a.rule)});
   return SynVerdict::accept;
 }
 
@@ -819,7 +833,30 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
     tcp_abort(pcb);
     return false;
   }
-  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+  if (a->policy_generation != policy_generation_) {
+    // A reload came during the handshake: judged again, wholly by the
+    // policy in force now (the SYN's binding pointer went with the old one).
+    Admission again = admit_flow(*policy_, host_addresses_, table_, dst.address, dst.port,
+                                 policy::Protocol::tcp, loop_.now());
+    if (!again.admitted() && audit_lifts(*again.refusal)) {
+      *a = SynAdmission{audited_name(dst.address), nullptr, nullptr, false, base::MonoTime::max(),
+                        policy_generation_,        true};
+    } else if (!again.admitted() || (again.broker != nullptr && config_.broker_path.empty())) {
+      drop(DropReason::policy_revoked, "tcp", &dst, a->name);
+      tcp_abort(pcb);
+      return false;
+    } else {
+      *a = SynAdmission{std::string(again.name),
+                        again.broker,
+                        again.lifted,
+                        again.needs_name,
+                        again.answer_expires,
+                        policy_generation_,
+                        false,
+                        again.broker != nullptr ? kNoBudget : budget_rule_of(again.rule)};
+    }
+  }
+  if (tcp_flows_.size() + udp_flows_.size() >= policy_->limits().flows) {
     drop(DropReason::flows, "tcp", &dst);  // exact even if handshakes raced past the SYN check
     tcp_abort(pcb);
     return false;
@@ -827,9 +864,10 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
   ++counters_.tcp_admitted;
   if (a->broker != nullptr) ++counters_.tcp_brokered;
   if (events_.reserve_line())
-    events_.write_reserved("admit", {{"reason", a->broker != nullptr ? "answered name, handed to the broker"
-                                                : a->needs_name      ? "answered name, SNI/Host to be checked"
-                                                                     : "answered name"},
+    events_.write_reserved("admit", {{"reason", a->audited             ? "audit mode: would be denied"
+                                                : a->broker != nullptr ? "answered name, handed to the broker"
+                                                : a->needs_name ? "answered name, SNI/Host to be checked"
+                                                                : "answered name"},
                                      {"name", a->name},
                                      {"dst", dst.to_string()},
                                      {"proto", "tcp"}});
@@ -849,8 +887,9 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
     const std::size_t wide = std::min<std::size_t>(TCP_MSS, (0xFFFF - 14 - 40) / guest_mss * guest_mss);
     if (wide > guest_mss) pcb->mss = static_cast<u16_t>(wide);
   }
-  auto flow = std::make_unique<TcpFlow>(*this, pcb, a->needs_name, std::move(a->name), a->broker);
+  auto flow = std::make_unique<TcpFlow>(*this, pcb, a->needs_name, std::move(a->name), a->broker, a->audited);
   TcpFlow* raw = flow.get();
+  raw->set_budget_rule(a->budget_rule);
   tcp_flows_.emplace(raw, std::move(flow));
   raw->start();
   // A flow whose host side failed at once (no socket) aborted its pcb.
@@ -879,28 +918,38 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     it->second->from_guest(p);
     return;
   }
-  if (tcp_flows_.size() + udp_flows_.size() >= policy_.limits().flows) {
+  if (tcp_flows_.size() + udp_flows_.size() >= policy_->limits().flows) {
     drop(DropReason::flows, "udp", &to);
     pbuf_free(p);
     return;
   }
   Admission a =
-      admit_flow(policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
-  if (!a.admitted()) {
+      admit_flow(*policy_, host_addresses_, table_, dst, dst_port, policy::Protocol::udp, loop_.now());
+  const bool audited = !a.admitted() && audit_lifts(*a.refusal);
+  if (!a.admitted() && !audited) {
     refuse(*a.refusal);
     return;
   }
+  if (!audited && a.rule != nullptr && a.rule->budget && !take_budget(*a.rule)) {
+    refuse(DropReason::budget_spent);
+    return;
+  }
+  const std::string name = audited ? audited_name(dst) : std::string(a.name);
+  if (audited) would_deny(describe(*a.refusal), "udp", to, name);
   auto flow = std::make_unique<UdpFlow>(*this, key, to_net(config_.guest), src_port,
-                                        policy::Endpoint{dst, dst_port}, std::string(a.name));
+                                        policy::Endpoint{dst, dst_port}, name, audited);
+  flow->set_budget_rule(audited ? kNoBudget : budget_rule_of(a.rule));
   if (!flow->start()) {
-    drop(DropReason::host_socket_failed, "udp", &to, a.name);  // was silent
+    drop(DropReason::host_socket_failed, "udp", &to, name);  // was silent
     pbuf_free(p);
     return;
   }
   ++counters_.udp_admitted;
   if (events_.reserve_line())
-    events_.write_reserved(
-        "admit", {{"reason", "answered name"}, {"name", a.name}, {"dst", to.to_string()}, {"proto", "udp"}});
+    events_.write_reserved("admit", {{"reason", audited ? "audit mode: would be denied" : "answered name"},
+                                     {"name", name},
+                                     {"dst", to.to_string()},
+                                     {"proto", "udp"}});
   UdpFlow* raw = flow.get();
   udp_flows_.emplace(key, std::move(flow));
   raw->from_guest(p);
@@ -933,6 +982,156 @@ void GuestStack::release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) {
     udp_remove(it->second.pcb);
     reply_pcbs_.erase(it);
   }
+}
+
+GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy::Policy> next) {
+  PolicyApplied out;
+  const policy::Policy& now_in_force = *next;
+  policy_ = &now_in_force;
+  ++policy_generation_;
+  ++counters_.policy_reloads;
+  dns_->set_policy(now_in_force);
+  dns_->set_audit(audit());
+  // Budgets start afresh under the new rules.
+  budgets_.assign(now_in_force.rules().size(), BudgetUse{});
+  budgets_to_cut_.clear();
+  // Audit mode keeps every answer: names the policy does not allow still
+  // vouch for the flows it lets through.
+  if (!audit()) {
+    out.answers_forgotten =
+        table_.forget_names([&](std::string_view name) { return !now_in_force.allows_name(name); });
+  }
+  counters_.answers_forgotten += out.answers_forgotten;
+  // Cutting retires a flow, which erases it from its map: walk snapshots.
+  sweep_tcp_.clear();
+  for (auto& [_, f] : tcp_flows_) sweep_tcp_.push_back(f.get());
+  for (TcpFlow* f : sweep_tcp_) {
+    if (f->finished()) continue;
+    const policy::Endpoint dst = f->destination();
+    const Recheck r = recheck_flow(now_in_force, host_addresses_, dst.address, dst.port,
+                                   policy::Protocol::tcp, f->name(), f->brokered());
+    if (r.allowed) {
+      if (f->brokered()) f->follow_binding(r.broker);
+      f->set_budget_rule(
+          f->brokered() ? kNoBudget
+                        : budget_rule_of(now_in_force.admits(f->name(), dst.port, policy::Protocol::tcp)));
+      continue;
+    }
+    if (audit() && !f->brokered()) {
+      would_deny(describe(DropReason::policy_revoked), "tcp", dst, f->name());
+      continue;
+    }
+    drop(DropReason::policy_revoked, "tcp", &dst, f->name());
+    f->cut();
+    ++out.tcp_revoked;
+  }
+  sweep_udp_.clear();
+  for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
+  for (UdpFlow* f : sweep_udp_) {
+    if (f->finished()) continue;
+    const policy::Endpoint dst = f->destination();
+    if (recheck_flow(now_in_force, host_addresses_, dst.address, dst.port, policy::Protocol::udp, f->name(),
+                     false)
+            .allowed) {
+      f->set_budget_rule(budget_rule_of(now_in_force.admits(f->name(), dst.port, policy::Protocol::udp)));
+      continue;
+    }
+    if (audit()) {
+      would_deny(describe(DropReason::policy_revoked), "udp", dst, f->name());
+      continue;
+    }
+    drop(DropReason::policy_revoked, "udp", &dst, f->name());
+    f->cut();
+    ++out.udp_revoked;
+  }
+  // Nothing refers to the previous reload's policy any more: flows follow
+  // the new bindings, handshakes carry a generation, the gate the new one.
+  reloaded_policy_ = std::move(next);
+  return out;
+}
+
+GuestStack::BudgetUse& GuestStack::budget_of(const policy::AllowRule& rule) {
+  BudgetUse& u = budgets_.at(rule.index);
+  const base::MonoTime now = loop_.now();
+  if (now >= u.window_end) u = BudgetUse{now + base::Seconds(rule.budget->per_s)};
+  return u;
+}
+
+bool GuestStack::take_budget(const policy::AllowRule& rule) {
+  BudgetUse& u = budget_of(rule);
+  const policy::Budget& b = *rule.budget;
+  if (b.max_bytes_out && u.bytes_out >= *b.max_bytes_out) return false;
+  if (b.max_flows && u.flows >= *b.max_flows) {
+    if (!u.crossed) budget_crossed(rule, "max_flows", *b.max_flows);
+    return false;
+  }
+  ++u.flows;
+  return true;
+}
+
+void GuestStack::spend(std::size_t rule_index, std::uint64_t bytes) {
+  if (rule_index == kNoBudget || rule_index >= policy_->rules().size()) return;
+  const policy::AllowRule& rule = policy_->rules()[rule_index];
+  if (!rule.budget || !rule.budget->max_bytes_out) return;
+  BudgetUse& u = budget_of(rule);
+  u.bytes_out += bytes;
+  if (u.bytes_out < *rule.budget->max_bytes_out || u.crossed) return;
+  budget_crossed(rule, "max_bytes_out", *rule.budget->max_bytes_out);
+  budgets_to_cut_.push_back(rule_index);
+}
+
+void GuestStack::budget_crossed(const policy::AllowRule& rule, std::string_view what, std::uint64_t limit) {
+  BudgetUse& u = budgets_.at(rule.index);
+  u.crossed = true;
+  ++counters_.budget_crossed;
+  const auto left = std::chrono::duration_cast<base::Seconds>(u.window_end - loop_.now()).count();
+  events_.emit("budget", {{"reason", std::string(what) + " crossed"},
+                          {"rule", rule.where.to_string()},
+                          {"limit", limit},
+                          {"bytes_out", u.bytes_out},
+                          {"flows", static_cast<std::uint64_t>(u.flows)},
+                          {"per_s", static_cast<std::uint64_t>(rule.budget->per_s)},
+                          {"window_left_s", static_cast<std::uint64_t>(left > 0 ? left : 0)}});
+}
+
+void GuestStack::cut_budget_flows() {
+  for (const std::size_t rule : budgets_to_cut_) {
+    sweep_tcp_.clear();
+    for (auto& [_, f] : tcp_flows_)
+      if (f->budget_rule() == rule && !f->finished()) sweep_tcp_.push_back(f.get());
+    for (TcpFlow* f : sweep_tcp_) {
+      const policy::Endpoint dst = f->destination();
+      drop(DropReason::budget_cut, "tcp", &dst, f->name());
+      f->cut();
+    }
+    sweep_udp_.clear();
+    for (auto& [_, f] : udp_flows_)
+      if (f->budget_rule() == rule && !f->finished()) sweep_udp_.push_back(f.get());
+    for (UdpFlow* f : sweep_udp_) {
+      const policy::Endpoint dst = f->destination();
+      drop(DropReason::budget_cut, "udp", &dst, f->name());
+      f->cut();
+    }
+  }
+  budgets_to_cut_.clear();
+}
+
+bool GuestStack::audit_lifts(DropReason refusal) const {
+  return audit() && (refusal == DropReason::not_answered || refusal == DropReason::port_not_allowed);
+}
+
+std::string GuestStack::audited_name(const policy::IpAddress& dst) const {
+  const auto names = table_.names_for(dst, loop_.now());
+  return names.empty() ? std::string() : std::string(names.front().name);
+}
+
+void GuestStack::would_deny(std::string_view reason, std::string_view proto, const policy::Endpoint& dst,
+                            std::string_view name) {
+  ++counters_.audit_would_deny;
+  if (!events_.reserve_line()) return;
+  events_.write_reserved(
+      "would_deny",
+      {{"reason", reason}, {"name", name}, {"dst", dst.to_string()}, {"proto", proto}, {"audit", true}});
 }
 
 void GuestStack::retire(TcpFlow* flow) {

@@ -107,6 +107,25 @@ class GuestStack final : public FlowServices {
   // (abox-net run: a HostAddressWatch); the stack only reads it.
   policy::HostAddresses& host_addresses() { return host_addresses_; }
   const GuestConfig& config() const override { return config_; }
+  // Audit mode: the policy's [mode] audit, or GuestConfig::audit (--audit).
+  // Admission's refusals a policy makes (not_answered, port_not_allowed) and
+  // the SNI/Host checks let the flow through with a `would_deny` event;
+  // reserved ranges and this host's addresses stay refused, as do limits and
+  // everything that is not the policy's to lift. A reload in audit mode cuts
+  // nothing and forgets no answer (each flow it would cut: a would_deny).
+  bool audit() const override { return config_.audit || policy_->mode().audit; }
+  void would_deny(std::string_view reason, std::string_view proto, const policy::Endpoint& dst,
+                  std::string_view name) override;
+  // Egress budgets ([[allow]] max_bytes_out, max_flows, per): counted per
+  // rule in fixed windows of `per` seconds from the rule's first flow of the
+  // window. A new flow is counted at its SYN (TCP) or first datagram (UDP)
+  // and refused (budget_spent) once max_flows were counted or max_bytes_out
+  // was sent in the window; bytes are counted as the host socket takes them.
+  // When max_bytes_out is crossed, a `budget` event says so and every live
+  // flow of the rule is cut at the end of the turn (budget_cut; the flow
+  // that crossed it sends what its host socket took first). Reaching
+  // max_flows refuses new flows only. A reload starts every budget afresh.
+  void spend(std::size_t rule, std::uint64_t bytes) override;
   std::size_t tcp_flows() const { return tcp_flows_.size(); }
   std::size_t udp_flows() const { return udp_flows_.size(); }
   // What lwIP's glue (netstack/lwip/abox_lwip.h) dropped: ICMP to a foreign
@@ -133,9 +152,31 @@ class GuestStack final : public FlowServices {
   // True when the link's frames come by ring reads (GuestConfig).
   bool link_read_on_ring() const { return ring_reader_ != nullptr; }
 
+  // A reloaded policy, validated by its maker, in force from now on: the
+  // swap happens here, on the loop's thread, between two frames, so no frame
+  // or flow is judged half by the old policy and half by the new one. At
+  // once: the DNS gate asks the new policy (GuestDns::set_policy()); the
+  // answer table forgets the names it no longer allows; every live flow is
+  // judged again (recheck_flow(), admission.h), and one it no longer
+  // allows is cut (TCP: RST to the guest, host socket closed; UDP: host
+  // socket closed), counted and logged as DropReason::policy_revoked;
+  // flows it still allows are untouched (a brokered one follows its
+  // binding in the new policy). Handshakes in progress are judged again
+  // when they complete. Limits apply to new work: nothing live is cut to
+  // meet a lower one. What was sized at start stays: the DNS upstreams, the
+  // answer table's capacity and [dns] grace, the gate's slots and cache.
+  // The previous reload's policy is freed (nothing refers to it after the
+  // pass); the constructor's stays its owner's.
+  struct PolicyApplied {
+    std::size_t tcp_revoked = 0;
+    std::size_t udp_revoked = 0;
+    std::size_t answers_forgotten = 0;
+  };
+  PolicyApplied apply_policy(std::unique_ptr<const policy::Policy> next);
+
   // For flows: FlowServices (flow_services.h).
   io::EventLoop& loop() override { return loop_; }
-  const policy::Policy& policy() const override { return policy_; }
+  const policy::Policy& policy() const override { return *policy_; }
   base::EventLog& events() override { return events_; }
   dns::AnswerTable& answer_table() override { return table_; }
   const policy::HostAddresses& host_addresses() const override { return host_addresses_; }
@@ -211,7 +252,32 @@ class GuestStack final : public FlowServices {
     const policy::ReservedRange* lifted = nullptr;
     bool needs_name = false;
     base::MonoTime answer_expires{};
+    std::uint64_t policy_generation = 0;  // a reload during the handshake: judged again
+    bool audited = false;                 // let through by audit mode (TcpFlow's `audited`)
+    std::size_t budget_rule = kNoBudget;  // the rule whose budget the flow spends
   };
+  struct BudgetUse {
+    base::MonoTime window_end{};
+    std::uint64_t bytes_out = 0;
+    std::uint32_t flows = 0;
+    bool crossed = false;  // the `budget` event was written for this window
+  };
+  // The rule's budget, its window rolled to `now`.
+  BudgetUse& budget_of(const policy::AllowRule& rule);
+  // Counts one new flow against the rule's budget; false (nothing counted)
+  // when it is spent.
+  bool take_budget(const policy::AllowRule& rule);
+  void budget_crossed(const policy::AllowRule& rule, std::string_view what, std::uint64_t limit);
+  void cut_budget_flows();
+  // The rule index a new direct flow spends (kNoBudget when its rule has none).
+  static std::size_t budget_rule_of(const policy::AllowRule* rule) {
+    return rule != nullptr && rule->budget ? rule->index : kNoBudget;
+  }
+  // Audit mode lifts this refusal (a policy's own: not_answered, port_not_allowed).
+  bool audit_lifts(DropReason refusal) const;
+  // For a flow audit mode lets through: the name its destination was last
+  // answered for (empty when none).
+  std::string audited_name(const policy::IpAddress& dst) const;
   // Counts and logs one drop or refusal as its row in drop_reason.h says.
   // proto: "tcp", "udp", "ipv6", or empty for a frame (counted as TCP's).
   void drop(DropReason reason, std::string_view proto = {}, const policy::Endpoint* dst = nullptr,
@@ -236,7 +302,11 @@ class GuestStack final : public FlowServices {
 
   io::EventLoop& loop_;
   Link& link_;
-  const policy::Policy& policy_;
+  const policy::Policy* policy_;  // never null: the constructor's, or the last reload's
+  std::unique_ptr<const policy::Policy> reloaded_policy_;  // owns the last reload's
+  std::uint64_t policy_generation_ = 0;                    // +1 per reload
+  std::vector<BudgetUse> budgets_;                         // by rule index
+  std::vector<std::size_t> budgets_to_cut_;                // rules crossed this turn
   base::EventLog& events_;
   GuestConfig config_;
   policy::HostAddresses host_addresses_;  // before dns_, which reads it

@@ -42,13 +42,25 @@ struct StackCounters {
   // UDP flows whose ring receive kept ending without a datagram, read on
   // readiness from then on (udp_flow.cc).
   std::uint64_t udp_ring_receive_fallbacks = 0;
+  // Live policy reloads (GuestStack::apply_policy()): applied, and live flows
+  // (TCP and UDP) the new policy no longer allowed, cut (policy_revoked).
+  std::uint64_t policy_reloads = 0;
+  std::uint64_t flows_revoked = 0;
+  std::uint64_t answers_forgotten = 0;  // answer-table names a reload revoked
+  // Audit mode: flows and name checks the policy would have refused, let through.
+  std::uint64_t audit_would_deny = 0;
+  // Egress budgets: budgets crossed (a `budget` event each), new flows
+  // refused past one, live flows cut when one was crossed.
+  std::uint64_t budget_crossed = 0;
+  std::uint64_t budget_refused = 0;
+  std::uint64_t budget_cut = 0;
 };
 
 struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 25> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 32> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -74,6 +86,13 @@ inline constexpr std::array<StackCounterField, 25> kStackCounterFields = {{
     {"dhcp_malformed", &StackCounters::dhcp_malformed},
     {"udp_ring_receive_fallbacks", &StackCounters::udp_ring_receive_fallbacks},
     {"stack_frames_in", &StackCounters::frames_in},
+    {"policy_reloads", &StackCounters::policy_reloads},
+    {"flows_revoked", &StackCounters::flows_revoked},
+    {"answers_forgotten", &StackCounters::answers_forgotten},
+    {"audit_would_deny", &StackCounters::audit_would_deny},
+    {"budget_crossed", &StackCounters::budget_crossed},
+    {"budget_refused", &StackCounters::budget_refused},
+    {"budget_cut", &StackCounters::budget_cut},
 }};
 static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
               "every StackCounters field has its name in kStackCounterFields");

@@ -49,14 +49,15 @@ void err_cb(void* arg, err_t) {
 }  // namespace
 
 TcpFlow::TcpFlow(FlowServices& stack, tcp_pcb* pcb, bool needs_name, std::string name,
-                 const policy::BrokerBinding* broker)
+                 const policy::BrokerBinding* broker, bool audited)
     : stack_(stack),
       pcb_(pcb),
       dst_{from_lwip(pcb->local_ip), pcb->local_port},
       src_{from_lwip(pcb->remote_ip), pcb->remote_port},
       name_(std::move(name)),
       broker_(broker),
-      state_(needs_name && broker == nullptr ? State::peeking : State::connecting) {}
+      state_(needs_name && broker == nullptr ? State::peeking : State::connecting),
+      audited_(audited) {}
 
 TcpFlow::~TcpFlow() {
   if (handle_ != io::EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
@@ -277,18 +278,32 @@ void TcpFlow::peek() {
   if (r.status != PeekStatus::tls_sni && r.status != PeekStatus::http_host) {
     std::string why = "no acceptable name in the first bytes: " + std::string(to_string(r.status));
     if (r.error != PeekError::none) why += std::string(" (") + std::string(describe(r.error)) + ")";
+    if (stack_.audit()) {
+      // Audit mode: said, and the flow goes on unchecked.
+      stack_.would_deny(why, "tcp", dst_, name_);
+      peeked_.clear();
+      peeked_.shrink_to_fit();
+      connect_host();
+      return;
+    }
     refuse_name(why, r.status == PeekStatus::tls_ech ? r.name.view() : std::string_view());
     return;
   }
   auto check = check_peeked_name(stack_.policy(), stack_.answer_table(), dst_.address, dst_.port,
                                  r.name.view(), stack_.loop().now());
   if (check != NameCheck::ok) {
-    refuse_name(describe(check), r.name.view());
-    return;
+    if (!stack_.audit()) {
+      refuse_name(describe(check), r.name.view());
+      return;
+    }
+    stack_.would_deny(std::string(describe(check)) + " (" + std::string(r.name.view()) + ")", "tcp", dst_,
+                      name_);
   }
   peeked_.clear();
   peeked_.shrink_to_fit();
-  if (r.status == PeekStatus::http_host) {
+  // Audit mode follows no later request: it says what the policy would
+  // refuse, and a request it would refuse later is let through unnamed.
+  if (r.status == PeekStatus::http_host && !stack_.audit()) {
     // From the flow's first byte: the first request is read again, and
     // whatever the guest pipelined behind it in the held bytes is checked
     // before any of it goes.
@@ -380,6 +395,7 @@ void TcpFlow::took_from_guest(std::size_t done) {
   const u32_t announced = pcb_ != nullptr && TCP_SEQ_GT(pcb_->rcv_ann_right_edge, pcb_->rcv_nxt)
                               ? pcb_->rcv_ann_right_edge - pcb_->rcv_nxt
                               : 0;
+  stack_.spend(budget_rule_, done);
   // Free what the host took and open the guest's window by as much.
   while (done > 0) {
     auto step = static_cast<u16_t>(std::min<std::size_t>(done, 0xFFFF));
@@ -600,7 +616,7 @@ void TcpFlow::check_deadlines(base::MonoTime now) {
   // An answer admits new flows until it expires; flows already running get
   // [dns] grace more. A guest that keeps the name answered (asks again)
   // keeps its flows; one that stopped asking loses them.
-  if (now >= stack_.answer_table().live_until(dst_.address, name_)) {
+  if (!audited_ && now >= stack_.answer_table().live_until(dst_.address, name_)) {
     if (stack_.events().reserve_line())
       stack_.events().write_reserved("flow",
                                      {{"reason", "the answer that admitted the flow expired (TTL + grace)"},

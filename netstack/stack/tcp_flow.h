@@ -44,6 +44,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -67,8 +68,10 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   // pcb: the accepted lwIP pcb (its local address/port is the destination).
   // needs_name: peek SNI/Host before connecting. `name` is the admitting name.
   // broker: set when the flow goes to the broker (needs_name is then false).
+  // audited: admitted only because audit mode lets through what the policy
+  // would refuse (no answer may vouch for it: no answer expiry ends it).
   TcpFlow(FlowServices& stack, tcp_pcb* pcb, bool needs_name, std::string name,
-          const policy::BrokerBinding* broker = nullptr);
+          const policy::BrokerBinding* broker = nullptr, bool audited = false);
   ~TcpFlow() override;
   TcpFlow(const TcpFlow&) = delete;
   TcpFlow& operator=(const TcpFlow&) = delete;
@@ -94,6 +97,21 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   Phase phase() const;
 
   void on_ready(std::uint32_t events) override;
+
+  // For a policy reload (GuestStack::apply_policy()): what the flow was
+  // admitted for, and its way out.
+  const std::string& name() const { return name_; }
+  const policy::Endpoint& destination() const { return dst_; }
+  bool brokered() const { return broker_ != nullptr; }
+  bool finished() const { return state_ == State::done; }
+  // The same binding in the reloaded policy (the old one goes with it).
+  void follow_binding(const policy::BrokerBinding* binding) { broker_ = binding; }
+  // The [[allow]] rule whose egress budget this flow spends (kNoBudget: none).
+  std::size_t budget_rule() const { return budget_rule_; }
+  void set_budget_rule(std::size_t rule) { budget_rule_ = rule; }
+  // Cut by a reload: RST to the guest, the host socket closed (SO_LINGER 0),
+  // the flow retired. The caller has counted and logged it.
+  void cut() { abort_both("policy revoked"); }
 
  private:
   enum class State : std::uint8_t { peeking, connecting, open, done };
@@ -159,6 +177,8 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   bool host_paused_ = false;    // not reading the host: lwIP's send buffer is full
   bool host_closing_ = false;   // the poll saw POLLRDHUP/POLLHUP/POLLERR: read to the end
   bool aborted_ = false;
+  bool audited_ = false;
+  std::size_t budget_rule_ = static_cast<std::size_t>(-1);
   base::MonoTime deadline_{};  // peek or connect deadline
   base::MonoTime last_activity_{};
 };

@@ -32,13 +32,14 @@ constexpr unsigned kMaxReceivesWithoutData = 16;
 }  // namespace
 
 UdpFlow::UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
-                 const policy::Endpoint& dst, std::string name)
+                 const policy::Endpoint& dst, std::string name, bool audited)
     : stack_(stack),
       key_(key),
       guest_ip_(guest_ip),
       guest_port_(guest_port),
       dst_(dst),
-      name_(std::move(name)) {}
+      name_(std::move(name)),
+      audited_(audited) {}
 
 void HostReceive::post(int fd) {
   pool_.post_multishot_receive(this, fd);
@@ -122,6 +123,7 @@ void UdpFlow::from_guest(pbuf* p) {
     pbuf_free(p);
     return;
   }
+  stack_.spend(budget_rule_, p->tot_len);
   std::array<std::span<const std::uint8_t>, 8> parts{};
   std::size_t count = 0;
   std::size_t covered = 0;
@@ -201,6 +203,12 @@ void UdpFlow::from_host(std::span<const std::uint8_t> datagram) {
   pbuf_free(p);
 }
 
+void UdpFlow::cut() {
+  if (retired_) return;
+  retired_ = true;
+  stack_.retire(this);
+}
+
 void UdpFlow::check_idle(base::MonoTime now) {
   if (retired_) return;
   // An address that became this host's since the flow was admitted ends it
@@ -212,7 +220,7 @@ void UdpFlow::check_idle(base::MonoTime now) {
                                             {"dst", dst_.to_string()},
                                             {"proto", "udp"}});
   }
-  bool expired = now_host || now >= stack_.answer_table().live_until(dst_.address, name_);
+  bool expired = now_host || (!audited_ && now >= stack_.answer_table().live_until(dst_.address, name_));
   if (expired && !now_host) {
     if (stack_.events().reserve_line())
       stack_.events().write_reserved("flow",

@@ -58,8 +58,10 @@ class HostReceive final : public io::EventLoop::Completion {
 class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Deletable {
  public:
   // name: the answered name that admitted the flow.
+  // audited: admitted only because audit mode lets through what the policy
+  // would refuse (no answer expiry ends it).
   UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
-          const policy::Endpoint& dst, std::string name);
+          const policy::Endpoint& dst, std::string name, bool audited = false);
   ~UdpFlow() override;
   UdpFlow(const UdpFlow&) = delete;
   UdpFlow& operator=(const UdpFlow&) = delete;
@@ -75,6 +77,16 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   void receive_ended(int res);
   void check_idle(base::MonoTime now);
   std::uint64_t key() const { return key_; }
+  // For a policy reload (GuestStack::apply_policy()).
+  const std::string& name() const { return name_; }
+  const policy::Endpoint& destination() const { return dst_; }
+  bool finished() const { return retired_; }
+  // The [[allow]] rule whose egress budget this flow spends (kNoBudget: none).
+  std::size_t budget_rule() const { return budget_rule_; }
+  void set_budget_rule(std::size_t rule) { budget_rule_ = rule; }
+  // Cut by a reload: the host socket closes with the flow, retired now. The
+  // caller has counted and logged it.
+  void cut();
 
  private:
   FlowServices& stack_;
@@ -89,6 +101,8 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   std::uint32_t dst_net_ = 0;
   base::MonoTime last_activity_{};
   bool retired_ = false;
+  bool audited_ = false;
+  std::size_t budget_rule_ = static_cast<std::size_t>(-1);
   bool queued_on_ring_ = false;           // a datagram went to the host writer (see ~UdpFlow)
   std::unique_ptr<HostReceive> receive_;  // null: read on readiness
   unsigned receives_without_data_ = 0;    // consecutive ends of the ring receive

@@ -395,5 +395,32 @@ ports = [443]
   EXPECT_EQ(table.size(), 1u);
 }
 
+// A reload forgets the names it revokes: an address answered for a revoked
+// name and a kept one keeps only the kept one; an address answered only for
+// revoked names goes, and its slot with it.
+TEST_F(AnswerTableTest, ForgetNamesDropsRevokedNamesAndAddressesLeftWithNone) {
+  AnswerTable table(policy_, 2);
+  const IpAddress shared = ip("93.184.216.34");
+  const IpAddress only_a = ip("93.184.216.35");
+  table.record(shared, "a.example.com", at(60), at(0));
+  table.record(shared, "b.example.com", at(30), at(0));
+  table.record(only_a, "a.example.com", at(60), at(0));
+  ASSERT_EQ(table.size(), 2u);
+  const std::size_t forgotten = table.forget_names([](std::string_view n) { return n == "a.example.com"; });
+  EXPECT_EQ(forgotten, 2u);
+  EXPECT_EQ(table.size(), 1u);
+  auto names = table.names_for(shared, at(1));
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(names[0].name, "b.example.com");
+  EXPECT_TRUE(table.names_for(only_a, at(1)).empty());
+  EXPECT_LE(table.live_until(shared, "a.example.com"), at(0)) << "a flow admitted for it is not kept alive";
+  EXPECT_EQ(table.live_until(shared, "b.example.com"), at(30 + 30));
+  // The freed slot takes a new address without evicting a live one.
+  table.record(ip("93.184.216.36"), "b.example.com", at(60), at(2));
+  EXPECT_EQ(table.size(), 2u);
+  EXPECT_EQ(table.counters().evicted_oldest, 0u);
+  EXPECT_EQ(table.names_for(shared, at(3)).size(), 1u);
+}
+
 }  // namespace
 }  // namespace abox::dns

@@ -544,5 +544,71 @@ TEST_F(GateTest, NameWithEscapedBytesIsRefusedAndLoggedSafely) {
   EXPECT_NE(event_lines_.back().find("a\\\\046b.example.com"), std::string::npos) << event_lines_.back();
 }
 
+// A reloaded policy (set_policy()) is asked from the next question on: a
+// name it revokes is refused, even one whose answer is cached; a question
+// asked before the reload and answered after it is denied, not recorded.
+TEST_F(GateTest, ASetPolicyRevokesNamesForNewQuestionsAndForAnswersInFlight) {
+  query(1, make_query(1, "www.example.com", rr_type::A));
+  auto up = sink_.upstream.at(0);
+  gate_->on_upstream_reply(up.slot, make_answer(up.msg, {"www.example.com. 300 IN A 93.184.215.14"}), now_);
+  ASSERT_EQ(rcode_of(sink_.guest.at(0).msg), rcode::NOERROR);
+  query(2, make_query(2, "example.com", rr_type::A));  // in flight across the reload
+  ASSERT_EQ(sink_.upstream.size(), 2u);
+
+  auto p = policy::parse_policy(
+      "[dns]\nupstreams = [\"192.0.2.1\"]\n[[allow]]\nnames = [\"other.net\"]\nports = [443]\n",
+      "gate-reloaded.toml");
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  auto reloaded = std::make_unique<policy::Policy>(std::move(p).value());
+  gate_->set_policy(*reloaded);
+
+  // Cached before: refused now, from the policy, not the cache.
+  query(3, make_query(3, "www.example.com", rr_type::A));
+  ASSERT_EQ(sink_.guest.size(), 2u);
+  EXPECT_EQ(rcode_of(sink_.guest[1].msg), rcode::REFUSED);
+  EXPECT_EQ(gate_->counters().cache_hits, 0u);
+  // Asked before, answered after: denied, nothing recorded.
+  const auto& in_flight = sink_.upstream[1];
+  gate_->on_upstream_reply(in_flight.slot,
+                           make_answer(in_flight.msg, {"example.com. 300 IN A 93.184.215.15"}), now_);
+  ASSERT_EQ(sink_.guest.size(), 3u);
+  EXPECT_EQ(rcode_of(sink_.guest[2].msg), rcode::REFUSED);
+  EXPECT_TRUE(table_->names_for(*policy::IpAddress::parse("93.184.215.15"), now_).empty());
+  EXPECT_EQ(gate_->in_flight(), 0u);
+  // A name the new policy allows is asked upstream.
+  query(4, make_query(4, "other.net", rr_type::A));
+  EXPECT_EQ(sink_.upstream.size(), 3u);
+  gate_.reset();  // before the policy it points to
+}
+
+// Audit mode: a name the policy does not allow is asked upstream anyway,
+// its answer recorded, with a would_deny event; a name with no canonical
+// form is still refused, and a reserved address still leaves the answer.
+TEST_F(GateTest, AuditModeAsksForANameThePolicyDoesNotAllowAndSaysSo) {
+  make("[mode]\naudit = true\n[dns]\nupstreams = [\"192.0.2.1\"]\n");
+  ASSERT_TRUE(gate_->audit());
+  query(1, make_query(1, "evil.org", rr_type::A));
+  ASSERT_EQ(sink_.upstream.size(), 1u);
+  auto up = sink_.upstream[0];
+  gate_->on_upstream_reply(
+      up.slot, make_answer(up.msg, {"evil.org. 300 IN A 93.184.216.7", "evil.org. 300 IN A 169.254.169.254"}),
+      now_);
+  ASSERT_EQ(sink_.guest.size(), 1u);
+  EXPECT_EQ(rcode_of(sink_.guest[0].msg), rcode::NOERROR);
+  EXPECT_EQ(ancount(sink_.guest[0].msg), 1u) << "the metadata address is removed in audit mode too";
+  const auto names = table_->names_for(*policy::IpAddress::parse("93.184.216.7"), now_);
+  ASSERT_EQ(names.size(), 1u);
+  EXPECT_EQ(names[0].name, "evil.org");
+  EXPECT_EQ(gate_->counters().would_deny, 1u);
+  EXPECT_EQ(gate_->counters().denied, 0u);
+  bool said = false;
+  for (const auto& e : event_lines_) {
+    said |= e.find("\"kind\":\"would_deny\"") != std::string::npos &&
+            e.find("\"name\":\"evil.org\"") != std::string::npos &&
+            e.find("\"audit\":true") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+}
+
 }  // namespace
 }  // namespace abox::dns

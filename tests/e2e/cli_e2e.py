@@ -121,7 +121,9 @@ def case_help_cmd_is_the_commands_help(e):
              ((e.abox, "help", "policy", "check"), (e.abox, "policy", "check", "--help")),
              ((e.abox, "help", "broker", "nonces"), (e.abox, "broker", "nonces", "-h")),
              ((e.abox_net, "help", "run"), (e.abox_net, "run", "--help")),
-             ((e.abox_net, "help", "explain"), (e.abox_net, "explain", "--help"))]
+             ((e.abox_net, "help", "explain"), (e.abox_net, "explain", "--help")),
+             ((e.abox, "help", "policy", "suggest"), (e.abox, "policy", "suggest", "--help")),
+             ((e.abox_net, "help", "reload"), (e.abox_net, "reload", "--help"))]
     for asked, direct in pairs:
         a, d = e.run(list(asked)), e.run(list(direct))
         expect(a.returncode == 0 and d.returncode == 0, f"{asked}: {a.returncode} {a.stderr}")
@@ -152,6 +154,10 @@ def case_usage_errors_are_one_line(e):
         ([e.abox_net, "dns", "--listen=nowhere", "-p", "p.toml"], "abox-net dns", 2),
         ([e.abox_net, "stats"], "abox-net stats", 2),
         ([e.abox_net, "explain", "--bogus"], "abox-net explain", 2),
+        ([e.abox, "policy", "suggest", "--bogus"], "abox policy suggest", 2),
+        ([e.abox, "policy", "suggest"], "abox policy suggest", 2),
+        ([e.abox_net, "reload", "--bogus"], "abox-net reload", 2),
+        ([e.abox_net, "reload", "only-a-socket"], "abox-net reload", 2),
     ]
     for argv, command, code in cases:
         r = e.run(argv)

@@ -30,8 +30,9 @@ import subprocess
 import sys
 import tempfile
 
-ABOX_COMMANDS = ["run", "image", "policy check", "policy explain", "broker", "broker ca", "broker nonces"]
-NET_COMMANDS = ["run", "dns", "stats", "explain"]
+ABOX_COMMANDS = ["run", "image", "policy check", "policy explain", "policy suggest", "broker", "broker ca",
+                 "broker nonces"]
+NET_COMMANDS = ["run", "dns", "stats", "explain", "reload"]
 
 
 def expect(cond, what):

@@ -66,6 +66,18 @@ TEST(ExplainTarget, ReadsEveryForm) {
 
 // The first case: a port no rule allows is refused for an address,
 // whatever the DNS gate might answer.
+TEST(Explain, ANameWithABudgetInAuditModeSaysBoth) {
+  Policy p = parse(
+      "[mode]\naudit = true\n[[allow]]\nnames = [\"paste.example.com\"]\nports = [443]\n"
+      "max_bytes_out = 1048576\nmax_flows = 5\nper = \"10m\"\n");
+  auto e = ask(p, "paste.example.com:443");
+  ASSERT_TRUE(e.allowed());
+  std::string all;
+  for (const auto& d : e.details) all += d + "\n";
+  EXPECT_NE(all.find("egress budget per 600 s: 1048576 bytes out, 5 new flows"), std::string::npos) << all;
+  EXPECT_NE(all.find("[mode] audit = true"), std::string::npos) << all;
+}
+
 TEST(Explain, AnAddressOnAPortNoRuleAllowsIsRefused) {
   Policy p = parse(kPolicy);
   auto e = ask(p, "140.82.112.3:9999");

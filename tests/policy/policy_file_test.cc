@@ -44,6 +44,39 @@ TEST(PolicyFile, MinimalDefaults) {
 
 // Non-ASCII text is fine in comments (and after a UTF-8 byte order mark):
 // only outside strings and comments is it refused (see bad cases).
+TEST(PolicyFile, BudgetsArePerRuleWithAWindow) {
+  Policy p = parse_ok(std::string(kRule) + "max_bytes_out = 1048576\nmax_flows = 10\nper = \"10m\"\n" +
+                      "[[allow]]\nnames = [\"b.example.com\"]\nports = [443]\nmax_flows = 3\n");
+  ASSERT_TRUE(p.rules()[0].budget.has_value());
+  EXPECT_EQ(p.rules()[0].budget->max_bytes_out, 1048576u);
+  EXPECT_EQ(p.rules()[0].budget->max_flows, 10u);
+  EXPECT_EQ(p.rules()[0].budget->per_s, 600u);
+  ASSERT_TRUE(p.rules()[1].budget.has_value());
+  EXPECT_FALSE(p.rules()[1].budget->max_bytes_out.has_value());
+  EXPECT_EQ(p.rules()[1].budget->per_s, 3600u) << "an hour unless said";
+  EXPECT_FALSE(parse_ok(kRule).rules()[0].budget.has_value());
+  EXPECT_EQ(first_error(std::string(kRule) + "per = \"1h\"\n"),
+            "1:1: [[allow]]: per needs max_bytes_out or max_flows (the budget it is the window of)");
+  EXPECT_EQ(first_error(std::string(kRule) + "max_flows = 1\nper = \"1w\"\n"),
+            "5:7: per: expected a duration such as \"30s\", \"10m\", \"1h\" or \"1d\" (1 s to 30 days), "
+            "found \"1w\"");
+  EXPECT_EQ(first_error(std::string(kRule) + "max_bytes_out = 0\n"),
+            "4:17: max_bytes_out: expected an integer from 1 to 1125899906842624, found 0");
+}
+
+TEST(PolicyFile, AuditModeIsOffUnlessSaidAndThenWarned) {
+  Policy off = parse_ok(kRule);
+  EXPECT_FALSE(off.mode().audit);
+  EXPECT_TRUE(policy_warnings(off).empty());
+  Policy on = parse_ok("[mode]\naudit = true\n" + std::string(kRule));
+  EXPECT_TRUE(on.mode().audit);
+  EXPECT_EQ(on.mode().where.line, 1u);
+  const auto warnings = policy_warnings(on);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].message.find("audit"), std::string::npos) << warnings[0].message;
+  EXPECT_FALSE(parse_ok("[mode]\naudit = false\n" + std::string(kRule)).mode().audit);
+}
+
 TEST(PolicyFile, NonAsciiCommentsAndByteOrderMark) {
   Policy p = parse_ok(std::string("\xEF\xBB\xBF# R\xc3\xa8gles \xe2\x80\x94 l'\xc3\xa9quipe\n") +
                       std::string(kRule) + "# fin \xe2\x9c\x93\n");
@@ -240,13 +273,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"duplicate_key_toml", rule_with("ports = [80]\n"), "4:9: TOML syntax:"},
         // A problem of the file as a whole: no line or column (0:0 here).
         BadCase{"empty_file", "", "0:0: the policy allows nothing"},
-        BadCase{
-            "unknown_top_key", rule_with("colour = 1\n"),
-            "4:1: unknown key 'colour' in [[allow]] (expected one of: names, ports, protocols, verify_name)"},
+        BadCase{"unknown_top_key", rule_with("colour = 1\n"),
+                "4:1: unknown key 'colour' in [[allow]] (expected one of: max_bytes_out, max_flows, names, "
+                "per, ports, "
+                "protocols, verify_name)"},
         BadCase{"unknown_section", "[dnss]\nmin_ttl = 1\n" + rule_with(""),
                 "1:2: unknown key 'dnss' in the policy file (expected one of: allow, broker, dns, limits, "
-                "timeouts, "
+                "mode, timeouts, "
                 "unsafe, version)"},
+        BadCase{"audit_not_bool", "[mode]\naudit = \"yes\"\n" + rule_with(""),
+                "2:9: audit: expected true or false, found a string"},
+        BadCase{"unknown_mode_key", "[mode]\naudti = true\n" + rule_with(""),
+                "2:1: unknown key 'audti' in [mode] (expected one of: audit)"},
         BadCase{"typo_in_dns", "[dns]\nmax_tll = 5\n" + rule_with(""), "2:1: unknown key 'max_tll' in [dns]"},
         BadCase{"version_2", "version = 2\n" + rule_with(""),
                 "1:11: version: expected an integer from 1 to 1"},

@@ -164,6 +164,43 @@ TEST_F(StatsServerTest, ExplainGoesToItsHandlerAndEverythingElseIsAnError) {
   EXPECT_EQ((*server)->counters().bad_requests, 2u);
 }
 
+// "reload SOURCE": the text after the line, to the client's half-close,
+// goes whole to the handler (here larger than one read and than
+// kMaxRequest); nothing is answered before the end of the text.
+TEST_F(StatsServerTest, AReloadTakesTheTextToTheEndOfTheStream) {
+  io::EventLoop loop;
+  std::string source;
+  std::string text;
+  auto server = StatsServer::create(
+      loop, path_, [] { return std::string("{}"); }, {},
+      [&](std::string_view s, std::string_view t) {
+        source = std::string(s);
+        text = std::string(t);
+        return std::string("0\napplied");
+      });
+  ASSERT_TRUE(server.ok());
+  std::string body;
+  for (int i = 0; i < 2000; ++i) body += "# line " + std::to_string(i) + "\n";
+  ASSERT_GT(body.size(), 16384u);
+  auto c = connect_to(path_, "reload /etc/abox/p.toml\n" + body.substr(0, 100));
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(nothing_yet(loop, c.get())) << "answered before the text ended";
+  const std::string rest = body.substr(100);
+  ASSERT_EQ(::send(c.get(), rest.data(), rest.size(), MSG_NOSIGNAL), static_cast<ssize_t>(rest.size()));
+  ::shutdown(c.get(), SHUT_WR);
+  EXPECT_EQ(read_reply(loop, c.get()), std::optional<std::string>("0\napplied\n"));
+  EXPECT_EQ(source, "/etc/abox/p.toml");
+  EXPECT_EQ(text, body);
+  // Without a handler (abox-net dns): not a reload, exit status 3.
+  auto none = StatsServer::create(loop, dir_.file("dns.sock"), [] { return std::string("{}"); });
+  ASSERT_TRUE(none.ok());
+  auto d = connect_to(dir_.file("dns.sock"), "reload x\n[[allow]]\n");
+  ::shutdown(d.get(), SHUT_WR);
+  auto reply = read_reply(loop, d.get());
+  ASSERT_TRUE(reply);
+  EXPECT_TRUE(reply->starts_with("3\n")) << *reply;
+}
+
 TEST_F(StatsServerTest, WithoutAnExplainHandlerExplainIsAnError) {
   io::EventLoop loop;
   auto server = StatsServer::create(loop, path_, [] { return std::string("{}"); });

@@ -210,5 +210,51 @@ TEST(NameCheckTest, EveryResultReadsAsItsOwnSentence) {
   }
 }
 
+// ---- recheck_flow: a live flow under a reloaded policy --------------------
+
+TEST_F(AdmissionTest, RecheckKeepsAFlowItsRuleStillAllows) {
+  const Recheck r =
+      recheck_flow(*policy_, host_, ip("140.82.112.3"), 443, Protocol::tcp, "github.com", false);
+  EXPECT_TRUE(r.allowed);
+  EXPECT_EQ(r.broker, nullptr);
+}
+
+TEST_F(AdmissionTest, RecheckCutsANameNoRuleAllowsOrAPortOrProtocolItsRuleDropped) {
+  EXPECT_FALSE(
+      recheck_flow(*policy_, host_, ip("1.2.3.4"), 443, Protocol::tcp, "gone.example", false).allowed);
+  EXPECT_FALSE(recheck_flow(*policy_, host_, ip("1.2.3.4"), 80, Protocol::tcp, "github.com", false).allowed);
+  EXPECT_FALSE(recheck_flow(*policy_, host_, ip("1.2.3.4"), 443, Protocol::udp, "github.com", false).allowed);
+  EXPECT_TRUE(
+      recheck_flow(*policy_, host_, ip("1.2.3.4"), 123, Protocol::udp, "ntp.example.net", false).allowed);
+}
+
+TEST_F(AdmissionTest, RecheckCutsAReservedDestinationAndAnAddressOfThisHost) {
+  // 198.18.0.0/15 is lifted by [unsafe]: allowed; loopback never is.
+  EXPECT_TRUE(
+      recheck_flow(*policy_, host_, ip("198.18.0.9"), 443, Protocol::tcp, "github.com", false).allowed);
+  EXPECT_FALSE(
+      recheck_flow(*policy_, host_, ip("127.0.0.1"), 443, Protocol::tcp, "github.com", false).allowed);
+  EXPECT_FALSE(
+      recheck_flow(*policy_, host_, ip("169.254.169.254"), 443, Protocol::tcp, "github.com", false).allowed);
+  ASSERT_TRUE(host_.add(ip("140.82.112.3")));
+  EXPECT_FALSE(
+      recheck_flow(*policy_, host_, ip("140.82.112.3"), 443, Protocol::tcp, "github.com", false).allowed);
+}
+
+TEST_F(AdmissionTest, RecheckFollowsABrokeredFlowsBindingAndCutsADirectFlowToABrokeredName) {
+  const Recheck b =
+      recheck_flow(*policy_, host_, ip("160.79.104.10"), 443, Protocol::tcp, "api.anthropic.com", true);
+  EXPECT_TRUE(b.allowed);
+  ASSERT_NE(b.broker, nullptr);
+  EXPECT_EQ(b.broker, policy_->broker_for("api.anthropic.com", 443));
+  // A direct flow to a name that is (now) brokered: never without the broker's gate.
+  EXPECT_FALSE(
+      recheck_flow(*policy_, host_, ip("160.79.104.10"), 443, Protocol::tcp, "api.anthropic.com", false)
+          .allowed);
+  // A brokered flow whose binding is gone.
+  EXPECT_FALSE(
+      recheck_flow(*policy_, host_, ip("140.82.112.3"), 443, Protocol::tcp, "github.com", true).allowed);
+}
+
 }  // namespace
 }  // namespace abox::netstack

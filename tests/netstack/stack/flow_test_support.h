@@ -88,6 +88,7 @@ struct StackOptions {
   bool verify_name = false;  // the rule's verify_name
   bool udp = false;          // protocols = ["tcp", "udp"]
   std::string extra;         // more policy: [timeouts], [limits], [dns]
+  std::string rule_extra;    // more keys of the [[allow]] rule (budgets)
   bool host_io_on_ring = true;
 };
 
@@ -112,14 +113,32 @@ class FlowRig {
 
   // Makes the stack; the guest's ARP comes first, and example.com is
   // answered as 127.0.0.1 for `ttl`.
-  void start(const StackOptions& o, base::Seconds ttl = base::Seconds(3600)) {
-    ASSERT_TRUE(rig_.link);
+  // The policy text start() uses: example.com on o.port, 127.0.0.0/8
+  // lifted (without the lift when !lift).
+  static std::string policy_text(const StackOptions& o, bool lift = true) {
     std::string text = "[dns]\nupstreams = [\"127.0.0.1:9\"]\n";
     text += o.extra;
     text += "\n[[allow]]\nnames = [\"example.com\"]\nports = [" + std::to_string(o.port) + "]\n";
     text += o.udp ? "protocols = [\"tcp\", \"udp\"]\n" : "";
     text += o.verify_name ? "verify_name = true\n" : "verify_name = false\n";
-    text += "[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n";
+    text += o.rule_extra;
+    if (lift) text += "[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n";
+    return text;
+  }
+
+  // A live reload of `text` (GuestStack::apply_policy()), then two turns.
+  GuestStack::PolicyApplied reload(const std::string& text) {
+    auto parsed = policy::parse_policy(text, "flow-test-reload.toml");
+    EXPECT_TRUE(parsed.ok()) << parsed.error().to_string() << "\n" << text;
+    if (!parsed.ok()) return {};
+    auto applied = stack_->apply_policy(std::make_unique<const policy::Policy>(std::move(parsed).value()));
+    turns(2);
+    return applied;
+  }
+
+  void start(const StackOptions& o, base::Seconds ttl = base::Seconds(3600)) {
+    ASSERT_TRUE(rig_.link);
+    const std::string text = policy_text(o);
     auto parsed = policy::parse_policy(text, "flow-test.toml");
     ASSERT_TRUE(parsed.ok()) << parsed.error().to_string() << "\n" << text;
     policy_.emplace(std::move(parsed).value());

@@ -570,5 +570,200 @@ TEST_P(TcpFlowTest, AFlowEndsWhenItsDestinationBecomesAnAddressOfThisHost) {
   EXPECT_EQ(flows(), 0u);
 }
 
+// ---- live policy reload (GuestStack::apply_policy()) ----------------------
+
+TEST_P(TcpFlowTest, AReloadThatStillAllowsTheFlowLeavesItUntouched) {
+  StackOptions o;
+  o.port = server_.port;
+  base::UniqueFd host = open_flow();
+  ASSERT_TRUE(host);
+  const auto applied =
+      rig_.reload(FlowRig::policy_text(o) + "[[allow]]\nnames = [\"other.example\"]\nports = [443]\n");
+  EXPECT_EQ(applied.tcp_revoked, 0u);
+  EXPECT_EQ(applied.answers_forgotten, 0u);
+  send(guest_.data(pattern(0, 1000)));
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, 1000));
+  EXPECT_EQ(got, pattern(0, 1000));
+  write_host(host.get(), bytes_of("still here"));
+  ASSERT_TRUE(until([&] { return guest_.received().size() >= 10; }));
+  EXPECT_EQ(guest_.received(), bytes_of("still here"));
+  EXPECT_FALSE(guest_.reset_seen());
+  EXPECT_EQ(flows(), 1u);
+  EXPECT_EQ(rig_.stack().counters().policy_reloads, 1u);
+  EXPECT_EQ(rig_.stack().counters().flows_revoked, 0u);
+}
+
+TEST_P(TcpFlowTest, AReloadThatRevokesTheNameCutsTheFlowAtOnceAndForgetsItsAnswers) {
+  base::UniqueFd host = open_flow();
+  ASSERT_TRUE(host);
+  const auto applied = rig_.reload(
+      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"other.example\"]\nports = [443]\n"
+      "[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n");
+  EXPECT_EQ(applied.tcp_revoked, 1u);
+  EXPECT_EQ(applied.answers_forgotten, 1u);
+  // Cut within the reload's own turn: no clock moved, no sweep ran.
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen()) << "the guest is told with a RST";
+  EXPECT_EQ(flows(), 0u);
+  EXPECT_EQ(host_end(host.get()), ECONNRESET) << "the host socket closed with SO_LINGER 0";
+  EXPECT_EQ(rig_.stack().counters().flows_revoked, 1u);
+  EXPECT_TRUE(rig_.stack()
+                  .table()
+                  .names_for(policy::IpAddress::v4(flow_test::kLoopback), rig_.stack().loop().now())
+                  .empty());
+  // A new flow to the address is refused: nothing vouches for it now.
+  GuestTcp again{FlowRig::fresh_port(), flow_test::kLoopback, server_.port};
+  rig_.send(again.syn());
+  again.take(rig_.seen());
+  EXPECT_TRUE(again.reset_seen());
+  EXPECT_FALSE(again.syn_ack());
+}
+
+TEST_P(TcpFlowTest, AReloadThatDropsThePortCutsTheFlowAndKeepsTheAnswer) {
+  base::UniqueFd host = open_flow();
+  ASSERT_TRUE(host);
+  StackOptions moved;
+  moved.port = static_cast<std::uint16_t>(server_.port + 1);
+  const auto applied = rig_.reload(FlowRig::policy_text(moved));
+  EXPECT_EQ(applied.tcp_revoked, 1u);
+  EXPECT_EQ(applied.answers_forgotten, 0u) << "the name is still allowed";
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen());
+  EXPECT_EQ(flows(), 0u);
+}
+
+TEST_P(TcpFlowTest, AReloadThatWithdrawsTheUnsafeLiftCutsTheFlow) {
+  StackOptions o;
+  o.port = server_.port;
+  base::UniqueFd host = open_flow();
+  ASSERT_TRUE(host);
+  const auto applied = rig_.reload(FlowRig::policy_text(o, /*lift=*/false));
+  EXPECT_EQ(applied.tcp_revoked, 1u);
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen());
+  EXPECT_EQ(flows(), 0u);
+}
+
+TEST_P(TcpFlowTest, AHandshakeInProgressAtAReloadIsJudgedByTheNewPolicy) {
+  start({});
+  rig_.send(guest_.syn());
+  guest_.take(rig_.seen());
+  ASSERT_TRUE(guest_.syn_ack());
+  rig_.reload(
+      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"other.example\"]\nports = [443]\n"
+      "[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n");
+  rig_.send(guest_.ack());
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen());
+  EXPECT_EQ(flows(), 0u);
+  EXPECT_EQ(rig_.stack().counters().flows_revoked, 1u);
+}
+
+// ---- audit mode ([mode] audit) -------------------------------------------
+
+TEST_P(TcpFlowTest, AuditModeLetsAPortTheRuleDoesNotAllowThroughAndCountsIt) {
+  StackOptions elsewhere;
+  elsewhere.port = static_cast<std::uint16_t>(server_.port + 1);  // the rule allows another port
+  elsewhere.extra = "[mode]\naudit = true\n";
+  elsewhere.host_io_on_ring = GetParam();
+  rig_.start(elsewhere);
+  ASSERT_TRUE(handshake()) << "audit mode accepts what port_not_allowed would refuse";
+  base::UniqueFd host = accept_host();
+  ASSERT_TRUE(host);
+  send(guest_.data(bytes_of("audited")));
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, 7));
+  EXPECT_EQ(got, bytes_of("audited"));
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 1u);
+  EXPECT_EQ(rig_.stack().counters().tcp_refused, 0u);
+}
+
+TEST_P(TcpFlowTest, AuditModeNeverLiftsAReservedRange) {
+  StackOptions o;
+  o.port = server_.port;
+  o.extra = "[mode]\naudit = true\n";
+  o.host_io_on_ring = GetParam();
+  rig_.start(o);
+  // The same stack, its policy now without the [unsafe] lift of 127.0.0.0/8.
+  rig_.reload(FlowRig::policy_text(o, /*lift=*/false));
+  rig_.send(guest_.syn());
+  guest_.take(rig_.seen());
+  EXPECT_TRUE(guest_.reset_seen()) << "a reserved destination is refused in audit mode too";
+  EXPECT_FALSE(guest_.syn_ack());
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 0u);
+  EXPECT_EQ(rig_.stack().counters().tcp_refused, 1u);
+}
+
+TEST_P(TcpFlowTest, AuditModeLetsAnotherSniThroughAndAReloadCutsNothing) {
+  StackOptions o = verified("[mode]\naudit = true\n");
+  start(o);
+  ASSERT_TRUE(handshake());
+  send(guest_.data(client_hello("evil.example")));
+  base::UniqueFd host = accept_host();
+  ASSERT_TRUE(host) << "audit mode connects despite the SNI";
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, client_hello("evil.example").size()));
+  EXPECT_EQ(rig_.stack().counters().name_refused, 0u);
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 1u);
+  // A reload that would revoke the flow, still in audit mode: kept, said.
+  const auto applied = rig_.reload(
+      "[mode]\naudit = true\n[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"other.example\"]\n"
+      "ports = [443]\n[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n");
+  EXPECT_EQ(applied.tcp_revoked, 0u);
+  EXPECT_EQ(applied.answers_forgotten, 0u);
+  EXPECT_EQ(flows(), 1u);
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 2u);
+  EXPECT_FALSE(guest_.reset_seen());
+}
+
+// ---- egress budgets ([[allow]] max_bytes_out, max_flows) ------------------
+
+TEST_P(TcpFlowTest, CrossingMaxBytesOutCutsTheFlowAndRefusesNewOnes) {
+  StackOptions o;
+  o.rule_extra = "max_bytes_out = 4000\nper = \"1h\"\n";
+  base::UniqueFd host = open_flow(o);
+  ASSERT_TRUE(host);
+  send(guest_.data(pattern(0, 1000)));
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, 1000));
+  EXPECT_FALSE(guest_.reset_seen()) << "within the budget";
+  for (std::size_t at = 1000; at < 4000; at += 1000) send(guest_.data(pattern(at, 1000)));
+  ASSERT_TRUE(until([&] { return guest_.reset_seen(); })) << "cut once 4000 bytes went";
+  EXPECT_EQ(flows(), 0u);
+  EXPECT_EQ(rig_.stack().counters().budget_crossed, 1u);
+  EXPECT_EQ(rig_.stack().counters().budget_cut, 1u);
+  // A new flow to the rule's names: refused for the rest of the window.
+  GuestTcp again{FlowRig::fresh_port(), flow_test::kLoopback, server_.port};
+  rig_.send(again.syn());
+  again.take(rig_.seen());
+  EXPECT_TRUE(again.reset_seen());
+  EXPECT_EQ(rig_.stack().counters().budget_refused, 1u);
+  // The next window admits again.
+  rig_.advance(base::Seconds(3600));
+  rig_.answer(base::Seconds(3600));  // the guest asks again: the old answer expired with the window
+  GuestTcp later{FlowRig::fresh_port(), flow_test::kLoopback, server_.port};
+  rig_.send(later.syn());
+  later.take(rig_.seen());
+  EXPECT_TRUE(later.syn_ack());
+}
+
+TEST_P(TcpFlowTest, MaxFlowsRefusesTheFlowPastItAndLeavesTheLiveOne) {
+  StackOptions o;
+  o.rule_extra = "max_flows = 1\n";
+  base::UniqueFd host = open_flow(o);
+  ASSERT_TRUE(host);
+  GuestTcp second{FlowRig::fresh_port(), flow_test::kLoopback, server_.port};
+  rig_.send(second.syn());
+  second.take(rig_.seen());
+  EXPECT_TRUE(second.reset_seen());
+  EXPECT_EQ(rig_.stack().counters().budget_refused, 1u);
+  EXPECT_EQ(rig_.stack().counters().budget_crossed, 1u);
+  send(guest_.data(bytes_of("still open")));
+  Bytes got;
+  ASSERT_TRUE(read_host(host.get(), got, 10));
+  EXPECT_FALSE(guest_.reset_seen());
+}
+
 }  // namespace
 }  // namespace abox::netstack

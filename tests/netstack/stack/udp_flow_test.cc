@@ -186,5 +186,75 @@ TEST_P(UdpFlowTest, AFlowIsForgottenWhenItsDestinationBecomesAnAddressOfThisHost
   EXPECT_EQ(flows(), 0u);
 }
 
+// ---- live policy reload (GuestStack::apply_policy()) ----------------------
+
+TEST_P(UdpFlowTest, AReloadThatKeepsUdpForTheNameLeavesTheFlow) {
+  start();
+  const std::uint16_t port = FlowRig::fresh_port();
+  from_guest(port, bytes_of("one"));
+  auto first = at_server();
+  ASSERT_TRUE(first.has_value());
+  StackOptions o;
+  o.port = server_.port;
+  o.udp = true;
+  EXPECT_EQ(rig_.reload(FlowRig::policy_text(o)).udp_revoked, 0u);
+  from_guest(port, bytes_of("two"));
+  auto second = at_server();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->second.sin_port, first->second.sin_port) << "the same host socket";
+  EXPECT_EQ(flows(), 1u);
+}
+
+TEST_P(UdpFlowTest, AReloadThatDropsUdpForTheNameCutsTheFlowAtOnce) {
+  start();
+  const std::uint16_t port = FlowRig::fresh_port();
+  from_guest(port, bytes_of("one"));
+  ASSERT_TRUE(at_server().has_value());
+  StackOptions tcp_only;
+  tcp_only.port = server_.port;
+  const auto applied = rig_.reload(FlowRig::policy_text(tcp_only));
+  EXPECT_EQ(applied.udp_revoked, 1u);
+  EXPECT_EQ(flows(), 0u) << "cut in the reload's turn, no clock moved";
+  EXPECT_EQ(rig_.stack().counters().flows_revoked, 1u);
+  // And a new datagram is refused: the rule no longer allows UDP.
+  from_guest(port, bytes_of("two"));
+  EXPECT_EQ(flows(), 0u);
+  EXPECT_GE(rig_.stack().counters().udp_refused, 1u);
+}
+
+TEST_P(UdpFlowTest, AuditModeLetsUdpTheRuleDoesNotAllowThrough) {
+  StackOptions tcp_only;
+  tcp_only.port = server_.port;
+  tcp_only.extra = "[mode]\naudit = true\n";
+  tcp_only.host_io_on_ring = GetParam();
+  rig_.start(tcp_only);
+  const std::uint16_t port = FlowRig::fresh_port();
+  from_guest(port, bytes_of("audited"));
+  auto got = at_server();
+  ASSERT_TRUE(got.has_value()) << "audit mode lets what port_not_allowed would refuse through";
+  EXPECT_EQ(got->first, bytes_of("audited"));
+  EXPECT_EQ(flows(), 1u);
+  EXPECT_EQ(rig_.stack().counters().audit_would_deny, 1u);
+  EXPECT_EQ(rig_.stack().counters().udp_refused, 0u);
+}
+
+TEST_P(UdpFlowTest, CrossingMaxBytesOutCutsTheFlowAndRefusesTheNextDatagram) {
+  StackOptions o;
+  o.rule_extra = "max_bytes_out = 10\n";
+  start(o);
+  const std::uint16_t port = FlowRig::fresh_port();
+  from_guest(port, bytes_of("123456"));
+  ASSERT_TRUE(at_server().has_value()) << "within the budget";
+  from_guest(port, bytes_of("789012"));
+  ASSERT_TRUE(at_server().has_value()) << "the datagram that crosses it still goes";
+  rig_.turns(2);
+  EXPECT_EQ(flows(), 0u) << "cut at the end of the turn";
+  EXPECT_EQ(rig_.stack().counters().budget_crossed, 1u);
+  EXPECT_EQ(rig_.stack().counters().budget_cut, 1u);
+  from_guest(port, bytes_of("x"));
+  EXPECT_EQ(flows(), 0u);
+  EXPECT_EQ(rig_.stack().counters().budget_refused, 1u);
+}
+
 }  // namespace
 }  // namespace abox::netstack
