@@ -130,6 +130,19 @@ class Pty:
             self.proc.kill()
             self.proc.wait()
             raise TimeoutError(f"abox did not end within {timeout} s: {self.screen[-600:]!r}")
+        # What abox wrote just before it ended may still wait in the pty: the
+        # loop above stops at the exit, not at the last byte (bounded: 50 reads).
+        for _ in range(50):
+            r, _, _ = select.select([self.master], [], [], 0.1)
+            if not r:
+                break
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.screen += chunk
         return self.proc.returncode
 
     def raw(self):
