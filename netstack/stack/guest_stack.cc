@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -10,6 +11,7 @@
 #include "base/byte_reader.h"
 #include "io/receive_buffer_pool.h"
 #include "lwip/etharp.h"
+#include "lwip/ethip6.h"
 #include "lwip/icmp.h"
 #include "lwip/init.h"
 #include "lwip/ip.h"
@@ -33,7 +35,13 @@ namespace {
 
 GuestStack* g_stack = nullptr;  // lwIP is process-global; so is its one stack
 
+// lwIP keeps both families in network order.
 policy::IpAddress from_lwip(const ip_addr_t* a) {
+  if (IP_IS_V6(a)) {
+    std::array<std::uint8_t, 16> b{};
+    std::memcpy(b.data(), ip_2_ip6(a)->addr, 16);
+    return policy::IpAddress::v6(b);
+  }
   std::uint8_t b[4];
   std::memcpy(b, &ip_2_ip4(a)->addr, 4);
   return policy::IpAddress::v4_bytes(b);
@@ -61,6 +69,7 @@ struct StackGlue {
     n->name[0] = 'a';
     n->name[1] = 'b';
     n->output = etharp_output;
+    n->output_ip6 = ethip6_output;
     n->linkoutput = linkoutput;
     n->hwaddr_len = ETH_HWADDR_LEN;
     n->flags = NETIF_FLAG_BROADCAST | NETIF_FLAG_ETHARP | NETIF_FLAG_ETHERNET | NETIF_FLAG_LINK_UP;
@@ -168,6 +177,19 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
   }
   std::memcpy(netif_->hwaddr, config_.gateway_mac.data(), 6);
   netif_->mtu = static_cast<u16_t>(link.mtu());
+  if (config_.ipv6_neighbour_discovery) {
+    // The gateway's two IPv6 addresses, usable at once: NdpResponder speaks
+    // for them on the link (lwipopts.h: no DAD, SLAAC, RS or MLD in lwIP).
+    // lwIP's own neighbour solicitations for the guest come from the one in
+    // the guest address's /64 (nd6_send_ns()).
+    const std::array<const std::array<std::uint8_t, 16>*, 2> own = {&ndp_.link_local(), &ndp_.global()};
+    for (s8_t i = 0; i < 2; ++i) {
+      ip6_addr_t a{};
+      std::memcpy(a.addr, own[static_cast<std::size_t>(i)]->data(), 16);
+      netif_ip6_addr_set(netif_.get(), i, &a);
+      netif_ip6_addr_set_state(netif_.get(), i, IP6_ADDR_PREFERRED);
+    }
+  }
   // A link whose far end finishes TCP/UDP checksums: lwIP leaves them to it
   // (output_frame() writes the pseudo-header sum the offload starts from).
   if (link_.tx_checksum_offload()) {
@@ -418,6 +440,11 @@ void GuestStack::take_frame(std::size_t n) {
       if (drop_before_lwip(frame)) return;
       break;
   }
+  to_lwip(bytes);
+}
+
+void GuestStack::to_lwip(std::span<const std::uint8_t> bytes) {
+  const std::size_t n = bytes.size();
   pbuf* p = nullptr;
   if (n * 2 >= rx_size_) {
     p = rx_pbuf_;

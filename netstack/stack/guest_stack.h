@@ -9,7 +9,9 @@
 //     IPv4 fragments, sources other than the guest ── counted, dropped
 //     IPv6 ── checked (ipv6_guest_checks.h: header tricks, spoofed sources);
 //             neighbour discovery to NdpResponder when the config turns it
-//             on; the rest counted, dropped, logged once (take_ipv6())
+//             on, but a neighbour advertisement to the gateway's address
+//             ──▶ lwIP (its ND resolves the guest's MAC); the rest
+//             counted, dropped, logged once (take_ipv6())
 //     anything not IPv4/ARP/IPv6 ── counted, dropped
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
 //        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
@@ -193,6 +195,8 @@ class GuestStack final : public FlowServices {
   // An IPv6 frame (guest_stack_ipv6.cc): checked, neighbour discovery
   // answered when on, the rest dropped.
   void take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame);
+  // Gives the n-byte frame in rx_pbuf_ (bytes) to lwIP's netif->input.
+  void to_lwip(std::span<const std::uint8_t> bytes);
   // Ring reads: one read in flight at a time, posted again as each completes.
   void post_link_read();
   void on_link_read(int res);
