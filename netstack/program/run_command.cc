@@ -81,10 +81,12 @@ constexpr std::string_view kUsage =
     "      --io ring|syscalls     how frames and host sockets are read and written: through\n"
     "                             the io_uring (default), or by a system call each on\n"
     "                             readiness (for comparison, or to rule the ring out)\n"
-    "      --ipv6 off|nd          IPv6 is not carried yet (default off: every IPv6 frame is\n"
-    "                             dropped); 'nd' answers neighbour and router solicitations,\n"
-    "                             so the guest gets an address in the instance's own ULA /64\n"
-    "                             but no IPv6 route (with --netns, --tap-fd or --stream; CMD's\n"
+    "      --ipv6 off|nd|tcp      default off: every IPv6 frame is dropped; 'nd' answers\n"
+    "                             neighbour and router solicitations, so the guest gets an\n"
+    "                             address in the instance's own ULA /64 but no IPv6 route;\n"
+    "                             'tcp' also carries IPv6 TCP flows (admitted as for IPv4)\n"
+    "                             and gives the guest an IPv6 default route; IPv6 UDP is not\n"
+    "                             carried yet (with --netns, --tap-fd or --stream; CMD's\n"
     "                             namespace keeps IPv6 off)\n"
     "      --no-sandbox           FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
     "                             filter and the io_uring restrictions (docs/security.md)\n"
@@ -232,8 +234,9 @@ base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std
     o.io_on_ring = *v == "ring";
   }
   if (auto v = a.last("ipv6")) {
-    if (*v != "off" && *v != "nd") return bad("ipv6", *v, "'off' or 'nd'");
-    o.ipv6_neighbour_discovery = *v == "nd";
+    if (*v != "off" && *v != "nd" && *v != "tcp") return bad("ipv6", *v, "'off', 'nd' or 'tcp'");
+    o.ipv6_neighbour_discovery = *v != "off";
+    o.ipv6_tcp_flows = *v == "tcp";
   }
   const bool ifname_given = a.has("ifname");
   if (auto v = a.last("ifname")) {
@@ -364,6 +367,7 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     gc.link_on_ring = o.io_on_ring;
     gc.host_io_on_ring = o.io_on_ring;
     gc.ipv6_neighbour_discovery = o.ipv6_neighbour_discovery;
+    gc.ipv6_tcp_flows = o.ipv6_tcp_flows;
     // Gives back what glibc keeps after a burst of flows, every few seconds.
     MemoryTrimmer trimmer(loop, memory);
     std::unique_ptr<GuestStack> stack;

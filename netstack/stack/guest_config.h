@@ -42,6 +42,14 @@ struct GuestConfig {
   // global IPv6 address fails at once (a quick IPv4 fallback), not after a
   // timeout. Everything but neighbour discovery is still dropped, counted.
   bool ipv6_neighbour_discovery = false;
+  // IPv6 TCP flows (needs ipv6_neighbour_discovery): the guest's IPv6 TCP
+  // goes to lwIP and through the same admission as IPv4 (to an address the
+  // gate answered in AAAA for an allowed name), to an AF_INET6 host socket;
+  // echo to the gateway's addresses is answered. The RA's router lifetime is
+  // 1800 s, so the guest gets an IPv6 default route; its RDNSS lifetime stays
+  // 0 (DNS over IPv6 is not carried: UDP is not, yet). IPv6 UDP and every
+  // other ICMPv6 are still dropped, counted.
+  bool ipv6_tcp_flows = false;
 };
 
 }  // namespace abox::netstack

@@ -149,7 +149,10 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
       ndp_(NdpConfig{.gateway_mac = config.gateway_mac,
                      .prefix = instance_ula_prefix(config.instance),
                      .mtu = static_cast<std::uint32_t>(link.mtu()),
-                     .router_lifetime_seconds = 0}),
+                     // A default route only when IPv6 flows are carried; no
+                     // IPv6 DNS server until the gate is reachable over IPv6.
+                     .router_lifetime_seconds = static_cast<std::uint16_t>(config.ipv6_tcp_flows ? 1800 : 0),
+                     .rdnss_lifetime_seconds = 0}),
       netif_(std::make_unique<netif>()),
       rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.max_receive_size(), 0xFFFF))) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
@@ -602,7 +605,10 @@ GuestStack::ChecksumOffload GuestStack::checksum_offload_of(std::span<const std:
   ChecksumOffload out;
   if (frame_size < head.size()) return out;
   base::ByteReader eth(head);
-  if (!eth.skip(12) || eth.u16be() != std::optional<std::uint16_t>{0x0800}) return out;  // IPv4 only
+  if (!eth.skip(12)) return out;
+  const auto ethertype = eth.u16be();
+  if (ethertype == std::optional<std::uint16_t>{0x86DD}) return checksum_offload_of_ipv6(head, frame_size);
+  if (ethertype != std::optional<std::uint16_t>{0x0800}) return out;
   const std::span<const std::uint8_t> ip_bytes = eth.rest();
   base::ByteReader ip(ip_bytes);
   const auto version_ihl = ip.u8();
@@ -806,6 +812,8 @@ SynVerdict GuestStack::on_syn(const policy::IpAddress& dst, std::uint16_t dst_po
 
 SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t dst_port) {
   if (dst == config_.gateway) return SynVerdict::reset;  // only DNS (its own listener) runs there
+  if (dst.is_v6() && (dst.bytes() == ndp_.link_local() || dst.bytes() == ndp_.global()))
+    return SynVerdict::reset;  // the gateway runs nothing over IPv6 TCP
   const policy::Endpoint to{dst, dst_port};
   // Handshakes in progress become flows: they count against the limit too.
   std::size_t half_open = half_open_now();

@@ -178,6 +178,10 @@ class GuestStack final : public FlowServices {
     std::uint16_t tcp_headers = 0;  // TCP: Ethernet + IP + TCP header bytes; 0 otherwise
   };
   static ChecksumOffload checksum_offload_of(std::span<const std::uint8_t> head, std::size_t frame_size);
+  // The same for an IPv6 frame lwIP built (guest_stack_ipv6.cc): no
+  // extension headers, and tcp_headers 0 (lwIP's IPv6 segments fit the MTU:
+  // on_accept() widens IPv4 flows only).
+  static ChecksumOffload checksum_offload_of_ipv6(std::span<const std::uint8_t> head, std::size_t frame_size);
   static constexpr std::size_t kMaxFramePieces = 16;
   // The loop's calls into the stack (set up by the constructor).
   void on_ring_frame_written(int res, std::size_t frame_size);
