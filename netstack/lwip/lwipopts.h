@@ -67,6 +67,11 @@
 #define LWIP_IPV6_FRAG 0
 #define LWIP_ND6_ALLOW_RA_UPDATES 0
 #define LWIP_ND6_TCP_REACHABILITY_HINTS 1
+/* While the guest's MAC is being resolved, one packet waits (the newest), as
+   with ARP_QUEUEING 0: with MEMP_MEM_MALLOC, lwIP's queue of them would have
+   no bound, and a guest that stops answering solicitations could make it
+   hold every segment lwIP sends it meanwhile. TCP retransmits the rest. */
+#define LWIP_ND6_QUEUEING 0
 #define LWIP_ICMP6 1 /* nd6.c needs it; echo only for lwIP's own addresses (hook) */
 #define LWIP_IPV6_SCOPES 0
 #define LWIP_ARP 1

@@ -10,8 +10,10 @@
 //     IPv6 ── checked (ipv6_guest_checks.h: header tricks, spoofed sources);
 //             neighbour discovery to NdpResponder when the config turns it
 //             on, but a neighbour advertisement to the gateway's address
-//             ──▶ lwIP (its ND resolves the guest's MAC); the rest
-//             counted, dropped, logged once (take_ipv6())
+//             ──▶ lwIP (its ND resolves the guest's MAC); with IPv6 TCP
+//             flows on, TCP and echo requests without extension headers
+//             ──▶ lwIP, as IPv4's below; the rest counted, dropped, logged
+//             once (take_ipv6())
 //     anything not IPv4/ARP/IPv6 ── counted, dropped
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
 //        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
