@@ -49,6 +49,8 @@ constexpr std::array<DropReasonInfo, kDropReasons> kTable = {{
      &StackCounters::udp_refused},
     {"host_socket_failed", "cannot open a host socket for the flow", DropLog::deny,
      &StackCounters::connect_failed, &StackCounters::connect_failed},
+    {"no_route", "this host has no route to the destination", DropLog::deny, &StackCounters::connect_failed,
+     &StackCounters::connect_failed},
 }};
 
 constexpr bool every_row_filled() {

@@ -53,6 +53,7 @@ enum class DropReason : std::uint8_t {
   answer_expired,      // the answer expired between a flow's SYN and its ACK
   gateway_udp,         // UDP to the gateway, not DNS
   host_socket_failed,  // a UDP flow's host socket could not be made
+  no_route,            // an IPv6 TCP flow: the host has no route to the destination
   count_,              // not a reason: the number of them
 };
 

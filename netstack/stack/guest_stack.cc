@@ -836,6 +836,12 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
     drop(DropReason::no_broker, "tcp", &to, a.name);
     return SynVerdict::reset;
   }
+  // Refused at the SYN, not reset after the handshake: a happy-eyeballs
+  // client then falls back to IPv4 at once.
+  if (dst.is_v6() && a.broker == nullptr && !host_has_route(to)) {
+    drop(DropReason::no_route, "tcp", &to, a.name);
+    return SynVerdict::reset;
+  }
   // The name is copied: the table's string may go before the handshake ends.
   syn_admission_ = std::make_unique<SynAdmission>(
       SynAdmission{std::string(a.name), a.broker, a.lifted, a.needs_name, a.answer_expires});

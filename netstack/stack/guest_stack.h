@@ -201,6 +201,11 @@ class GuestStack final : public FlowServices {
   // An IPv6 frame (guest_stack_ipv6.cc): checked, neighbour discovery
   // answered when on, the rest dropped.
   void take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame);
+  // Whether the host can route to `to` (guest_stack_ipv6.cc): a UDP
+  // socket's connect() looks the route up and sends nothing. False only for
+  // ENETUNREACH/EHOSTUNREACH; any other failure is left to the flow's own
+  // connect().
+  static bool host_has_route(const policy::Endpoint& to);
   // Gives the n-byte frame in rx_pbuf_ (bytes) to lwIP's netif->input.
   void to_lwip(std::span<const std::uint8_t> bytes);
   // Ring reads: one read in flight at a time, posted again as each completes.

@@ -9,9 +9,15 @@
 // IPv6, lwipopts.h) sees the guest's neighbour advertisements to the gateway,
 // for its ND, and with GuestConfig::ipv6_tcp_flows the guest's TCP and echo
 // requests; never a packet with extension headers, never UDP.
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include "base/byte_reader.h"
+#include "base/unique_fd.h"
 #include "netstack/stack/guest_stack.h"
 #include "netstack/stack/ipv6_guest_checks.h"
+#include "netstack/stack/sockaddr.h"
 
 namespace abox::netstack {
 
@@ -57,6 +63,15 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
     return;
   }
   drop(DropReason::frame_ipv6, "ipv6");
+}
+
+bool GuestStack::host_has_route(const policy::Endpoint& to) {
+  sockaddr_storage ss{};
+  const socklen_t len = to_sockaddr(to, ss);
+  base::UniqueFd probe(::socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!probe) return true;
+  if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&ss), len) == 0) return true;
+  return errno != ENETUNREACH && errno != EHOSTUNREACH;
 }
 
 GuestStack::ChecksumOffload GuestStack::checksum_offload_of_ipv6(std::span<const std::uint8_t> head,

@@ -12,13 +12,15 @@ gate on 10.0.2.2. Cases:
   - `curl -6` to the allowed name reaches nginx over IPv6 (nginx logs the
     request from abox-net's IPv6 address), and abox-net logs an "admit"
     event for the IPv6 destination;
-  - `curl -4` to the same name still works;
+  - `curl -4` to the same name still works, and plain curl (happy eyeballs;
+    the guest's gai.conf sorts its ULA as global, see GAI_CONF) takes IPv6;
   - the not-allowed name gets no address, and a direct connection to its
     IPv6 address (never answered) is refused at once (curl exit 7 < 2 s);
   - with the outside namespace's route to web's IPv6 address removed (the
-    host has no IPv6 route there), `curl -6` fails at once, not after a
-    timeout, and `curl -4` still works;
-  - abox-net's counters at exit: 2 flows refused, 1 failed connect.
+    host has no IPv6 route there), `curl -6` is refused at its SYN (exit 7,
+    a "no route" deny event), not reset after connecting or timed out, `curl -4` still works, and plain curl falls back to IPv4 at
+    once;
+  - abox-net's counters at exit: 2 flows refused, 2 failed connects.
 Usage: ipv6_flows_e2e.py PATH/TO/abox-net [--keep]
 Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
 Every wait is bounded; every process and namespace the test makes is
@@ -42,6 +44,18 @@ INET_LINK6 = "2a00:1450:4001:81a::2"
 WEB6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
 SECRET6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2d"
 UNANSWERED6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2e"
+# RFC 6724's default label table with the ULA prefix in the global label (1,
+# not 13): the guest sorts IPv6 before IPv4 as a host with a global address
+# would.
+GAI_CONF = """label ::1/128 0
+label ::/0 1
+label 2002::/16 2
+label ::/96 3
+label ::ffff:0:0/96 4
+label fec0::/10 5
+label fc00::/7 1
+label 2001:0::/32 7
+"""
 POLICY = f"""# ipv6_flows_e2e.py: written by the test
 [dns]
 upstreams = ["{nr.ADDR['ns1']}:53"]
@@ -139,6 +153,8 @@ def cases(rig, abox_net, r):
                   [f"web IN AAAA {WEB6}", f"secret IN AAAA {SECRET6}"])
     access_log = start_nginx(rig)
     rig.add_guest()
+    with open(f"/etc/netns/{rig.guest}/gai.conf", "w") as f:  # removed with the dir by Rig.close()
+        f.write(GAI_CONF)
     p = rig.start_abox_net(abox_net, POLICY, "--instance", "v6flows", "--ipv6", "tcp")
 
     def slaac():
@@ -170,6 +186,14 @@ def cases(rig, abox_net, r):
     got, took = curl(rig, "-4", f"http://{WEB}/")
     r.case("curl -4 to the same name still works", got.returncode == 0 and "hello" in got.stdout,
            f"exit {got.returncode}: {got.stderr.strip()}")
+    # From a ULA source, glibc's default RFC 6724 table sorts a global IPv6
+    # destination after IPv4 (the ULA's label differs from the
+    # destination's): a dual-stack client tries IPv4 first. The guest here
+    # is told to treat its ULA as global (gai.conf), so that happy eyeballs
+    # meets IPv6 first and its fallback below is tested.
+    got, took = curl(rig, "-w", "%{remote_ip}", f"http://{WEB}/")
+    r.case("plain curl (happy eyeballs, IPv6 sorted first) takes IPv6",
+           got.returncode == 0 and got.stdout.endswith(WEB6), f"exit {got.returncode}: {got.stdout[-60:]!r}")
 
     got, took = curl(rig, "-6", f"http://{SECRET}/")
     r.case("the not-allowed name gets no address (curl exit 6)", got.returncode == 6,
@@ -187,13 +211,21 @@ def cases(rig, abox_net, r):
     # at once (a quick IPv4 fallback for happy eyeballs), not time out.
     rig.ip("-6", "route", "del", f"{WEB6}/128", ns=rig.outside)
     got, took = curl(rig, "-6", f"http://{WEB}/")
-    r.case("no IPv6 route on the host: curl -6 fails at once",
-           got.returncode != 0 and took < 2, f"exit {got.returncode} in {took:.2f}s: {got.stderr.strip()}")
+    r.case("no IPv6 route on the host: curl -6 is refused at its SYN (exit 7, not a reset after connecting)",
+           got.returncode == 7 and took < 2, f"exit {got.returncode} in {took:.2f}s: {got.stderr.strip()}")
+    denies = [e for e in events(rig) if e.get("kind") == "deny" and e.get("dst") == f"[{WEB6}]:80"]
+    r.case("... with a deny event: no route", any("no route" in e.get("reason", "") for e in denies),
+           json.dumps(denies)[-300:])
     got, took = curl(rig, "-4", f"http://{WEB}/")
     r.case("... and curl -4 still works", got.returncode == 0 and "hello" in got.stdout,
            f"exit {got.returncode}: {got.stderr.strip()}")
+    got, took = curl(rig, "-w", "%{remote_ip}", f"http://{WEB}/")
+    r.case("... and plain curl falls back to IPv4 at once",
+           got.returncode == 0 and got.stdout.endswith(nr.ADDR["web"]) and took < 2,
+           f"exit {got.returncode} in {took:.2f}s: {got.stdout[-60:]!r}")
 
-    # abox-net's counters at exit: the two refusals, the one failed connect.
+    # abox-net's counters at exit: the two refusals, the two failed connects
+    # (curl -6 and plain curl's IPv6 attempt without a route).
     p.terminate()
     try:
         p.wait(timeout=10)
@@ -204,8 +236,8 @@ def cases(rig, abox_net, r):
         if line.strip().startswith("{") and "tcp_refused" in line:
             c = json.loads(line)
             break
-    r.case("counters: 2 IPv6 flows refused, 1 failed connect, nothing spoofed or malformed",
-           c is not None and c.get("tcp_refused") == 2 and c.get("connect_failed") == 1 and
+    r.case("counters: 2 IPv6 flows refused, 2 failed connects, nothing spoofed or malformed",
+           c is not None and c.get("tcp_refused") == 2 and c.get("connect_failed") == 2 and
            c.get("frames_dropped_spoofed") == 0 and c.get("frames_dropped_malformed") == 0,
            str({k: (c or {}).get(k) for k in ("tcp_admitted", "tcp_refused", "connect_failed",
                                                "frames_dropped_ipv6", "frames_dropped_spoofed")}))
