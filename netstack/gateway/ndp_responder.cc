@@ -184,10 +184,10 @@ NdpResult NdpResponder::answer_router_solicitation(std::span<const std::uint8_t>
   put32(icmp_, 0);
   append(icmp_, config_.prefix);
   append(icmp_, {0, 0, 0, 0, 0, 0, 0, 0});
-  // RDNSS lives as long as the default route: a gateway that is no router
-  // (lifetime 0) names no DNS server over IPv6 either.
+  // RDNSS with a lifetime of 0 names no DNS server over IPv6 (sent rather
+  // than left out, so that a guest forgets one it had).
   append(icmp_, {kOptRdnss, 3, 0, 0});
-  put32(icmp_, config_.router_lifetime_seconds);
+  put32(icmp_, config_.rdnss_lifetime_seconds);
   append(icmp_, global_);
 
   const std::span<const std::uint8_t, 6> guest_mac = frame.subspan<6, 6>();

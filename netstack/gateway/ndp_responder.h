@@ -64,6 +64,9 @@ struct NdpConfig {
   Ipv6Prefix64 prefix{};  // the instance's /64 (instance_ula_prefix())
   std::uint32_t mtu = 1500;
   std::uint16_t router_lifetime_seconds = 1800;
+  // The RDNSS option's lifetime: 0 names no DNS server over IPv6 (for an
+  // instance that does not carry the DNS gate over IPv6).
+  std::uint32_t rdnss_lifetime_seconds = 1800;
 };
 
 enum class NdpOutcome : std::uint8_t {

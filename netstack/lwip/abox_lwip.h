@@ -21,7 +21,10 @@
  *   udp_sendto_if_src(); udp_sendto() refuses a source that is not the
  *   netif's own address (ERR_RTE).
  * - ICMP addressed to anything but the netif's own address never reaches lwIP
- *   (abox_lwip_ip4_input_hook), so lwIP answers pings for the gateway only.
+ *   (abox_lwip_ip4_input_hook, abox_lwip_ip6_input_hook), so lwIP answers
+ *   pings for the gateway only.
+ * - IPv6 the same way (ABOX_LWIP_ACCEPT_ALL_IP6): lwIP's ip_addr_t is dual
+ *   stack (IP_IS_V6() tells), and the same listener and UDP pcb take both.
  *
  * Deterministic mode (STYLE.md): the clock and the random source can be
  * injected; install them before lwip_init().
@@ -86,9 +89,17 @@ u16_t abox_lwip_udp_current_dest_port(void);
    IPv4 header, after checking it is all in the first pbuf. */
 int abox_lwip_ip4_input_hook(struct pbuf* p, struct netif* inp);
 
+/* ---- IPv6 input hook ------------------------------------------------------ */
+
+/* LWIP_HOOK_IP6_INPUT: eats (frees) ICMPv6 to a unicast address that is not
+   one of the netif's valid addresses and returns 1; returns 0 for everything
+   else (multicast keeps lwIP's rules). Reads only the fixed IPv6 header, after
+   checking it is all in the first pbuf. */
+int abox_lwip_ip6_input_hook(struct pbuf* p, struct netif* inp);
+
 /* Drops that happen inside this glue, for abox-net's counters. */
 typedef struct abox_lwip_counters_t {
-  u64_t icmp_not_for_netif; /* ICMP to a foreign address, eaten by the IPv4 hook */
+  u64_t icmp_not_for_netif; /* ICMP(v6) to a foreign address, eaten by the input hooks */
 } abox_lwip_counters_t;
 const abox_lwip_counters_t* abox_lwip_counters(void);
 

@@ -3,8 +3,9 @@
  *
  * - The SYN verdict: tcp_listen_input() (patched) asks it for every new SYN at
  *   an accept-all listener, before a pcb exists or anything is sent.
- * - The IPv4 input hook: ICMP not addressed to the netif itself is eaten, so
- *   that accept-all does not make lwIP answer pings for every address.
+ * - The IPv4 and IPv6 input hooks: ICMP(v6) not addressed to the netif itself
+ *   is eaten, so that accept-all does not make lwIP answer pings for every
+ *   address.
  * - The UDP destination port of the datagram being delivered.
  */
 #include "abox_lwip.h"
@@ -12,6 +13,7 @@
 #include "lwip/netif.h"
 #include "lwip/pbuf.h"
 #include "lwip/prot/ip4.h"
+#include "lwip/prot/ip6.h"
 #include "lwip/prot/udp.h"
 #include "lwip/tcp.h"
 
@@ -71,7 +73,8 @@ u16_t abox_lwip_udp_current_dest_port(void) {
   /* udp_input() checked that the UDP header is in the pbuf right after the IP
      header (p->len >= UDP_HLEN), and the pbuf lives until the callback returns. */
   LWIP_ASSERT("abox_lwip_udp_current_dest_port: outside a UDP recv callback",
-              ip4_current_header() != NULL && ip_current_header_proto() == IP_PROTO_UDP);
+              (ip4_current_header() != NULL || ip6_current_header() != NULL) &&
+                  ip_current_header_proto() == IP_PROTO_UDP);
   const struct udp_hdr* udp = (const struct udp_hdr*)ip_next_header_ptr();
   return lwip_ntohs(udp->dest);
 }
@@ -85,6 +88,29 @@ int abox_lwip_ip4_input_hook(struct pbuf* p, struct netif* inp) {
   ip4_addr_t dest;
   ip4_addr_copy(dest, iphdr->dest);
   if (ip4_addr_cmp(&dest, netif_ip4_addr(inp))) return 0;
+  counters.icmp_not_for_netif++;
+  pbuf_free(p);
+  return 1;
+}
+
+int abox_lwip_ip6_input_hook(struct pbuf* p, struct netif* inp) {
+  /* Runs before ip6_input() checks lengths: the fixed header only, and only
+     when it is all in the first pbuf. The next header is the fixed header's:
+     ICMPv6 behind extension headers never gets here (the driver refuses a
+     guest's extension headers before lwIP, ipv6_guest_checks.h). */
+  if (p->len < IP6_HLEN) return 0;
+  const struct ip6_hdr* ip6hdr = (const struct ip6_hdr*)p->payload;
+  if (IP6H_NEXTH(ip6hdr) != IP6_NEXTH_ICMP6) return 0;
+  ip6_addr_t dest;
+  ip6_addr_copy_from_packed(dest, ip6hdr->dest);
+  ip6_addr_clear_zone(&dest);
+  if (ip6_addr_ismulticast(&dest)) return 0; /* lwIP's own multicast rules */
+  for (u8_t i = 0; i < LWIP_IPV6_NUM_ADDRESSES; i++) {
+    if (ip6_addr_isvalid(netif_ip6_addr_state(inp, i)) &&
+        ip6_addr_cmp_zoneless(&dest, netif_ip6_addr(inp, i))) {
+      return 0;
+    }
+  }
   counters.icmp_not_for_netif++;
   pbuf_free(p);
   return 1;

@@ -3,7 +3,7 @@
  * for the measurements behind the numbers).
  *
  * One lwIP per abox-net process, driven by one thread: NO_SYS=1, raw API only,
- * IPv4 only (for now), Ethernet + ARP towards the guest. Memory comes from
+ * IPv4 and IPv6, Ethernet + ARP + ND towards the guest. Memory comes from
  * malloc, uncounted by lwIP: every table the guest can grow (flows, half-open
  * connections, buffered bytes) is capped by abox's flow table from the policy,
  * not by compile-time pool sizes. What lwIP itself could grow without bound on
@@ -46,7 +46,34 @@
 
 /* ---- Protocols ---------------------------------------------------------- */
 #define LWIP_IPV4 1
-#define LWIP_IPV6 0 /* for now */
+#define LWIP_IPV6 1
+/* IPv6 (issue 21): lwIP only terminates flows. The guest's link is configured
+   by abox-net's NdpResponder (RA, answers for the gateway), not by lwIP: lwIP
+   sends no router solicitation, runs no DAD or SLAAC, joins no MLD group and
+   takes no RA; its two addresses (fe80::1 and the instance's PREFIX::1) are
+   set PREFERRED at start (guest_stack.cc). Its ND still resolves the guest's
+   MAC: a solicitation from its address in the guest's /64 (PREFIX::1, or
+   fe80::1 for a link-local guest address), whose advertisement the driver
+   passes on.
+   No reassembly or fragmentation, as for IPv4. */
+#define LWIP_IPV6_NUM_ADDRESSES 2
+#define LWIP_IPV6_AUTOCONFIG 0
+#define LWIP_IPV6_SEND_ROUTER_SOLICIT 0
+#define LWIP_IPV6_DUP_DETECT_ATTEMPTS 0
+#define LWIP_IPV6_MLD 0
+#define LWIP_IPV6_DHCP6 0
+#define LWIP_IPV6_FORWARD 0
+#define LWIP_IPV6_REASS 0
+#define LWIP_IPV6_FRAG 0
+#define LWIP_ND6_ALLOW_RA_UPDATES 0
+#define LWIP_ND6_TCP_REACHABILITY_HINTS 1
+/* While the guest's MAC is being resolved, one packet waits (the newest), as
+   with ARP_QUEUEING 0: with MEMP_MEM_MALLOC, lwIP's queue of them would have
+   no bound, and a guest that stops answering solicitations could make it
+   hold every segment lwIP sends it meanwhile. TCP retransmits the rest. */
+#define LWIP_ND6_QUEUEING 0
+#define LWIP_ICMP6 1 /* nd6.c needs it; echo only for lwIP's own addresses (hook) */
+#define LWIP_IPV6_SCOPES 0
 #define LWIP_ARP 1
 #define LWIP_ETHERNET 1
 /* lwIP answers ARP only for its own address; the driver answers for the rest
@@ -159,6 +186,8 @@
 #define SOF_ABOX_ACCEPT_ALL 0x80U
 /* ip4_input_accept() takes every unicast destination. */
 #define ABOX_LWIP_ACCEPT_ALL_IP4 1
+/* ip6_input_accept() takes every unicast destination. */
+#define ABOX_LWIP_ACCEPT_ALL_IP6 1
 
 /* Our hook declarations, included by lwIP's .c files after their own headers. */
 #define LWIP_HOOK_FILENAME "abox_lwip.h"
@@ -166,6 +195,9 @@
    reachability (LWIP.md): ICMP not addressed to the netif itself is dropped
    before lwIP sees it. The driver answers (or refuses) those itself. */
 #define LWIP_HOOK_IP4_INPUT(pbuf, input_netif) abox_lwip_ip4_input_hook((pbuf), (input_netif))
+/* The same for ICMPv6 to a unicast address that is not one of the netif's:
+   lwIP answers echo for fe80::1 and PREFIX::1 only. */
+#define LWIP_HOOK_IP6_INPUT(pbuf, input_netif) abox_lwip_ip6_input_hook((pbuf), (input_netif))
 
 /* ---- Debugging ------------------------------------------------------------ */
 /* LWIP_DEBUG stays off; assertions stay on (arch/cc.h: message, then abort). */

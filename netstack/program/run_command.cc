@@ -83,10 +83,12 @@ constexpr std::string_view kUsage =
     "      --io ring|syscalls     how frames and host sockets are read and written: through\n"
     "                             the io_uring (default), or by a system call each on\n"
     "                             readiness (for comparison, or to rule the ring out)\n"
-    "      --ipv6 off|nd          IPv6 is not carried yet (default off: every IPv6 frame is\n"
-    "                             dropped); 'nd' answers neighbour and router solicitations,\n"
-    "                             so the guest gets an address in the instance's own ULA /64\n"
-    "                             but no IPv6 route (with --netns, --tap-fd or --stream; CMD's\n"
+    "      --ipv6 off|nd|tcp      default off: every IPv6 frame is dropped; 'nd' answers\n"
+    "                             neighbour and router solicitations, so the guest gets an\n"
+    "                             address in the instance's own ULA /64 but no IPv6 route;\n"
+    "                             'tcp' also carries IPv6 TCP flows (admitted as for IPv4)\n"
+    "                             and gives the guest an IPv6 default route; IPv6 UDP is not\n"
+    "                             carried yet (with --netns, --tap-fd or --stream; CMD's\n"
     "                             namespace keeps IPv6 off)\n"
     "      --audit                audit mode, whatever the policy's [mode] says: what the\n"
     "                             policy would refuse is let through and logged would_deny\n"
@@ -242,8 +244,9 @@ base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std
     o.io_on_ring = *v == "ring";
   }
   if (auto v = a.last("ipv6")) {
-    if (*v != "off" && *v != "nd") return bad("ipv6", *v, "'off' or 'nd'");
-    o.ipv6_neighbour_discovery = *v == "nd";
+    if (*v != "off" && *v != "nd" && *v != "tcp") return bad("ipv6", *v, "'off', 'nd' or 'tcp'");
+    o.ipv6_neighbour_discovery = *v != "off";
+    o.ipv6_tcp_flows = *v == "tcp";
   }
   const bool ifname_given = a.has("ifname");
   if (auto v = a.last("ifname")) {
@@ -384,6 +387,7 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     gc.host_io_on_ring = o.io_on_ring;
     gc.ipv6_neighbour_discovery = o.ipv6_neighbour_discovery;
     gc.audit = o.audit;
+    gc.ipv6_tcp_flows = o.ipv6_tcp_flows;
     // Gives back what glibc keeps after a burst of flows, every few seconds.
     MemoryTrimmer trimmer(loop, memory);
     std::unique_ptr<GuestStack> stack;

@@ -55,6 +55,8 @@ constexpr std::array<DropReasonInfo, kDropReasons> kTable = {{
      &StackCounters::budget_refused, &StackCounters::budget_refused},
     {"budget_cut", "budget_cut: the rule's egress budget was crossed", DropLog::deny,
      &StackCounters::budget_cut, &StackCounters::budget_cut},
+    {"no_route", "this host has no route to the destination", DropLog::deny, &StackCounters::connect_failed,
+     &StackCounters::connect_failed},
 }};
 
 constexpr bool every_row_filled() {

@@ -60,7 +60,8 @@ enum class DropReason : std::uint8_t {
   // flow past its rule's budget, and a live flow cut when it was crossed.
   budget_spent,
   budget_cut,
-  count_,  // not a reason: the number of them
+  no_route,  // an IPv6 TCP flow: the host has no route to the destination
+  count_,    // not a reason: the number of them
 };
 
 enum class DropLog : std::uint8_t { none, once, deny, limit };

@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -10,6 +11,7 @@
 #include "base/byte_reader.h"
 #include "io/receive_buffer_pool.h"
 #include "lwip/etharp.h"
+#include "lwip/ethip6.h"
 #include "lwip/icmp.h"
 #include "lwip/init.h"
 #include "lwip/ip.h"
@@ -33,7 +35,13 @@ namespace {
 
 GuestStack* g_stack = nullptr;  // lwIP is process-global; so is its one stack
 
+// lwIP keeps both families in network order.
 policy::IpAddress from_lwip(const ip_addr_t* a) {
+  if (IP_IS_V6(a)) {
+    std::array<std::uint8_t, 16> b{};
+    std::memcpy(b.data(), ip_2_ip6(a)->addr, 16);
+    return policy::IpAddress::v6(b);
+  }
   std::uint8_t b[4];
   std::memcpy(b, &ip_2_ip4(a)->addr, 4);
   return policy::IpAddress::v4_bytes(b);
@@ -61,6 +69,7 @@ struct StackGlue {
     n->name[0] = 'a';
     n->name[1] = 'b';
     n->output = etharp_output;
+    n->output_ip6 = ethip6_output;
     n->linkoutput = linkoutput;
     n->hwaddr_len = ETH_HWADDR_LEN;
     n->flags = NETIF_FLAG_BROADCAST | NETIF_FLAG_ETHARP | NETIF_FLAG_ETHERNET | NETIF_FLAG_LINK_UP;
@@ -140,7 +149,10 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
       ndp_(NdpConfig{.gateway_mac = config.gateway_mac,
                      .prefix = instance_ula_prefix(config.instance),
                      .mtu = static_cast<std::uint32_t>(link.mtu()),
-                     .router_lifetime_seconds = 0}),
+                     // A default route only when IPv6 flows are carried; no
+                     // IPv6 DNS server until the gate is reachable over IPv6.
+                     .router_lifetime_seconds = static_cast<std::uint16_t>(config.ipv6_tcp_flows ? 1800 : 0),
+                     .rdnss_lifetime_seconds = 0}),
       netif_(std::make_unique<netif>()),
       rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.max_receive_size(), 0xFFFF))) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
@@ -168,6 +180,19 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
   }
   std::memcpy(netif_->hwaddr, config_.gateway_mac.data(), 6);
   netif_->mtu = static_cast<u16_t>(link.mtu());
+  if (config_.ipv6_neighbour_discovery) {
+    // The gateway's two IPv6 addresses, usable at once: NdpResponder speaks
+    // for them on the link (lwipopts.h: no DAD, SLAAC, RS or MLD in lwIP).
+    // lwIP's own neighbour solicitations for the guest come from the one in
+    // the guest address's /64 (nd6_send_ns()).
+    const std::array<const std::array<std::uint8_t, 16>*, 2> own = {&ndp_.link_local(), &ndp_.global()};
+    for (s8_t i = 0; i < 2; ++i) {
+      ip6_addr_t a{};
+      std::memcpy(a.addr, own[static_cast<std::size_t>(i)]->data(), 16);
+      netif_ip6_addr_set(netif_.get(), i, &a);
+      netif_ip6_addr_set_state(netif_.get(), i, IP6_ADDR_PREFERRED);
+    }
+  }
   // A link whose far end finishes TCP/UDP checksums: lwIP leaves them to it
   // (output_frame() writes the pseudo-header sum the offload starts from).
   if (link_.tx_checksum_offload()) {
@@ -422,6 +447,11 @@ void GuestStack::take_frame(std::size_t n) {
       if (drop_before_lwip(frame)) return;
       break;
   }
+  to_lwip(bytes);
+}
+
+void GuestStack::to_lwip(std::span<const std::uint8_t> bytes) {
+  const std::size_t n = bytes.size();
   pbuf* p = nullptr;
   if (n * 2 >= rx_size_) {
     p = rx_pbuf_;
@@ -579,7 +609,10 @@ GuestStack::ChecksumOffload GuestStack::checksum_offload_of(std::span<const std:
   ChecksumOffload out;
   if (frame_size < head.size()) return out;
   base::ByteReader eth(head);
-  if (!eth.skip(12) || eth.u16be() != std::optional<std::uint16_t>{0x0800}) return out;  // IPv4 only
+  if (!eth.skip(12)) return out;
+  const auto ethertype = eth.u16be();
+  if (ethertype == std::optional<std::uint16_t>{0x86DD}) return checksum_offload_of_ipv6(head, frame_size);
+  if (ethertype != std::optional<std::uint16_t>{0x0800}) return out;
   const std::span<const std::uint8_t> ip_bytes = eth.rest();
   base::ByteReader ip(ip_bytes);
   const auto version_ihl = ip.u8();
@@ -783,6 +816,8 @@ SynVerdict GuestStack::on_syn(const policy::IpAddress& dst, std::uint16_t dst_po
 
 SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t dst_port) {
   if (dst == config_.gateway) return SynVerdict::reset;  // only DNS (its own listener) runs there
+  if (dst.is_v6() && (dst.bytes() == ndp_.link_local() || dst.bytes() == ndp_.global()))
+    return SynVerdict::reset;  // the gateway runs nothing over IPv6 TCP
   const policy::Endpoint to{dst, dst_port};
   // Handshakes in progress become flows: they count against the limit too.
   std::size_t half_open = half_open_now();
@@ -811,6 +846,13 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
     drop(DropReason::no_broker, "tcp", &to, a.name);
     return SynVerdict::reset;
   }
+  // Refused at the SYN, not reset after the handshake: a happy-eyeballs
+  // client then falls back to IPv4 at once.
+  if (dst.is_v6() && a.broker == nullptr && !host_has_route(to)) {
+    drop(DropReason::no_route, "tcp", &to, a.name);
+    return SynVerdict::reset;
+  }
+  // Last: a flow refused for any other reason spends none of its budget.
   if (a.broker == nullptr && a.rule != nullptr && a.rule->budget && !take_budget(*a.rule)) {
     drop(DropReason::budget_spent, "tcp", &to, a.name);
     return SynVerdict::reset;

@@ -9,7 +9,11 @@
 //     IPv4 fragments, sources other than the guest ── counted, dropped
 //     IPv6 ── checked (ipv6_guest_checks.h: header tricks, spoofed sources);
 //             neighbour discovery to NdpResponder when the config turns it
-//             on; the rest counted, dropped, logged once (take_ipv6())
+//             on, but a neighbour advertisement to the gateway's address
+//             ──▶ lwIP (its ND resolves the guest's MAC); with IPv6 TCP
+//             flows on, TCP and echo requests without extension headers
+//             ──▶ lwIP, as IPv4's below; the rest counted, dropped, logged
+//             once (take_ipv6())
 //     anything not IPv4/ARP/IPv6 ── counted, dropped
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
 //        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
@@ -217,6 +221,10 @@ class GuestStack final : public FlowServices {
     std::uint16_t tcp_headers = 0;  // TCP: Ethernet + IP + TCP header bytes; 0 otherwise
   };
   static ChecksumOffload checksum_offload_of(std::span<const std::uint8_t> head, std::size_t frame_size);
+  // The same for an IPv6 frame lwIP built (guest_stack_ipv6.cc): no
+  // extension headers, and tcp_headers 0 (lwIP's IPv6 segments fit the MTU:
+  // on_accept() widens IPv4 flows only).
+  static ChecksumOffload checksum_offload_of_ipv6(std::span<const std::uint8_t> head, std::size_t frame_size);
   static constexpr std::size_t kMaxFramePieces = 16;
   // The loop's calls into the stack (set up by the constructor).
   void on_ring_frame_written(int res, std::size_t frame_size);
@@ -234,6 +242,13 @@ class GuestStack final : public FlowServices {
   // An IPv6 frame (guest_stack_ipv6.cc): checked, neighbour discovery
   // answered when on, the rest dropped.
   void take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame);
+  // Whether the host can route to `to` (guest_stack_ipv6.cc): a UDP
+  // socket's connect() looks the route up and sends nothing. False only for
+  // ENETUNREACH/EHOSTUNREACH; any other failure is left to the flow's own
+  // connect().
+  static bool host_has_route(const policy::Endpoint& to);
+  // Gives the n-byte frame in rx_pbuf_ (bytes) to lwIP's netif->input.
+  void to_lwip(std::span<const std::uint8_t> bytes);
   // Ring reads: one read in flight at a time, posted again as each completes.
   void post_link_read();
   void on_link_read(int res);

@@ -5,12 +5,26 @@
 // GuestConfig::ipv6_neighbour_discovery, neighbour discovery goes to the
 // NdpResponder and its answer straight to the link, and the guest's
 // addresses in the instance's /64 are its own. Everything else (and all of
-// it when the option is off) is dropped as not carried yet: lwIP is built
-// without IPv6, so nothing of it may reach lwIP.
+// it when the option is off) is dropped as not carried yet. lwIP (built with
+// IPv6, lwipopts.h) sees the guest's neighbour advertisements to the gateway,
+// for its ND, and with GuestConfig::ipv6_tcp_flows the guest's TCP and echo
+// requests; never a packet with extension headers, never UDP.
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "base/byte_reader.h"
+#include "base/unique_fd.h"
 #include "netstack/stack/guest_stack.h"
 #include "netstack/stack/ipv6_guest_checks.h"
+#include "netstack/stack/sockaddr.h"
 
 namespace abox::netstack {
+
+namespace {
+constexpr std::uint8_t kNeighbourAdvertisementType = 136;  // RFC 4861 section 4.4
+constexpr std::uint8_t kEchoRequestType = 128;             // RFC 4443 section 4.1
+}  // namespace
 
 void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame) {
   const bool ndp_on = config_.ipv6_neighbour_discovery;
@@ -23,9 +37,77 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
   if (ndp_on && frame.ipv6().upper_protocol == GuestFrame::kProtoIcmpv6) {
     const NdpResult r = ndp_.handle(bytes, frame, loop_.now());
     if (!r.reply.empty()) (void)link_.send(r.reply);  // a full link loses it; the guest asks again
-    if (r.outcome != NdpOutcome::not_ndp) return;     // answered, or ignored and counted there
+    // lwIP's own solicitation for the guest (from PREFIX::1 or fe80::1, when
+    // it has a segment for it) is answered to one of the gateway's addresses:
+    // lwIP's ND takes the answer and learns the guest's MAC. The input hook
+    // lets ICMPv6 to those addresses in only (abox_lwip.h).
+    if (r.outcome == NdpOutcome::ignored && frame.ipv6().icmp_type == kNeighbourAdvertisementType &&
+        frame.ipv6().extension_headers == 0 &&
+        (frame.ipv6().destination == ndp_.link_local() || frame.ipv6().destination == ndp_.global())) {
+      to_lwip(bytes);
+      return;
+    }
+    if (r.outcome != NdpOutcome::not_ndp) return;  // answered, or ignored and counted there
+  }
+  // With IPv6 TCP flows on: TCP to lwIP, whose SYN hook admits as for IPv4
+  // (on_syn()), and echo requests, which lwIP answers for the gateway's
+  // addresses only (the IPv6 input hook eats the rest, counted).
+  // Only a packet without extension headers: the IPv6 input hook reads the
+  // fixed header alone, and lwIP would answer options it does not know with
+  // ICMPv6 errors from the destination's address.
+  if (ndp_on && config_.ipv6_tcp_flows && frame.ipv6().extension_headers == 0 &&
+      (frame.ipv6().upper_protocol == GuestFrame::kProtoTcp ||
+       (frame.ipv6().upper_protocol == GuestFrame::kProtoIcmpv6 &&
+        frame.ipv6().icmp_type == kEchoRequestType))) {
+    to_lwip(bytes);
+    return;
   }
   drop(DropReason::frame_ipv6, "ipv6");
+}
+
+bool GuestStack::host_has_route(const policy::Endpoint& to) {
+  sockaddr_storage ss{};
+  const socklen_t len = to_sockaddr(to, ss);
+  base::UniqueFd probe(::socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!probe) return true;
+  if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&ss), len) == 0) return true;
+  return errno != ENETUNREACH && errno != EHOSTUNREACH;
+}
+
+GuestStack::ChecksumOffload GuestStack::checksum_offload_of_ipv6(std::span<const std::uint8_t> head,
+                                                                 std::size_t frame_size) {
+  ChecksumOffload out;
+  constexpr std::size_t kHeaders = 14 + 40;  // Ethernet, the fixed IPv6 header
+  if (frame_size < head.size() || head.size() < kHeaders) return out;
+  base::ByteReader ip(head.subspan(14));
+  const auto version = ip.u8();
+  const bool flow = ip.skip(3);
+  const auto payload_length = ip.u16be();
+  const auto next_header = ip.u8();
+  const bool hop_limit = ip.skip(1);
+  const auto addresses = ip.bytes(32);
+  if (!version || !flow || !payload_length || !next_header || !hop_limit || !addresses) return out;
+  const std::size_t payload = *payload_length;
+  if ((*version >> 4) != 6 || payload > frame_size - kHeaders) return out;
+  std::size_t field = 0;
+  if (*next_header == GuestFrame::kProtoTcp) {
+    field = 16;
+  } else if (*next_header == GuestFrame::kProtoUdp) {
+    field = 6;
+  } else {
+    return out;  // ICMPv6 (lwIP sums it itself), or anything with extension headers
+  }
+  if (payload < field + 2) return out;
+  // RFC 8200 section 8.1: addresses, the upper-layer length, the next header.
+  std::uint32_t sum = sum16(*addresses);
+  sum += *next_header;
+  sum += static_cast<std::uint32_t>(payload);
+  while (sum > 0xFFFF) sum = (sum & 0xFFFF) + (sum >> 16);
+  out.start = static_cast<std::uint16_t>(kHeaders);
+  out.offset = static_cast<std::uint16_t>(field);
+  out.field_end = kHeaders + field + 2;
+  out.pseudo_sum = static_cast<std::uint16_t>(sum);
+  return out;
 }
 
 }  // namespace abox::netstack

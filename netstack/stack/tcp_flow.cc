@@ -8,6 +8,7 @@
 #include <sys/un.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <span>
@@ -26,9 +27,15 @@ namespace abox::netstack {
 
 namespace {
 
+// lwIP keeps both families in network order.
 policy::IpAddress from_lwip(const ip_addr_t& a) {
+  if (IP_IS_V6_VAL(a)) {
+    std::array<std::uint8_t, 16> b{};
+    std::memcpy(b.data(), ip_2_ip6(&a)->addr, 16);
+    return policy::IpAddress::v6(b);
+  }
   std::uint8_t b[4];
-  std::memcpy(b, &ip_2_ip4(&a)->addr, 4);  // lwIP keeps IPv4 in network order
+  std::memcpy(b, &ip_2_ip4(&a)->addr, 4);
   return policy::IpAddress::v4_bytes(b);
 }
 

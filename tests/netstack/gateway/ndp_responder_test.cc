@@ -176,7 +176,7 @@ TEST_F(NdpResponderTest, ASolicitationFromTheUnspecifiedAddressIsAnsweredToAllNo
 }
 
 TEST_F(NdpResponderTest, ARouterLifetimeOfZeroNamesNoRouterAndNoDns) {
-  NdpResponder off(NdpConfig{kGatewayMac, kPrefix, 9000, 0});
+  NdpResponder off(NdpConfig{kGatewayMac, kPrefix, 9000, 0, 0});
   const Bytes f = ndp(133, rs_body(), kLinkLocal, kAllRouters);
   const auto v = GuestFrame::parse(f);
   ASSERT_TRUE(v.ok());
@@ -185,6 +185,21 @@ TEST_F(NdpResponderTest, ARouterLifetimeOfZeroNamesNoRouterAndNoDns) {
   EXPECT_EQ((msg[6] << 8) | msg[7], 0);
   const RaOptions o = ra_options(msg);
   EXPECT_EQ(o.mtu, 9000u);
+  ASSERT_TRUE(o.rdnss_option.has_value());
+  EXPECT_EQ(abox::testing::get32(*o.rdnss_option, 4), 0u);
+}
+
+// --ipv6 tcp: a default router, but no DNS server over IPv6 (the gate is not
+// reachable over IPv6 UDP yet).
+TEST_F(NdpResponderTest, ARouterLifetimeWithAnRdnssLifetimeOfZeroNamesARouterButNoDns) {
+  NdpResponder router(NdpConfig{kGatewayMac, kPrefix, 1500, 1800, 0});
+  const Bytes f = ndp(133, rs_body(), kLinkLocal, kAllRouters);
+  const auto v = GuestFrame::parse(f);
+  ASSERT_TRUE(v.ok());
+  const Reply reply = read(router.handle(f, *v, now_));
+  const auto msg = reply.ip.upper_layer;
+  EXPECT_EQ((msg[6] << 8) | msg[7], 1800);
+  const RaOptions o = ra_options(msg);
   ASSERT_TRUE(o.rdnss_option.has_value());
   EXPECT_EQ(abox::testing::get32(*o.rdnss_option, 4), 0u);
 }

@@ -1,5 +1,7 @@
 // Smoke test for abox's lwIP build (netstack/lwip): accept-all for TCP and UDP,
-// the SYN verdict, ICMP only for the gateway, and lwIP's timers.
+// the SYN verdict, ICMP only for the gateway, and lwIP's timers; for IPv6,
+// accept-all, lwIP's ND resolving the guest, ICMPv6 only for the gateway's
+// addresses and no RS, DAD or MLD of lwIP's own.
 //
 // In-process, no tap: a netif whose linkoutput captures frames into a vector.
 // The test plays the guest (10.0.2.15, its own MAC) talking to the gateway
@@ -24,8 +26,10 @@
 
 #include "base/byte_reader.h"
 #include "lwip/etharp.h"
+#include "lwip/ethip6.h"
 #include "lwip/init.h"
 #include "lwip/ip4_addr.h"
+#include "lwip/nd6.h"
 #include "lwip/netif.h"
 #include "lwip/pbuf.h"
 #include "lwip/priv/tcp_priv.h"
@@ -64,14 +68,15 @@ std::string ToString(const Ip4& ip) {
          std::to_string(ip[3]);
 }
 
+// lwIP is built dual stack (ip_addr_t holds either family).
 std::string ToString(const ip_addr_t* ip) {
-  std::array<char, IP4ADDR_STRLEN_MAX> text{};
-  return ip4addr_ntoa_r(ip, text.data(), static_cast<int>(text.size()));
+  std::array<char, IPADDR_STRLEN_MAX> text{};
+  return ipaddr_ntoa_r(ip, text.data(), static_cast<int>(text.size()));
 }
 
 ip_addr_t ToLwip(const Ip4& ip) {
   ip_addr_t out{};
-  EXPECT_EQ(ip4addr_aton(ToString(ip).c_str(), &out), 1);
+  EXPECT_EQ(ipaddr_aton(ToString(ip).c_str(), &out), 1);
   return out;
 }
 
@@ -413,9 +418,12 @@ class LwipSmokeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     InitLwipOnce();
-    const ip4_addr_t address = ToLwip(kGateway);
-    const ip4_addr_t netmask = ToLwip({255, 255, 255, 0});
-    const ip4_addr_t no_gateway = ToLwip({0, 0, 0, 0});
+    const ip_addr_t address_any = ToLwip(kGateway);
+    const ip_addr_t netmask_any = ToLwip({255, 255, 255, 0});
+    const ip_addr_t no_gateway_any = ToLwip({0, 0, 0, 0});
+    const ip4_addr_t address = *ip_2_ip4(&address_any);
+    const ip4_addr_t netmask = *ip_2_ip4(&netmask_any);
+    const ip4_addr_t no_gateway = *ip_2_ip4(&no_gateway_any);
     ASSERT_NE(netif_add(&netif_, &address, &netmask, &no_gateway, this, &NetifInit, &ethernet_input),
               nullptr);
     netif_set_default(&netif_);
@@ -447,6 +455,7 @@ class LwipSmokeTest : public ::testing::Test {
     std::memcpy(n->hwaddr, kGatewayMac.data(), kGatewayMac.size());
     n->flags = NETIF_FLAG_BROADCAST | NETIF_FLAG_ETHARP | NETIF_FLAG_ETHERNET;
     n->output = etharp_output;
+    n->output_ip6 = ethip6_output;
     n->linkoutput = &LinkOutput;
     return ERR_OK;
   }
@@ -858,6 +867,206 @@ TEST_F(LwipSmokeTest, TimersRetransmitSynAckThenForgetHalfOpenFlow) {
     sys_check_timeouts();
   }
   TakeSent();
+}
+
+// ---- IPv6 (issue 21) -------------------------------------------------------------------
+
+using Ip6 = std::array<std::uint8_t, 16>;
+constexpr std::uint16_t kEtherIpv6 = 0x86dd;
+constexpr std::uint8_t kProtoIcmp6 = 58;
+// The gateway's two addresses, as GuestStack gives them to lwIP: fe80::1 and
+// PREFIX::1 of the instance's ULA /64.
+constexpr Ip6 kGatewayLinkLocal6{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+constexpr Ip6 kGateway6{0xfd, 0x00, 0xab, 0x0c, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+constexpr Ip6 kGuest6{0xfd, 0x00, 0xab, 0x0c, 0, 0, 0, 0, 0x50, 0x54, 0x00, 0xff, 0xfe, 0x12, 0x34, 0x56};
+constexpr Ip6 kForeign6{0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10};  // 2001:db8::10
+
+std::uint16_t Transport6Checksum(const Ip6& src, const Ip6& dst, std::uint8_t proto,
+                                 std::span<const std::uint8_t> segment) {
+  Bytes pseudo;
+  Append(pseudo, src);
+  Append(pseudo, dst);
+  Put32(pseudo, static_cast<std::uint32_t>(segment.size()));
+  Append(pseudo, Bytes{0, 0, 0, proto});
+  Append(pseudo, segment);
+  return InternetChecksum(pseudo);
+}
+
+// An IPv6 packet from the guest whose upper layer's checksum (at
+// checksum_offset) is filled in here.
+Bytes Ipv6Frame(const Ip6& src, const Ip6& dst, std::uint8_t proto, Bytes upper, std::size_t checksum_offset,
+                std::uint8_t hop_limit = 64) {
+  const std::uint16_t checksum = Transport6Checksum(src, dst, proto, upper);
+  upper[checksum_offset] = static_cast<std::uint8_t>(checksum >> 8);
+  upper[checksum_offset + 1] = static_cast<std::uint8_t>(checksum);
+  Bytes ip;
+  Put32(ip, 0x60000000);
+  Put16(ip, static_cast<std::uint16_t>(upper.size()));
+  ip.push_back(proto);
+  ip.push_back(hop_limit);
+  Append(ip, src);
+  Append(ip, dst);
+  Append(ip, upper);
+  return Ethernet(kGatewayMac, kGuestMac, kEtherIpv6, ip);
+}
+
+Bytes Tcp6SynFrame(const Ip6& dst, std::uint16_t src_port, std::uint16_t dst_port, std::uint32_t isn) {
+  Bytes tcp;
+  Put16(tcp, src_port);
+  Put16(tcp, dst_port);
+  Put32(tcp, isn);
+  Put32(tcp, 0);
+  tcp.push_back(static_cast<std::uint8_t>(((20 + kSynOptions.size()) / 4) << 4));
+  tcp.push_back(kSyn);
+  Put16(tcp, 64240);
+  Put32(tcp, 0);  // checksum, urgent pointer
+  Append(tcp, kSynOptions);
+  return Ipv6Frame(kGuest6, dst, kProtoTcp, tcp, 16);
+}
+
+Bytes Icmp6EchoFrame(const Ip6& dst) {
+  return Ipv6Frame(kGuest6, dst, kProtoIcmp6, Bytes{128, 0, 0, 0, 0x12, 0x34, 0x00, 0x01, 'a', 'b'}, 2);
+}
+
+// The guest's answer to a neighbour solicitation for its address.
+Bytes GuestNeighbourAdvertisement(const Ip6& to) {
+  Bytes na{136, 0, 0, 0, 0x60, 0, 0, 0};  // solicited, override
+  Append(na, kGuest6);
+  Append(na, Bytes{2, 1});  // target link-layer address
+  Append(na, kGuestMac);
+  return Ipv6Frame(kGuest6, to, kProtoIcmp6, na, 2, 255);
+}
+
+struct ParsedIp6 {
+  Mac eth_dst{};
+  Ip6 src{};
+  Ip6 dst{};
+  std::uint8_t next_header = 0;
+  Bytes upper;
+  bool checksum_ok = false;
+};
+
+std::optional<ParsedIp6> ParseIpv6Frame(const Bytes& frame) {
+  if (frame.size() < 54 || ((frame[12] << 8) | frame[13]) != kEtherIpv6) return std::nullopt;
+  ParsedIp6 out;
+  std::copy_n(frame.begin(), 6, out.eth_dst.begin());
+  const std::size_t length = (std::size_t{frame[18]} << 8) | frame[19];
+  if (frame.size() < 54 + length) return std::nullopt;
+  out.next_header = frame[20];
+  std::copy_n(frame.begin() + 22, 16, out.src.begin());
+  std::copy_n(frame.begin() + 38, 16, out.dst.begin());
+  out.upper.assign(frame.begin() + 54, frame.begin() + 54 + static_cast<std::ptrdiff_t>(length));
+  out.checksum_ok = Transport6Checksum(out.src, out.dst, out.next_header, out.upper) == 0;
+  return out;
+}
+
+class LwipIpv6Test : public LwipSmokeTest {
+ protected:
+  void SetUp() override {
+    LwipSmokeTest::SetUp();
+    const std::array<const Ip6*, 2> own = {&kGatewayLinkLocal6, &kGateway6};
+    for (s8_t i = 0; i < 2; ++i) {
+      ip6_addr_t a{};
+      std::memcpy(a.addr, own[static_cast<std::size_t>(i)]->data(), 16);
+      netif_ip6_addr_set(&netif_, i, &a);
+      netif_ip6_addr_set_state(&netif_, i, IP6_ADDR_PREFERRED);
+    }
+  }
+};
+
+// With DAD, SLAAC, RS and MLD off (lwipopts.h), lwIP says nothing of its own
+// on IPv6, going up or over a minute of timers.
+TEST_F(LwipIpv6Test, LwipSendsNoRouterSolicitationDadOrMldOfItsOwn) {
+  netif_set_down(&netif_);
+  netif_set_up(&netif_);
+  for (int step = 0; step < 600; ++step) {  // 60 s
+    g_now_ms += 100;
+    sys_check_timeouts();
+  }
+  for (const Bytes& frame : TakeSent()) {
+    ASSERT_GE(frame.size(), 14u);
+    EXPECT_NE((frame[12] << 8) | frame[13], kEtherIpv6);
+  }
+}
+
+// A SYN to a foreign IPv6 address reaches the accept-all listener and the SYN
+// hook sees that address; lwIP resolves the guest by a solicitation from
+// PREFIX::1, the guest's advertisement back lets the SYN-ACK out, from the
+// foreign address, and the handshake completes as that destination.
+TEST_F(LwipIpv6Test, TcpToAnyIpv6DestinationAfterNeighbourDiscovery) {
+  AcceptAllListener();
+  abox_lwip_set_syn_hook(&OnSyn);
+
+  Feed(Tcp6SynFrame(kForeign6, 41000, 443, 9000));
+  ASSERT_EQ(syns_.size(), 1u);
+  EXPECT_EQ(syns_[0].dst, "2001:DB8::10");
+  EXPECT_EQ(syns_[0].dst_port, 443);
+  EXPECT_EQ(syns_[0].src, "FD00:AB0C::5054:FF:FE12:3456");
+
+  std::vector<Bytes> sent = TakeSent();
+  ASSERT_EQ(sent.size(), 1u);  // the SYN-ACK waits in ND's queue
+  auto ns = ParseIpv6Frame(sent[0]);
+  ASSERT_TRUE(ns);
+  EXPECT_EQ(ns->next_header, kProtoIcmp6);
+  ASSERT_GE(ns->upper.size(), 24u);
+  EXPECT_EQ(ns->upper[0], 135);   // neighbour solicitation
+  EXPECT_EQ(ns->src, kGateway6);  // nd6_send_ns(): the netif's address in the target's /64
+  EXPECT_EQ(ns->eth_dst, (Mac{0x33, 0x33, 0xff, 0x12, 0x34, 0x56}));  // solicited-node
+  EXPECT_TRUE(std::equal(kGuest6.begin(), kGuest6.end(), ns->upper.begin() + 8));
+  EXPECT_TRUE(ns->checksum_ok);
+
+  Feed(GuestNeighbourAdvertisement(kGateway6));
+  sent = TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  auto syn_ack = ParseIpv6Frame(sent[0]);
+  ASSERT_TRUE(syn_ack);
+  EXPECT_EQ(syn_ack->eth_dst, kGuestMac);
+  EXPECT_EQ(syn_ack->src, kForeign6);
+  EXPECT_EQ(syn_ack->dst, kGuest6);
+  EXPECT_EQ(syn_ack->next_header, kProtoTcp);
+  ASSERT_GE(syn_ack->upper.size(), 20u);
+  EXPECT_EQ(syn_ack->upper[13], kSyn | kAck);
+  EXPECT_TRUE(syn_ack->checksum_ok);
+  const std::uint32_t server_isn = (std::uint32_t{syn_ack->upper[4]} << 24) | (syn_ack->upper[5] << 16) |
+                                   (syn_ack->upper[6] << 8) | syn_ack->upper[7];
+
+  Bytes ack;
+  Put16(ack, 41000);
+  Put16(ack, 443);
+  Put32(ack, 9001);
+  Put32(ack, server_isn + 1);
+  ack.push_back(0x50);
+  ack.push_back(kAck);
+  Put16(ack, 64240);
+  Put32(ack, 0);
+  Feed(Ipv6Frame(kGuest6, kForeign6, kProtoTcp, ack, 16));
+  ASSERT_EQ(accepted_.size(), 1u);
+  EXPECT_EQ(accepted_[0].local_ip, "2001:DB8::10");
+  EXPECT_EQ(accepted_[0].local_port, 443);
+  EXPECT_EQ(accepted_[0].remote_ip, "FD00:AB0C::5054:FF:FE12:3456");
+}
+
+// Echo to a foreign IPv6 address is eaten by the IPv6 hook and counted; to
+// the gateway's address lwIP answers (after resolving the guest).
+TEST_F(LwipIpv6Test, Icmp6EchoAnsweredForGatewayAddressesOnly) {
+  const std::uint64_t eaten_before = abox_lwip_counters()->icmp_not_for_netif;
+  Feed(Icmp6EchoFrame(kForeign6));
+  EXPECT_TRUE(TakeSent().empty());
+  EXPECT_EQ(abox_lwip_counters()->icmp_not_for_netif, eaten_before + 1);
+
+  Feed(Icmp6EchoFrame(kGateway6));
+  EXPECT_EQ(abox_lwip_counters()->icmp_not_for_netif, eaten_before + 1);
+  std::vector<Bytes> sent = TakeSent();
+  ASSERT_EQ(sent.size(), 1u);  // the solicitation for the guest
+  Feed(GuestNeighbourAdvertisement(kGateway6));
+  sent = TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  auto reply = ParseIpv6Frame(sent[0]);
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->src, kGateway6);
+  ASSERT_FALSE(reply->upper.empty());
+  EXPECT_EQ(reply->upper[0], 129);  // echo reply
+  EXPECT_TRUE(reply->checksum_ok);
 }
 
 }  // namespace

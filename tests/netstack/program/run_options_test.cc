@@ -53,6 +53,7 @@ TEST(RunOptions, TheSmallestRunTakesTheDefaults) {
   EXPECT_TRUE(o.sandbox);
   EXPECT_TRUE(o.io_on_ring);
   EXPECT_FALSE(o.ipv6_neighbour_discovery);
+  EXPECT_FALSE(o.ipv6_tcp_flows);
   EXPECT_EQ(o.net.prefix_len, 24u);
   EXPECT_EQ(o.net.ifname, "eth0");
   EXPECT_EQ(o.pcap_max_bytes, 1ull << 30);
@@ -101,7 +102,15 @@ TEST(RunOptions, EveryOptionLandsWhereItShould) {
   EXPECT_EQ(o.stats_socket, "/run/stats");
   EXPECT_FALSE(o.io_on_ring);
   EXPECT_TRUE(o.ipv6_neighbour_discovery);
+  EXPECT_FALSE(o.ipv6_tcp_flows);
   EXPECT_FALSE(o.sandbox);
+}
+
+TEST(RunOptions, Ipv6TcpIsNeighbourDiscoveryAndTcpFlows) {
+  auto r = parse({"-p", "p.toml", "--netns", "n", "--ipv6", "tcp"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->options.ipv6_neighbour_discovery);
+  EXPECT_TRUE(r->options.ipv6_tcp_flows);
 }
 
 TEST(RunOptions, ACommandAfterTheOptionsRunsInANamespaceOfItsOwn) {
@@ -216,7 +225,7 @@ TEST(RunOptions, NamesAndPathsAreBounded) {
   EXPECT_EQ(refusal({"-p", "p.toml", "--netns", "n", "--io", "uring"}).message,
             "--io 'uring': expected 'ring' or 'syscalls'");
   EXPECT_EQ(refusal({"-p", "p.toml", "--netns", "n", "--ipv6", "on"}).message,
-            "--ipv6 'on': expected 'off' or 'nd'");
+            "--ipv6 'on': expected 'off', 'nd' or 'tcp'");
 }
 
 }  // namespace

@@ -193,5 +193,80 @@ TEST_F(GuestStackIpv6Test, NeighbourDiscoveryIsNotAnsweredWhenOff) {
   EXPECT_EQ(stack_->ndp_counters().router_advertisements, 0u);
 }
 
+// With IPv6 TCP flows on (GuestConfig::ipv6_tcp_flows): the guest's TCP goes
+// through lwIP and the same admission as IPv4. A SYN to an address the gate
+// never answered is refused with a RST from that address (after lwIP's own
+// neighbour solicitation, answered by the guest); one to the gateway's
+// address too; echo to the gateway's address is answered, to anything else
+// not; UDP is still dropped as not carried.
+class GuestStackIpv6TcpTest : public GuestStackIpv6Test {
+ protected:
+  GuestConfig config() const override {
+    GuestConfig c;
+    c.instance = "ipv6-test";
+    c.ipv6_neighbour_discovery = true;
+    c.ipv6_tcp_flows = true;
+    return c;
+  }
+  static Bytes checksummed(std::uint8_t next, Bytes upper, std::size_t field, const Address& src,
+                           const Address& dst) {
+    std::uint32_t sum = sum16(src);
+    sum = sum16(dst, sum);
+    sum += static_cast<std::uint32_t>(upper.size());
+    sum += next;
+    const std::uint16_t c = fold_checksum(sum16(upper, sum));
+    upper[field] = static_cast<std::uint8_t>(c >> 8);
+    upper[field + 1] = static_cast<std::uint8_t>(c);
+    return ipv6_frame(next, upper, src, dst);
+  }
+};
+
+TEST_F(GuestStackIpv6TcpTest, TcpGoesThroughAdmissionAndEchoIsForTheGatewayOnly) {
+  const Ipv6Prefix64 prefix = instance_ula_prefix("ipv6-test");
+  Address gateway_global{};
+  std::copy(prefix.begin(), prefix.end(), gateway_global.begin());
+  gateway_global[15] = 1;
+  const Address gateway_link_local = {0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+
+  send(checksummed(kTcp, tcp(40000, 443, 0x02), 16, kLinkLocal, kServer));
+  auto back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);  // lwIP resolves the guest before it answers
+  EXPECT_EQ(back[0].icmp_type, 135);
+  EXPECT_EQ(back[0].source, gateway_link_local);
+  Bytes na{0x60, 0, 0, 0};  // solicited, override
+  na.insert(na.end(), kLinkLocal.begin(), kLinkLocal.end());
+  na.insert(na.end(), {2, 1, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02});  // the guest's MAC
+  send(ndp(136, na, kLinkLocal, gateway_link_local));
+  back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].source, kServer);
+  EXPECT_EQ(back[0].upper_protocol, kTcp);
+  ASSERT_GE(back[0].upper_layer.size(), 20u);
+  EXPECT_NE(back[0].upper_layer[13] & 0x04, 0);  // RST
+  EXPECT_EQ(stack_->counters().tcp_refused, 1u);
+  EXPECT_EQ(stack_->counters().syn_reset, 1u);
+
+  send(checksummed(kTcp, tcp(40001, 80, 0x02), 16, kLinkLocal, gateway_global));
+  back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].source, gateway_global);
+  EXPECT_NE(back[0].upper_layer[13] & 0x04, 0);
+  EXPECT_EQ(stack_->counters().syn_reset, 2u);
+
+  send(checksummed(kIcmpv6, icmpv6(128, 0), 2, kLinkLocal, gateway_global));
+  back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].icmp_type, 129);
+  EXPECT_EQ(back[0].source, gateway_global);
+  send(checksummed(kIcmpv6, icmpv6(128, 0), 2, kLinkLocal, kServer));
+  EXPECT_TRUE(ipv6_sent_back().empty());
+
+  const std::uint64_t not_carried = stack_->counters().frames_dropped_ipv6;
+  send(checksummed(kUdp, udp(40002, 443, {1}), 6, kLinkLocal, kServer));
+  EXPECT_EQ(stack_->counters().frames_dropped_ipv6, not_carried + 1);
+  EXPECT_TRUE(ipv6_sent_back().empty());
+  EXPECT_EQ(stack_->counters().tcp_admitted + stack_->counters().udp_admitted, 0u);
+}
+
 }  // namespace
 }  // namespace abox::netstack

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""End-to-end test of IPv6 TCP flows through `abox-net run --ipv6 tcp --netns`
+(issue 21). The rig's fake internet (netns_rig.py) gains IPv6: a /64 on the
+outside<->inet veth and server addresses on inet's lo, every one inside the
+rig's own namespaces. nsd answers A and AAAA for web.example.test (allowed,
+port 80) and secret.example.test (not allowed); nginx listens on web's IPv4
+and IPv6 addresses. The guest namespace configures itself by the kernel's
+own SLAAC from abox-net's router advertisement, and its resolver is the DNS
+gate on 10.0.2.2. Cases:
+  - SLAAC gives the guest an address in the instance's ULA /64 and, with
+    --ipv6 tcp, an IPv6 default route via fe80::1;
+  - `curl -6` to the allowed name reaches nginx over IPv6 (nginx logs the
+    request from abox-net's IPv6 address), and abox-net logs an "admit"
+    event for the IPv6 destination;
+  - `curl -4` to the same name still works, and plain curl (happy eyeballs;
+    the guest's gai.conf sorts its ULA as global, see GAI_CONF) takes IPv6;
+  - the not-allowed name gets no address, and a direct connection to its
+    IPv6 address (never answered) is refused at once (curl exit 7 < 2 s);
+  - with the outside namespace's route to web's IPv6 address removed (the
+    host has no IPv6 route there), `curl -6` is refused at its SYN (exit 7,
+    a "no route" deny event), not reset after connecting or timed out, `curl -4` still works, and plain curl falls back to IPv4 at
+    once;
+  - abox-net's counters at exit: 2 flows refused, 2 failed connects.
+Usage: ipv6_flows_e2e.py PATH/TO/abox-net [--keep]
+Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
+Every wait is bounded; every process and namespace the test makes is
+removed at the end (netns_rig.Rig), also on failure and on SIGINT/SIGTERM.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True  # the source tree may be read-only
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import netns_rig as nr  # noqa: E402
+
+WEB, SECRET = nr.fqdn("web"), nr.fqdn("secret")
+# Public-looking IPv6 addresses (outside every reserved range, so the gate
+# keeps them), which exist only inside the rig's namespaces.
+OUTSIDE_LINK6 = "2a00:1450:4001:81a::1"
+INET_LINK6 = "2a00:1450:4001:81a::2"
+WEB6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
+SECRET6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2d"
+UNANSWERED6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2e"
+# RFC 6724's default label table with the ULA prefix in the global label (1,
+# not 13): the guest sorts IPv6 before IPv4 as a host with a global address
+# would.
+GAI_CONF = """label ::1/128 0
+label ::/0 1
+label 2002::/16 2
+label ::/96 3
+label ::ffff:0:0/96 4
+label fec0::/10 5
+label fc00::/7 1
+label 2001:0::/32 7
+"""
+POLICY = f"""# ipv6_flows_e2e.py: written by the test
+[dns]
+upstreams = ["{nr.ADDR['ns1']}:53"]
+timeout_ms = 2000
+[[allow]]
+names = ["{WEB}"]
+ports = [80]
+"""
+
+
+class Results:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def case(self, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+            print(f"ok    {name}")
+        else:
+            self.failed += 1
+            print(f"FAIL  {name}{': ' + detail if detail else ''}")
+        sys.stdout.flush()
+
+
+def add_ipv6_internet(rig):
+    """A /64 on the outside<->inet veth (no DAD: usable at once), the server
+    addresses on inet's lo, a /128 route to each in outside."""
+    for ns in (rig.outside, rig.inet):
+        rig.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0"], ns=ns, check=True)
+    rig.ip("-6", "addr", "add", f"{OUTSIDE_LINK6}/64", "dev", rig.outside_veth, "nodad", ns=rig.outside)
+    rig.ip("-6", "addr", "add", f"{INET_LINK6}/64", "dev", rig.inet_veth, "nodad", ns=rig.inet)
+    for a in (WEB6, SECRET6, UNANSWERED6):
+        rig.ip("-6", "addr", "add", f"{a}/128", "dev", "lo", ns=rig.inet)
+        rig.ip("-6", "route", "add", f"{a}/128", "via", INET_LINK6, ns=rig.outside)
+
+
+def start_nginx(rig):
+    """nginx in inet: HTTP on port 80 of every address, both families."""
+    d = rig.path("nginx")
+    os.makedirs(f"{d}/logs")
+    os.makedirs(f"{d}/www")
+    with open(f"{d}/www/index.html", "w") as f:
+        f.write("hello over ipv6 or ipv4\n")
+    conf = f"""daemon off;
+master_process on;
+user root;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/logs/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log {d}/logs/access.log;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  server {{
+    listen 80;
+    listen [::]:80 ipv6only=on;
+    root {d}/www;
+  }}
+}}
+"""
+    with open(f"{d}/nginx.conf", "w") as f:
+        f.write(conf)
+    p = rig.spawn("nginx", ["nginx", "-p", d, "-c", f"{d}/nginx.conf", "-e", f"{d}/logs/error.log"], ns=rig.inet)
+    rig.wait_for("nginx", lambda: rig.listening(rig.inet, 80), proc=p, log="nginx")
+    return f"{d}/logs/access.log"
+
+
+def curl(rig, *args, timeout=10):
+    started = time.monotonic()
+    got = rig.run(["curl", "-sS", "--max-time", str(timeout), *args], ns=rig.guest, timeout=timeout + 5)
+    return got, time.monotonic() - started
+
+
+def events(rig):
+    out = []
+    try:
+        with open(rig.path("events.jsonl")) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return out
+
+
+def cases(rig, abox_net, r):
+    add_ipv6_internet(rig)
+    rig.start_nsd([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()] +
+                  [f"web IN AAAA {WEB6}", f"secret IN AAAA {SECRET6}"])
+    access_log = start_nginx(rig)
+    rig.add_guest()
+    with open(f"/etc/netns/{rig.guest}/gai.conf", "w") as f:  # removed with the dir by Rig.close()
+        f.write(GAI_CONF)
+    p = rig.start_abox_net(abox_net, POLICY, "--instance", "v6flows", "--ipv6", "tcp")
+
+    def slaac():
+        got = rig.run(["ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global"], ns=rig.guest, timeout=5)
+        addrs = [line.split()[3] for line in got.stdout.splitlines() if "tentative" not in line]
+        route = rig.run(["ip", "-6", "route", "show", "default"], ns=rig.guest, timeout=5).stdout.strip()
+        return addrs, route
+    deadline = time.monotonic() + 15
+    addrs, route = [], ""
+    while time.monotonic() < deadline and not (addrs and route):
+        addrs, route = slaac()
+        time.sleep(0.2)
+    r.case("SLAAC: an address in the instance's ULA /64",
+           len(addrs) >= 1 and all(a.startswith("fd") and a.endswith("/64") for a in addrs), str(addrs))
+    r.case("--ipv6 tcp: an IPv6 default route via fe80::1", "via fe80::1" in route, route)
+
+    got, took = curl(rig, "-6", f"http://{WEB}/")
+    r.case("curl -6 to the allowed name reaches nginx over IPv6",
+           got.returncode == 0 and "hello over ipv6" in got.stdout,
+           f"exit {got.returncode} in {took:.2f}s: {got.stderr.strip()}")
+    with open(access_log) as f:
+        log = f.read()
+    r.case("nginx saw the request from abox-net's IPv6 address", OUTSIDE_LINK6 in log, log.strip()[-300:])
+    admits = [e for e in events(rig) if e.get("kind") == "admit"]
+    r.case("an admit event for the IPv6 destination",
+           any(e.get("dst") == f"[{WEB6}]:80" and e.get("name") == WEB for e in admits),
+           json.dumps(admits)[-400:])
+
+    got, took = curl(rig, "-4", f"http://{WEB}/")
+    r.case("curl -4 to the same name still works", got.returncode == 0 and "hello" in got.stdout,
+           f"exit {got.returncode}: {got.stderr.strip()}")
+    # From a ULA source, glibc's default RFC 6724 table sorts a global IPv6
+    # destination after IPv4 (the ULA's label differs from the
+    # destination's): a dual-stack client tries IPv4 first. The guest here
+    # is told to treat its ULA as global (gai.conf), so that happy eyeballs
+    # meets IPv6 first and its fallback below is tested.
+    got, took = curl(rig, "-w", "%{remote_ip}", f"http://{WEB}/")
+    r.case("plain curl (happy eyeballs, IPv6 sorted first) takes IPv6",
+           got.returncode == 0 and got.stdout.endswith(WEB6), f"exit {got.returncode}: {got.stdout[-60:]!r}")
+
+    got, took = curl(rig, "-6", f"http://{SECRET}/")
+    r.case("the not-allowed name gets no address (curl exit 6)", got.returncode == 6,
+           f"exit {got.returncode}: {got.stderr.strip()}")
+    for what, addr in (("the not-allowed name's", SECRET6), ("a never-answered", UNANSWERED6)):
+        got, took = curl(rig, f"http://[{addr}]/")
+        r.case(f"a direct connection to {what} IPv6 address is refused at once",
+               got.returncode == 7 and took < 2, f"exit {got.returncode} in {took:.2f}s: {got.stderr.strip()}")
+    with open(access_log) as f:
+        log = f.read()
+    r.case("nginx saw nothing for the refused addresses", SECRET6 not in log and UNANSWERED6 not in log,
+           log.strip()[-300:])
+
+    # The host loses its IPv6 route to web: the guest's connection must fail
+    # at once (a quick IPv4 fallback for happy eyeballs), not time out.
+    rig.ip("-6", "route", "del", f"{WEB6}/128", ns=rig.outside)
+    got, took = curl(rig, "-6", f"http://{WEB}/")
+    r.case("no IPv6 route on the host: curl -6 is refused at its SYN (exit 7, not a reset after connecting)",
+           got.returncode == 7 and took < 2, f"exit {got.returncode} in {took:.2f}s: {got.stderr.strip()}")
+    denies = [e for e in events(rig) if e.get("kind") == "deny" and e.get("dst") == f"[{WEB6}]:80"]
+    r.case("... with a deny event: no route", any("no route" in e.get("reason", "") for e in denies),
+           json.dumps(denies)[-300:])
+    got, took = curl(rig, "-4", f"http://{WEB}/")
+    r.case("... and curl -4 still works", got.returncode == 0 and "hello" in got.stdout,
+           f"exit {got.returncode}: {got.stderr.strip()}")
+    got, took = curl(rig, "-w", "%{remote_ip}", f"http://{WEB}/")
+    r.case("... and plain curl falls back to IPv4 at once",
+           got.returncode == 0 and got.stdout.endswith(nr.ADDR["web"]) and took < 2,
+           f"exit {got.returncode} in {took:.2f}s: {got.stdout[-60:]!r}")
+
+    # abox-net's counters at exit: the two refusals, the two failed connects
+    # (curl -6 and plain curl's IPv6 attempt without a route).
+    p.terminate()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    c = None
+    for line in reversed(rig.log_tail("abox-net", 200).splitlines()):
+        if line.strip().startswith("{") and "tcp_refused" in line:
+            c = json.loads(line)
+            break
+    r.case("counters: 2 IPv6 flows refused, 2 failed connects, nothing spoofed or malformed",
+           c is not None and c.get("tcp_refused") == 2 and c.get("connect_failed") == 2 and
+           c.get("frames_dropped_spoofed") == 0 and c.get("frames_dropped_malformed") == 0,
+           str({k: (c or {}).get(k) for k in ("tcp_admitted", "tcp_refused", "connect_failed",
+                                               "frames_dropped_ipv6", "frames_dropped_spoofed")}))
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(args) != 1:
+        print(__doc__)
+        return 2
+    abox_net = os.path.abspath(args[0])
+    r = Results()
+    rig = nr.Rig(tag="v6f")
+    rig.unwind_on_signals()
+    try:
+        rig.build_internet()
+        cases(rig, abox_net, r)
+    except Exception as e:  # noqa: BLE001: a broken rig is a failure, reported, then cleaned up
+        r.case("the test ran to the end", False, f"{type(e).__name__}: {e}")
+    finally:
+        rig.close(keep_dir="--keep" in sys.argv)
+    left = rig.leftovers()
+    r.case("nothing left behind", not left, str(left))
+    print(f"{r.passed} passed, {r.failed} failed")
+    return 1 if r.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
