@@ -91,19 +91,6 @@ int pidfd_signal(int pidfd, int sig) {
   return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
 
-void append_event(const std::string& folder, const std::string& name, std::string_view kind,
-                  std::initializer_list<base::EventField> fields) {
-  base::UniqueFd ev(::open((folder + "/events.jsonl").c_str(),
-                           O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!ev) return;
-  base::EventLog log(name, [&ev](std::string_view line) {
-    ssize_t ignored = ::write(ev.get(), line.data(), line.size());
-    (void)ignored;
-    return true;
-  });
-  log.emit(kind, fields);
-}
-
 }  // namespace
 
 // ---- one connection ----

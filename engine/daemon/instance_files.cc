@@ -123,4 +123,17 @@ std::uint64_t process_rss_kib(pid_t pid) {
   return 0;
 }
 
+void append_event(const std::string& folder, const std::string& name, std::string_view kind,
+                  std::initializer_list<base::EventField> fields) {
+  base::UniqueFd ev(::open((folder + "/events.jsonl").c_str(),
+                           O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!ev) return;
+  base::EventLog log(name, [&ev](std::string_view line) {
+    ssize_t ignored = ::write(ev.get(), line.data(), line.size());
+    (void)ignored;
+    return true;
+  });
+  log.emit(kind, fields);
+}
+
 }  // namespace abox::engine

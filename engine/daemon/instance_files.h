@@ -1,6 +1,7 @@
 // The files of a state folder the daemon reads and writes besides the
 // supervisor's own (state_folder.h): config.json (the detached run's
-// arguments), shim.json (who hosts the instance), and instance.json read back.
+// arguments), shim.json (who hosts the instance), instance.json read back,
+// and the lines the daemon and the shim add to events.jsonl.
 //
 // Every read is bounded (kMaxRecordBytes) and parsed by Boost.JSON; a file
 // that is missing, too large or not a JSON object is an error, never a crash.
@@ -13,15 +14,24 @@
 
 #include <boost/json/object.hpp>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "base/event_log.h"
 #include "base/result.h"
 #include "base/unique_fd.h"
 
 namespace abox::engine {
 
 inline constexpr std::size_t kMaxRecordBytes = 1 << 20;
+
+// Appends one event line (base::EventLog's format) to FOLDER/events.jsonl,
+// made 0600 if missing, never through a link; best effort: an event the
+// file cannot take is dropped (the instance goes on).
+void append_event(const std::string& folder, const std::string& name, std::string_view kind,
+                  std::initializer_list<base::EventField> fields);
 
 base::Result<boost::json::object, std::string> read_json_object(const std::string& path);
 

@@ -44,28 +44,9 @@ void record_failure(const StateFolder& folder, const std::string& name, const st
       .end_object();
   js.push_back('\n');
   (void)folder.write_file("instance.json", js);
-  base::UniqueFd ev(
-      ::open(folder.events().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
-  base::EventLog log(name, [&ev](std::string_view line) {
-    ssize_t ignored = ::write(ev.get(), line.data(), line.size());
-    (void)ignored;
-    return true;
-  });
-  log.emit("instance_failed", {{"source", "shim"}, {"outcome", "could_not_start"}, {"reason", reason}});
+  append_event(folder.path(), name, "instance_failed",
+               {{"source", "shim"}, {"outcome", "could_not_start"}, {"reason", reason}});
   std::cerr << "abox shim: " << name << ": " << reason << '\n';
-}
-
-void append_shim_event(const StateFolder& folder, const std::string& name, std::string_view kind,
-                       std::initializer_list<base::EventField> fields) {
-  base::UniqueFd ev(
-      ::open(folder.events().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!ev) return;
-  base::EventLog log(name, [&ev](std::string_view line) {
-    ssize_t ignored = ::write(ev.get(), line.data(), line.size());
-    (void)ignored;
-    return true;
-  });
-  log.emit(kind, fields);
 }
 
 }  // namespace
@@ -87,18 +68,18 @@ CgroupRecord enter_instance_cgroup(const StateFolder& folder, const std::string&
   (void)write(r);
   if (r.state == CgroupRecord::State::kPlaced) {
     const auto& l = r.limits;
-    append_shim_event(folder, name, "cgroup",
-                      {{"source", "shim"},
-                       {"state", "placed"},
-                       {"cgroup", name},
-                       {"memory_max", l.memory_max.value_or(0)},
-                       {"cpu_max", std::to_string(l.cpu_max ? l.cpu_max->quota_us : 0) + "/" +
-                                       std::to_string(l.cpu_max ? l.cpu_max->period_us : 0)},
-                       {"pids_max", l.pids_max.value_or(0)}});
+    append_event(folder.path(), name, "cgroup",
+                 {{"source", "shim"},
+                  {"state", "placed"},
+                  {"cgroup", name},
+                  {"memory_max", l.memory_max.value_or(0)},
+                  {"cpu_max", std::to_string(l.cpu_max ? l.cpu_max->quota_us : 0) + "/" +
+                                  std::to_string(l.cpu_max ? l.cpu_max->period_us : 0)},
+                  {"pids_max", l.pids_max.value_or(0)}});
     std::cerr << "abox shim: " << name << ": in cgroup '" << name << "' of abox-helper\n";
   } else {
     const std::string reason = r.reason.empty() ? std::string("no cgroup") : r.reason;
-    append_shim_event(folder, name, "cgroup", {{"source", "shim"}, {"state", "none"}, {"reason", reason}});
+    append_event(folder.path(), name, "cgroup", {{"source", "shim"}, {"state", "none"}, {"reason", reason}});
     std::cerr << "abox shim: " << name << ": no cgroup: " << reason << '\n';
   }
   return r;
