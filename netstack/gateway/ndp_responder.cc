@@ -145,6 +145,8 @@ NdpResult NdpResponder::handle(std::span<const std::uint8_t> frame, const GuestF
     default:
       break;
   }
+  // What is left is a router or a neighbour solicitation.
+  static_assert(kNeighbourSolicitation == kRouterSolicitation + 2);
   NdpResult result = type == kRouterSolicitation ? answer_router_solicitation(frame, ip)
                                                  : answer_neighbour_solicitation(frame, ip);
   if (result.outcome == NdpOutcome::malformed) ++counters_.malformed;
