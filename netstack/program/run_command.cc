@@ -493,6 +493,9 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
       std::cerr << "abox-net run: " << host_watch.error() << '\n';
       return 3;
     }
+    // The stack remembers which IPv6 destinations the host can route to
+    // (RouteCache); a route change makes it ask again.
+    (*host_watch)->on_routes_changed([s = stack.get()] { s->forget_routes(); });
     if (o.sandbox) {
       if (auto r = install_syscall_filter(); !r.ok()) {
         std::cerr << "abox-net run: cannot enter the sandbox: " << r.error() << '\n';

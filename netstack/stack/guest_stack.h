@@ -56,6 +56,7 @@
 #include "netstack/stack/flow_services.h"
 #include "netstack/stack/guest_config.h"
 #include "netstack/stack/icmp_error_budget.h"
+#include "netstack/stack/route_cache.h"
 #include "netstack/stack/stack_counters.h"
 #include "netstack/stack/udp_flow.h"
 #include "policy/policy.h"
@@ -146,6 +147,10 @@ class GuestStack final : public FlowServices {
   // Walks the flow table and lwIP's pcb lists: O(flows), every one bounded
   // (limits.flows, kMaxTimeWait), for the stats, never the packet path.
   FlowGauges flow_gauges() const;
+  // The host's routes changed (or notifications of them were lost): every
+  // remembered route answer is asked again (abox-net run: HostAddressWatch).
+  void forget_routes() { routes_.forget(); }
+  const RouteCache& routes() const { return routes_; }
   // False once the link has failed for good (the guest's namespace or VM is gone).
   bool link_alive() const { return link_alive_; }
 
@@ -248,11 +253,9 @@ class GuestStack final : public FlowServices {
   // An IPv6 frame (guest_stack_ipv6.cc): checked, neighbour discovery
   // answered when on, the rest dropped.
   void take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame);
-  // Whether the host can route to `to` (guest_stack_ipv6.cc): a UDP
-  // socket's connect() looks the route up and sends nothing. False only for
-  // ENETUNREACH/EHOSTUNREACH; any other failure is left to the flow's own
-  // connect().
-  static bool host_has_route(const policy::Endpoint& to);
+  // Whether the host can route to `to` (RouteCache: asked once per
+  // destination until the routes change).
+  bool host_has_route(const policy::Endpoint& to) { return routes_.has_route(to.address, loop_.now()); }
   // One of the gateway's own IPv6 addresses (link-local, PREFIX::1).
   bool is_gateway_ipv6(const policy::IpAddress& a) const {
     return a.is_v6() && (a.bytes() == ndp_.link_local() || a.bytes() == ndp_.global());
@@ -388,6 +391,7 @@ class GuestStack final : public FlowServices {
   StackCounters counters_;
   // ICMP(v6) unreachables for refused UDP: 20 at once, then 10 a second.
   IcmpErrorBudget icmp_errors_{10, 20};
+  RouteCache routes_;
   // Last: unregistered first, while what their callbacks use is still whole.
   io::EventLoop::Registration lwip_timers_;
   io::EventLoop::Registration sweep_timer_;

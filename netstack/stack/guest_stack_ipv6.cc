@@ -72,15 +72,6 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
   drop(DropReason::frame_ipv6, "ipv6");
 }
 
-bool GuestStack::host_has_route(const policy::Endpoint& to) {
-  sockaddr_storage ss{};
-  const socklen_t len = to_sockaddr(to, ss);
-  base::UniqueFd probe(::socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!probe) return true;
-  if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&ss), len) == 0) return true;
-  return errno != ENETUNREACH && errno != EHOSTUNREACH;
-}
-
 GuestStack::ChecksumOffload GuestStack::checksum_offload_of_ipv6(std::span<const std::uint8_t> head,
                                                                  std::size_t frame_size) {
   ChecksumOffload out;

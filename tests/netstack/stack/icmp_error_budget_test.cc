@@ -31,7 +31,7 @@ TEST(IcmpErrorBudget, RefillsToBurstAndNoFurther) {
 
 TEST(IcmpErrorBudget, TimeFullEarnsNothing) {
   IcmpErrorBudget b(1, 2);
-  EXPECT_TRUE(b.take(kStart));                     // 1 left
+  EXPECT_TRUE(b.take(kStart));                      // 1 left
   EXPECT_TRUE(b.take(kStart + milliseconds(999)));  // 0 left: 999 ms earned no whole token
   EXPECT_FALSE(b.take(kStart + milliseconds(999)));
   EXPECT_TRUE(b.take(kStart + milliseconds(1000)));
