@@ -464,6 +464,9 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
                             {"guest", net.guest_address.to_string()},
                             {"gateway", net.gateway.to_string()},
                             {"mtu", static_cast<std::uint64_t>(net.mtu)},
+                            {"ipv6", !o.ipv6_neighbour_discovery ? "off"
+                                     : o.ipv6_flows              ? "on"
+                                                                 : "nd"},
                             {"audit", audit_on}});
     };
     if (listener) {
