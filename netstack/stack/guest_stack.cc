@@ -783,7 +783,10 @@ void GuestStack::drop(DropReason reason, std::string_view proto, const policy::E
   // another resolver, which is never allowed: the event says where DNS is
   // served.
   if (dst != nullptr && (dst->port == 53 || dst->port == 853)) {
-    const std::string where = "served only by the gateway, " + config_.gateway.to_string() + ":53";
+    const std::string where =
+        "served only by the gateway, " +
+        (dst->address.is_v6() ? policy::Endpoint{policy::IpAddress::v6(ndp_.global()), 53}.to_string()
+                              : config_.gateway.to_string() + ":53");
     if (name.empty()) {
       events_.write_reserved("deny",
                              {{"reason", row.sentence}, {"dst", to}, {"proto", proto}, {"dns", where}});
