@@ -197,6 +197,9 @@ std::string run_stats_json(const RunStatsSources& from) {
   w.field("budget_crossed", c.budget_crossed)
       .field("budget_refused", c.budget_refused)
       .field("budget_cut", c.budget_cut);
+  // ICMP(v6) unreachables for refused UDP (added at the end).
+  w.field("icmp_unreachable_sent", c.icmp_unreachable_sent)
+      .field("icmp_unreachable_limited", c.icmp_unreachable_limited);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

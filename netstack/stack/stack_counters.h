@@ -54,13 +54,18 @@ struct StackCounters {
   std::uint64_t budget_crossed = 0;
   std::uint64_t budget_refused = 0;
   std::uint64_t budget_cut = 0;
+  // ICMP and ICMPv6 destination unreachable (administratively prohibited)
+  // sent to the guest for refused UDP datagrams, and those IcmpErrorBudget
+  // held back (icmp_error_budget.h).
+  std::uint64_t icmp_unreachable_sent = 0;
+  std::uint64_t icmp_unreachable_limited = 0;
 };
 
 struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 32> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 34> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -93,6 +98,8 @@ inline constexpr std::array<StackCounterField, 32> kStackCounterFields = {{
     {"budget_crossed", &StackCounters::budget_crossed},
     {"budget_refused", &StackCounters::budget_refused},
     {"budget_cut", &StackCounters::budget_cut},
+    {"icmp_unreachable_sent", &StackCounters::icmp_unreachable_sent},
+    {"icmp_unreachable_limited", &StackCounters::icmp_unreachable_limited},
 }};
 static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
               "every StackCounters field has its name in kStackCounterFields");
