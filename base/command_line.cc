@@ -98,6 +98,22 @@ Result<ParsedArgs, std::string> parse_options(std::span<const std::string_view> 
   return out;
 }
 
+base::Result<ParsedArgs, int> start_command(std::string_view command, std::string_view usage,
+                                            std::span<const std::string_view> args,
+                                            std::span<const OptionSpec> specs, std::ostream& out,
+                                            std::ostream& err) {
+  auto parsed = parse_options(args, specs, false);
+  if (!parsed.ok()) {
+    err << usage_error_line(command, parsed.error());
+    return base::Err{2};
+  }
+  if (parsed->help) {
+    out << usage;
+    return base::Err{0};
+  }
+  return std::move(*parsed);
+}
+
 std::string usage_error_line(std::string_view command, std::string_view message) {
   std::string line;
   line.append(command).append(": ").append(message);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <optional>
+#include <ostream>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,5 +61,15 @@ base::Result<ParsedArgs, std::string> parse_options(std::span<const std::string_
 // The one line a usage error prints: "COMMAND: MESSAGE (see 'COMMAND --help')",
 // with a newline. COMMAND is what the user typed, e.g. "abox-net run".
 std::string usage_error_line(std::string_view command, std::string_view message);
+
+// How a command starts: parse_options(), then a mistake prints its usage
+// error line on err and -h/--help the command's usage on out. The error
+// side of the result is the exit status to return at once: 2 for a usage
+// error, 0 after the help. The commands' own checks (how many positionals)
+// come after.
+base::Result<ParsedArgs, int> start_command(std::string_view command, std::string_view usage,
+                                            std::span<const std::string_view> args,
+                                            std::span<const OptionSpec> specs, std::ostream& out,
+                                            std::ostream& err);
 
 }  // namespace abox::base

@@ -54,16 +54,12 @@ int run_dns_command(std::span<const std::string_view> args) {
       {"policy", 'p', true}, {"listen", 'l', true},     {"events", 0, true},
       {"instance", 0, true}, {"stats-socket", 0, true}, {"no-sandbox", 0, false},
   };
-  auto parsed = base::parse_options(args, kOptions, false);
+  auto parsed = base::start_command(kCommand, kUsage, args, kOptions, std::cout, std::cerr);
+  if (!parsed.ok()) return parsed.error();
   auto usage_error = [&](std::string_view message) {
     std::cerr << base::usage_error_line(kCommand, message);
     return 2;
   };
-  if (!parsed.ok()) return usage_error(parsed.error());
-  if (parsed->help) {
-    std::cout << kUsage;
-    return 0;
-  }
   if (!parsed->positionals.empty())
     return usage_error("unexpected argument '" + parsed->positionals[0] + "'");
   const std::optional<std::string> policy_path = parsed->last("policy");

@@ -174,15 +174,8 @@ std::string answer_explain(const GuestStack& stack, std::string_view args_text, 
 
 int run_explain_command(std::span<const std::string_view> args) {
   constexpr std::string_view kCommand = "abox-net explain";
-  auto parsed = base::parse_options(args, kOptions, false);
-  if (!parsed.ok()) {
-    std::cerr << base::usage_error_line(kCommand, parsed.error());
-    return 2;
-  }
-  if (parsed->help) {
-    std::cout << kUsage;
-    return 0;
-  }
+  auto parsed = base::start_command(kCommand, kUsage, args, kOptions, std::cout, std::cerr);
+  if (!parsed.ok()) return parsed.error();
   if (parsed->positionals.size() != 2) {
     std::cerr << base::usage_error_line(kCommand, "expected SOCKET and TARGET");
     return 2;

@@ -161,15 +161,8 @@ void PolicyReloader::reread_file() {
 
 int run_reload_command(std::span<const std::string_view> args) {
   constexpr std::string_view kCommand = "abox-net reload";
-  auto parsed = base::parse_options(args, {}, false);
-  if (!parsed.ok()) {
-    std::cerr << base::usage_error_line(kCommand, parsed.error());
-    return 2;
-  }
-  if (parsed->help) {
-    std::cout << kUsage;
-    return 0;
-  }
+  auto parsed = base::start_command(kCommand, kUsage, args, {}, std::cout, std::cerr);
+  if (!parsed.ok()) return parsed.error();
   if (parsed->positionals.size() != 2) {
     std::cerr << base::usage_error_line(
         kCommand, parsed->positionals.size() < 2 ? "SOCKET and FILE are required"

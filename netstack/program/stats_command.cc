@@ -108,15 +108,8 @@ std::optional<std::string> ask_abox_net(const std::string& path, std::string_vie
 int run_stats_command(std::span<const std::string_view> args) {
   constexpr std::string_view kCommand = "abox-net stats";
   static constexpr base::OptionSpec kOptions[] = {{"json", 'j', false}};
-  auto parsed = base::parse_options(args, kOptions, false);
-  if (!parsed.ok()) {
-    std::cerr << base::usage_error_line(kCommand, parsed.error());
-    return 2;
-  }
-  if (parsed->help) {
-    std::cout << kUsage;
-    return 0;
-  }
+  auto parsed = base::start_command(kCommand, kUsage, args, kOptions, std::cout, std::cerr);
+  if (!parsed.ok()) return parsed.error();
   const bool json = parsed->has("json");
   if (parsed->positionals.size() != 1) {
     std::cerr << base::usage_error_line(

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
@@ -94,4 +95,35 @@ TEST(Options, AUsageErrorIsOneLineThatSaysWhereToReadMore) {
 }
 
 }  // namespace
+TEST(StartCommand, AMistakePrintsTheUsageErrorLineAndExitsTwo) {
+  std::ostringstream out, err;
+  const std::string_view args[] = {"--nope"};
+  auto r = start_command("abox-net stats", "usage: abox-net stats PATH\n", args, {}, out, err);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), 2);
+  EXPECT_EQ(err.str(), "abox-net stats: unknown option '--nope' (see 'abox-net stats --help')\n");
+  EXPECT_EQ(out.str(), "");
+}
+
+TEST(StartCommand, HelpPrintsTheUsageAndExitsZero) {
+  std::ostringstream out, err;
+  const std::string_view args[] = {"PATH", "--help"};
+  auto r = start_command("abox-net stats", "usage: abox-net stats PATH\n", args, {}, out, err);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error(), 0);
+  EXPECT_EQ(out.str(), "usage: abox-net stats PATH\n");
+  EXPECT_EQ(err.str(), "");
+}
+
+TEST(StartCommand, OtherwiseHandsBackWhatWasParsed) {
+  std::ostringstream out, err;
+  static constexpr OptionSpec kSpecs[] = {{"json", 'j', false}};
+  const std::string_view args[] = {"-j", "PATH"};
+  auto r = start_command("abox-net stats", "usage\n", args, kSpecs, out, err);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->has("json"));
+  EXPECT_EQ(r->positionals, std::vector<std::string>{"PATH"});
+  EXPECT_EQ(out.str() + err.str(), "");
+}
+
 }  // namespace abox::base
