@@ -45,37 +45,11 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bare_qemu import MARKER, command as bare_command, drain, image_files, read_until  # noqa: E402
+
 REPS = int(os.environ.get("REPS", "10"))
-MARKER = b"abox-first-byte"
 TIMEOUT = 120
-
-
-def read_until(p, needle, timeout):
-    """Reads p.stdout until needle appears; the time it appeared (monotonic) or None."""
-    buf = b""
-    deadline = time.monotonic() + timeout
-    fd = p.stdout.fileno()
-    import select
-    while time.monotonic() < deadline:
-        r, _, _ = select.select([fd], [], [], max(0.01, deadline - time.monotonic()))
-        if not r:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return None
-        buf += chunk
-        if needle in buf:
-            return time.monotonic()
-        buf = buf[-len(needle):]
-    return None
-
-
-def drain(p, timeout=60):
-    try:
-        p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.communicate()
 
 
 def rss_pss(pid):
@@ -149,44 +123,19 @@ def main(argv):
     images = {}
     for name in wanted:
         image = next(i for i in listed if i["name"] == name)
-        files = {"kernel": f"{image['dir']}/vmlinux", "initramfs": None, "rootfs": None}
-        for f in ("initramfs.cpio", "initramfs.cpio.gz"):
-            if os.path.exists(f"{image['dir']}/{f}"):
-                files["initramfs"] = f"{image['dir']}/{f}"
-        if os.path.exists(f"{image['dir']}/rootfs.ext4"):
-            files["rootfs"] = f"{image['dir']}/rootfs.ext4"
-        images[name] = files
+        images[name] = image_files(image["dir"])
 
     # One abox run first: it probes KVM (cached afterwards) and says which accelerator it got.
     first = subprocess.run([abox, "run", "--policy", policy, "--json", "--", "true"], env=env, capture_output=True,
                            text=True, timeout=TIMEOUT)
     summary = json.loads([l for l in first.stderr.splitlines() if l.startswith("{")][-1])
     accel = summary["accel"]
-    with open("/proc/cpuinfo") as f:
-        khz = next(int(float(l.split(":")[1]) * 1000) for l in f if l.startswith("cpu MHz"))
-    qemu = subprocess.run(["which", "qemu-system-x86_64"], capture_output=True, text=True).stdout.strip()
-    tsc = f"tsc_early_khz={khz} " if accel == "tcg" else ""
-
-    def bare_cmd(files):
-        cmd = [qemu, "-M", "microvm", "-accel", accel, "-m", "512", "-smp", "1", "-nodefaults", "-no-user-config",
-               "-display", "none", "-no-reboot", "-serial", "stdio", "-kernel", files["kernel"], "-initrd",
-               files["initramfs"]]
-        if files["rootfs"]:
-            cmd += ["-drive", f"file={files['rootfs']},if=none,format=raw,id=disk0,readonly=on", "-device",
-                    "virtio-blk-device,drive=disk0", "-device", "virtio-rng-device",
-                    "-append", f"console=ttyS0 quiet panic=-1 reboot=t {tsc}-- abox-bench /usr/bin/echo "
-                               f"{MARKER.decode()}"]
-        else:
-            cmd += ["-append", f"console=ttyS0 quiet panic=-1 reboot=t {tsc}rdinit=/bin/busybox -- echo "
-                               f"{MARKER.decode()}"]
-        return cmd
-
     rows = []
     for rep in range(REPS):
         for name, files in images.items():
             # bare
             t0 = time.monotonic()
-            p = subprocess.Popen(bare_cmd(files), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            p = subprocess.Popen(bare_command(files, accel), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.DEVNULL)
             t = read_until(p, MARKER, TIMEOUT)
             p.kill()

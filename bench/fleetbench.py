@@ -13,6 +13,10 @@ The guests need no network: the policy allows one name nobody asks for.
      instance's own (shim + abox-net + broker + QEMU);
   3. parallel: PARALLEL `abox run -d` at once: the time until all run, and
      instances per minute that way;
+  2b. the peer: N boots of bare QEMU (bare_qemu.py, as bootbench's bare row)
+     from the minimal image's kernel and initramfs to a first byte on its
+     console, with the accelerator the instances got: "run -d to running"
+     over it is run_d_vs_bare_qemu (the ratio of the medians);
   4. churn: after one warm-up cycle, CHURN run -d/stop/rm cycles: the
      daemon's rss and fds before and after, and what the cycles left, by
      name: processes, unix sockets and state folders of the bench's
@@ -33,6 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bare_qemu  # noqa: E402
 
 N = int(os.environ.get("N", "6"))
 PARALLEL = int(os.environ.get("PARALLEL", "4"))
@@ -121,8 +128,27 @@ def serial_and_memory(b, result, idle):
     result["daemon_kib_per_instance"] = round((full["rss_kib"] - idle["rss_kib"]) / N, 1)
     per = [b.api("stats", name=n)["rss_kib"]["total"] for n in b.names]
     result["instance_rss_kib_median"] = sorted(per)[len(per) // 2]
+    listed = json.loads(b.abox_run("ls", "--json").stdout)
+    rows = listed["instances"] if isinstance(listed, dict) else listed
+    accel = next((i.get("accel") for i in rows if i.get("name") == b.names[0]), None) or "tcg"
     b.abox_run("rm", "-f", *b.names)
     b.names = []
+    bare_qemu_peer(b, result, accel)
+
+
+def bare_qemu_peer(b, result, accel):
+    listed = json.loads(b.abox_run("image", "ls", "--json").stdout)["images"]
+    files = bare_qemu.image_files(next(i for i in listed if i["name"] == "minimal")["dir"])
+    times = []
+    for _ in range(N):
+        t = bare_qemu.first_byte_s(files, accel, TIMEOUT)
+        if t is None:
+            raise RuntimeError("bare QEMU: no first byte")
+        times.append(t)
+    times.sort()
+    result["bare_qemu_first_byte_s"] = {"min": round(times[0], 2), "median": round(times[len(times) // 2], 2),
+                                        "max": round(times[-1], 2), "accel": accel}
+    result["run_d_vs_bare_qemu"] = round(result["run_d_to_running_s"]["median"] / times[len(times) // 2], 2)
 
 
 def parallel(b, result):
