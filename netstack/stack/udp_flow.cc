@@ -124,6 +124,7 @@ void UdpFlow::from_guest(pbuf* p) {
     return;
   }
   stack_.spend(budget_rule_, p->tot_len);
+  bytes_out_ += p->tot_len;
   std::array<std::span<const std::uint8_t>, 8> parts{};
   std::size_t count = 0;
   std::size_t covered = 0;
@@ -199,7 +200,8 @@ void UdpFlow::from_host(std::span<const std::uint8_t> datagram) {
   // plain udp_send() would refuse that source.
   ip_addr_t guest;
   ip_addr_set_ip4_u32(&guest, guest_ip_);
-  udp_sendto_if_src(pcb_, p, &guest, guest_port_, stack_.guest_netif(), &pcb_->local_ip);
+  if (udp_sendto_if_src(pcb_, p, &guest, guest_port_, stack_.guest_netif(), &pcb_->local_ip) == ERR_OK)
+    bytes_in_ += datagram.size();
   pbuf_free(p);
 }
 
