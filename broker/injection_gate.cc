@@ -124,7 +124,10 @@ GateDecision refuse(GateReason reason, const policy::BrokerBinding* binding = nu
 }  // namespace
 
 InjectionGate::InjectionGate(const policy::Policy& policy, const NonceTable& nonces)
-    : policy_(policy), nonces_(nonces), revoked_(policy.brokers().size(), false) {}
+    : policy_(policy),
+      nonces_(nonces),
+      revoked_(policy.brokers().size(), false),
+      removed_(policy.brokers().size(), false) {}
 
 void InjectionGate::revoke(std::size_t binding_index) {
   revoked_.at(binding_index) = true;
@@ -134,6 +137,12 @@ void InjectionGate::restore(std::size_t binding_index) {
 }
 bool InjectionGate::revoked(std::size_t binding_index) const {
   return revoked_.at(binding_index);
+}
+void InjectionGate::set_removed(std::size_t binding_index, bool removed) {
+  removed_.at(binding_index) = removed;
+}
+bool InjectionGate::removed(std::size_t binding_index) const {
+  return removed_.at(binding_index);
 }
 
 GateDecision InjectionGate::decide(const GateRequest& request) const {
@@ -151,6 +160,7 @@ GateDecision InjectionGate::decide(const GateRequest& request) const {
   // 8. Running, not revoked.
   if (!running_) return refuse(GateReason::instance_not_running, binding);
   if (index >= revoked_.size() || revoked_[index]) return refuse(GateReason::binding_revoked, binding);
+  if (index >= removed_.size() || removed_[index]) return refuse(GateReason::binding_removed, binding);
 
   // 2. Host.
   if (!host_matches(head.host(), *binding)) return refuse(GateReason::host_mismatch, binding);
@@ -216,6 +226,8 @@ std::string_view to_string(GateReason r) {
       return "instance_not_running";
     case GateReason::binding_revoked:
       return "binding_revoked";
+    case GateReason::binding_removed:
+      return "binding_removed";
     case GateReason::host_mismatch:
       return "host_mismatch";
     case GateReason::method_not_allowed:
@@ -268,6 +280,8 @@ std::string_view describe(GateReason r) {
       return "the instance is not running";
     case GateReason::binding_revoked:
       return "the binding's key was revoked";
+    case GateReason::binding_removed:
+      return "a policy reload removed the binding";
     case GateReason::host_mismatch:
       return "the Host header differs from the TLS server name";
     case GateReason::method_not_allowed:

@@ -9,7 +9,8 @@
 // upstream sees nothing. Conditions, checked in this order:
 //   1. `sni` (the ClientHello's server_name) is present, canonical, and has a
 //      [[broker]] binding for `port` (policy.broker_for()).
-//   8. the instance is running and that binding is not revoked.
+//   8. the instance is running, that binding is not revoked, and a policy
+//      reload has not removed it (binding_reload.h).
 //   2. Host equals the binding's name (ASCII case-insensitive, no trailing
 //      dot), with ":port" optional when the port is 443 and required
 //      otherwise.
@@ -60,6 +61,7 @@ enum class GateReason : std::uint8_t {
   // 8
   instance_not_running,  // the instance is stopping or stopped
   binding_revoked,       // the binding's key was revoked
+  binding_removed,       // a policy reload removed the binding (binding_reload.h)
   // 2
   host_mismatch,  // Host differs from the SNI (port included)
   // 3
@@ -124,11 +126,16 @@ class InjectionGate {
   void revoke(std::size_t binding_index);
   void restore(std::size_t binding_index);
   bool revoked(std::size_t binding_index) const;
+  // A policy reload's verdict on a binding the broker started with: a
+  // removed one is refused (binding_removed) until a reload brings it back.
+  void set_removed(std::size_t binding_index, bool removed);
+  bool removed(std::size_t binding_index) const;
 
  private:
   const policy::Policy& policy_;
   const NonceTable& nonces_;
   std::vector<bool> revoked_;
+  std::vector<bool> removed_;
   bool running_ = true;
 };
 

@@ -21,8 +21,10 @@
 
 #include "broker/accounting.h"
 #include "broker/backoff_table.h"
+#include "broker/binding_reload.h"
 #include "broker/ca.h"
 #include "broker/connection.h"
+#include "broker/control_socket.h"
 #include "broker/credentials.h"
 #include "broker/event_loop.h"
 #include "broker/injection_gate.h"
@@ -157,6 +159,7 @@ struct BrokerService::Impl {
   std::unique_ptr<Accounting> accounting;
   std::unique_ptr<BackoffTable> backoffs;
   std::unique_ptr<InstanceRuntime> runtime;
+  std::unique_ptr<BrokerControlSocket> control;
   Listener listener;
   base::UniqueFd signals;
   base::UniqueFd stats_fd;  // --stats-file, opened at startup (append)
@@ -169,6 +172,8 @@ struct BrokerService::Impl {
 
   void on_accept();
   void on_signal();
+  std::string answer_control(std::string_view line, std::string_view body);
+  std::string reload(std::string_view source, std::string_view text);
   void dump_stats();
   void emit_stats_events();
   void schedule_stats_events();
@@ -230,6 +235,13 @@ base::Result<std::unique_ptr<BrokerService>, std::string> BrokerService::create(
     impl->stats_fd.reset(
         ::open(options.stats_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!impl->stats_fd) return base::Err{options.stats_file + ": " + errno_text()};
+  }
+  if (!options.control_socket.empty()) {
+    auto control = BrokerControlSocket::create(
+        impl->loop, options.control_socket,
+        [raw](std::string_view line, std::string_view body) { return raw->answer_control(line, body); });
+    if (!control.ok()) return base::Err{control.error()};
+    impl->control = std::move(control).value();
   }
   auto listener = open_listener(options.listen);
   if (!listener.ok()) return base::Err{listener.error()};
@@ -332,6 +344,63 @@ void BrokerService::Impl::emit_stats_events() {
 
 std::string BrokerService::stats_json() const {
   return impl_->stats();
+}
+std::string BrokerService::reload_policy(std::string_view source, std::string_view text) {
+  return impl_->reload(source, text);
+}
+
+std::string BrokerService::Impl::answer_control(std::string_view line, std::string_view body) {
+  if (line == "stats") return stats();
+  if (line == "reload" || line.starts_with("reload ")) {
+    std::string_view source = line.substr(std::min<std::size_t>(line.size(), 7));
+    return reload(source.empty() ? std::string_view("<reload>") : source, body);
+  }
+  return "3\nunknown request (expected 'stats' or 'reload SOURCE')";
+}
+
+std::string BrokerService::Impl::reload(std::string_view source, std::string_view text) {
+  auto parsed = policy::parse_policy(text, source);
+  if (!parsed.ok()) {
+    const policy::PolicyError& e = parsed.error();
+    events.emit("broker_policy", {{"reason", "reload refused: the policy is invalid"},
+                                  {"policy", source},
+                                  {"error", e.diagnostics.front().to_string()},
+                                  {"problems", static_cast<std::uint64_t>(e.total)}});
+    return "1\n" + e.to_string() + "the policy is invalid: nothing changed";
+  }
+  const std::size_t count = policy->brokers().size();
+  std::vector<bool> active_now(count);
+  for (std::size_t i = 0; i < count; ++i) active_now[i] = !gate->removed(i);
+  auto plan = plan_binding_reload(*policy, active_now, *parsed);
+  if (!plan.ok()) {
+    events.emit("broker_policy", {{"reason", "reload refused: a binding needs a restart"},
+                                  {"policy", source},
+                                  {"error", plan.error().substr(0, plan.error().find('\n'))}});
+    return "1\n" + plan.error() + "\nnothing changed";
+  }
+  std::size_t in_force = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    gate->set_removed(i, !plan->active[i]);
+    in_force += plan->active[i] ? 1 : 0;
+  }
+  auto joined = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+    return s;
+  };
+  events.emit("broker_policy", {{"reason", "reloaded"},
+                                {"policy", source},
+                                {"bindings", static_cast<std::uint64_t>(in_force)},
+                                {"removed", joined(plan->removed)},
+                                {"restored", joined(plan->restored)}});
+  std::string reply = "0\napplied " + std::string(source) + ": " + std::to_string(in_force) + " of " +
+                      std::to_string(count) + " bindings in force";
+  for (const auto& r : plan->removed) reply += "\nremoved " + r;
+  for (const auto& r : plan->restored) reply += "\nrestored " + r;
+  reply +=
+      "\nnote: the broker keeps its [limits], [timeouts] and [dns] from the start until the instance "
+      "restarts";
+  return reply;
 }
 const std::string& BrokerService::listening_on() const {
   return impl_->listener.where;

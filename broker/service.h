@@ -6,6 +6,11 @@
 // Startup (create) validates everything and fails with a message; after
 // that nothing on the data path throws or blocks.
 //
+// Live reload: `--control-socket PATH` takes "reload SOURCE" with a new
+// policy's text (control_socket.h); the broker cannot get keys it did not
+// start with, so a reload removes and restores bindings, and refuses
+// anything else a restart would need (binding_reload.h).
+//
 // Listeners:
 //   unix:PATH     abox-net connects here; each connection starts with the
 //                 hand-off line (base/broker_handoff.h). The socket file is
@@ -44,9 +49,10 @@ struct BrokerOptions {
   std::string credentials_file;  // `--credentials FILE`: an operator's standalone run
   int credentials_fd = -1;       // `--credentials-fd N` (the engine's way): read once, then closed
   std::string state_dir;
-  std::string listen;       // "unix:PATH" or "ADDR:PORT"
-  std::string upstream_ca;  // extra trust for the upstream (tests)
-  std::string stats_file;   // where SIGUSR1 appends the stats ("" = stderr): opened at startup
+  std::string listen;          // "unix:PATH" or "ADDR:PORT"
+  std::string upstream_ca;     // extra trust for the upstream (tests)
+  std::string stats_file;      // where SIGUSR1 appends the stats ("" = stderr): opened at startup
+  std::string control_socket;  // "" = none; else a unix socket for `reload` (control_socket.h)
   std::size_t max_connections = 1024;
   std::size_t max_handshakes = 64;
   std::size_t max_leaves = 64;
@@ -71,6 +77,14 @@ class BrokerService {
   void run();
   // The accounting table as one JSON object.
   std::string stats_json() const;
+  // A policy reload (binding_reload.h), on the loop's thread: text is
+  // validated as a whole (errors as SOURCE:line:column), then the bindings
+  // it no longer has are refused from the next request on (403,
+  // binding_removed). The reply is the control socket's: "0\n" applied,
+  // "1\n" refused (nothing changed), then what happened, one line each:
+  // "applied SOURCE: N of M bindings in force", "removed NAME:PORT",
+  // "restored NAME:PORT", "note: ...". A "broker_policy" event says the same.
+  std::string reload_policy(std::string_view source, std::string_view text);
   // Where it listens, resolved ("127.0.0.1:40123" when port 0 was asked).
   const std::string& listening_on() const;
 

@@ -15,6 +15,7 @@
 #include "base/json.h"
 #include "base/unique_fd.h"
 #include "broker/service.h"
+#include "engine/cli/control_request.h"
 #include "engine/cli/exit_codes.h"
 #include "policy/policy_file.h"
 
@@ -26,7 +27,8 @@ constexpr std::string_view kRunUsage =
     "usage: abox broker --policy FILE (--credentials FILE | --credentials-fd N) --state DIR\n"
     "                   --listen unix:PATH|ADDR:PORT\n"
     "                   [--instance NAME] [--upstream-ca FILE] [--events FILE|-] [--stats-file FILE]\n"
-    "                   [--no-sandbox]\n"
+    "                   [--control-socket PATH] [--no-sandbox]\n"
+    "       abox broker reload SOCKET FILE\n"
     "       abox broker ca --state DIR [--instance NAME]\n"
     "       abox broker nonces --policy FILE --state DIR [--json]\n"
     "\n"
@@ -56,6 +58,8 @@ constexpr std::string_view kRunUsage =
     "                           stderr); with '-' the 'listening on' line still comes first\n"
     "      --stats-file FILE    where SIGUSR1 appends the accounting JSON, a line each time\n"
     "                           (opened at start; default: stderr)\n"
+    "      --control-socket PATH  a unix socket (mode 600) through which 'abox broker reload'\n"
+    "                           and 'abox policy apply' give the running broker a new policy\n"
     "      --no-sandbox         FOR DEBUGGING ONLY: keep capabilities, skip the seccomp\n"
     "                           filter (by default the broker drops every privilege and\n"
     "                           confines its syscalls before it reads a guest byte)\n"
@@ -66,6 +70,21 @@ constexpr std::string_view kRunUsage =
     "\n"
     "Exit status: 0 stopped by a signal, 2 usage error, 3 could not start (the\n"
     "message says why: policy, credentials file, state folder, listen address).\n";
+
+constexpr std::string_view kReloadUsage =
+    "usage: abox broker reload SOCKET FILE\n"
+    "\n"
+    "Gives the broker whose --control-socket is SOCKET a new policy, FILE, while it\n"
+    "runs. FILE is validated first: an invalid one changes nothing, and its problems\n"
+    "are printed as file:line:column. The broker holds only the keys of the bindings\n"
+    "it started with, so a reload chooses which of those are in force: a binding\n"
+    "FILE no longer has is removed (its next requests get 403 with abox-refused:\n"
+    "binding_removed; requests already forwarded finish), one it has again is\n"
+    "restored. A new binding, or one whose fields changed, needs a restart of the\n"
+    "instance: such a FILE is refused and nothing changes.\n"
+    "\n"
+    "Exit status: 0 applied, 1 refused (nothing changed), 2 usage error, 3 FILE\n"
+    "cannot be read or no answer from SOCKET.\n";
 
 constexpr std::string_view kCaUsage =
     "usage: abox broker ca --state DIR [--instance NAME]\n"
@@ -98,9 +117,9 @@ constexpr std::string_view kNoncesUsage =
     "Exit status: 0 printed, 2 usage error, 3 the policy or state folder is unusable.\n";
 
 constexpr base::OptionSpec kRunOptions[] = {
-    {"policy", 'p', true},   {"credentials", 'c', true}, {"credentials-fd", 0, true}, {"state", 's', true},
-    {"listen", 'l', true},   {"instance", 0, true},      {"upstream-ca", 0, true},    {"events", 0, true},
-    {"stats-file", 0, true}, {"no-sandbox", 0, false},
+    {"policy", 'p', true},   {"credentials", 'c', true},  {"credentials-fd", 0, true}, {"state", 's', true},
+    {"listen", 'l', true},   {"instance", 0, true},       {"upstream-ca", 0, true},    {"events", 0, true},
+    {"stats-file", 0, true}, {"control-socket", 0, true}, {"no-sandbox", 0, false},
 };
 constexpr base::OptionSpec kCaOptions[] = {{"state", 's', true}, {"instance", 0, true}};
 constexpr base::OptionSpec kNoncesOptions[] = {
@@ -249,6 +268,7 @@ int run_service(std::span<const std::string_view> args, std::ostream& out, std::
   o.listen = *p->last("listen");
   o.upstream_ca = p->last("upstream-ca").value_or("");
   o.stats_file = p->last("stats-file").value_or("");
+  o.control_socket = p->last("control-socket").value_or("");
 
   base::UniqueFd events_file;
   int events_fd = STDERR_FILENO;
@@ -284,11 +304,48 @@ int run_service(std::span<const std::string_view> args, std::ostream& out, std::
   return kExitOk;
 }
 
+int run_reload(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
+  constexpr std::string_view kCommand = "abox broker reload";
+  auto parsed = base::parse_options(args, {}, false);
+  if (!parsed.ok()) return usage_error(err, kCommand, parsed.error());
+  if (parsed->help) {
+    out << kReloadUsage;
+    return kExitOk;
+  }
+  if (parsed->positionals.size() != 2) {
+    return usage_error(err, kCommand,
+                       parsed->positionals.size() < 2
+                           ? "SOCKET and FILE are required"
+                           : "unexpected argument '" + parsed->positionals[2] + "'");
+  }
+  const std::string& socket = parsed->positionals[0];
+  const std::string& file = parsed->positionals[1];
+  auto text = read_policy_text(file);
+  if (!text.ok()) {
+    err << kCommand << ": cannot read " << file << ": " << text.error() << '\n';
+    return kExitFailed;
+  }
+  std::string error;
+  auto reply = ask_control_socket(socket, "reload " + file, *text, error);
+  if (!reply) {
+    err << kCommand << ": " << error << '\n';
+    return kExitFailed;
+  }
+  const ReloadReply r = parse_reload_reply(*reply);
+  if (r.status != 0 && r.status != 1) {
+    err << kCommand << ": " << socket << ": " << r.text << '\n';
+    return kExitFailed;
+  }
+  (r.status == 0 ? out : err) << r.text << '\n';
+  return r.status == 0 ? kExitOk : kExitNo;
+}
+
 }  // namespace
 
 int run_broker_command(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
   if (!args.empty() && args[0] == "ca") return run_ca(args.subspan(1), out, err);
   if (!args.empty() && args[0] == "nonces") return run_nonces(args.subspan(1), out, err);
+  if (!args.empty() && args[0] == "reload") return run_reload(args.subspan(1), out, err);
   return run_service(args, out, err);
 }
 

@@ -10,6 +10,7 @@
 #include "base/command_line.h"
 #include "base/json.h"
 #include "engine/cli/exit_codes.h"
+#include "engine/cli/policy_apply.h"
 #include "engine/cli/policy_suggest.h"
 #include "policy/explain.h"
 #include "policy/policy_file.h"
@@ -28,6 +29,7 @@ constexpr std::string_view kPolicyUsage =
     "  check [--json] [--quiet] FILE...        validate policy files\n"
     "  explain [--json] [--udp] FILE TARGET    say whether a policy admits TARGET, and why\n"
     "  suggest [--from POLICY] EVENTS.jsonl    write a policy allowing what an event log shows\n"
+    "  apply [--json] NAME FILE                make FILE instance NAME's policy, reloaded if it runs\n"
     "\n"
     "Run 'abox policy <command> --help' (or 'abox help policy <command>') for details.\n";
 
@@ -73,10 +75,11 @@ constexpr std::string_view kSuggestUsage =
     "Reads an abox-net event log (best from a run in audit mode: abox-net run\n"
     "--audit, or [mode] audit = true) and prints a policy that allows exactly\n"
     "what it shows: one [[allow]] per name and protocol with the ports seen,\n"
-    "UDP where seen, each with a comment saying how many flows it covers and\n"
-    "when it was first seen. Flows no name was answered for, names asked with\n"
-    "no flow after, and flows refused as reserved are listed as comments: no\n"
-    "rule can allow them. The output passes 'abox policy check'; review it.\n"
+    "UDP where seen, each with a comment saying how many flows it covers, their\n"
+    "bytes out and in (from the flows' close events), and when it was first\n"
+    "seen. Flows no name was answered for, names asked with no flow after, and\n"
+    "flows refused as reserved are listed as comments: no rule can allow them.\n"
+    "The output passes 'abox policy check'; review it.\n"
     "\n"
     "Options:\n"
     "      --from POLICY       start from POLICY (its text, unchanged) and add only\n"
@@ -312,7 +315,7 @@ int explain(std::span<const std::string_view> args, std::ostream& out, std::ostr
 
 int run_policy_command(std::span<const std::string_view> args, std::ostream& out, std::ostream& err) {
   if (args.empty()) {
-    err << base::usage_error_line("abox policy", "which command? check, explain or suggest");
+    err << base::usage_error_line("abox policy", "which command? check, explain, suggest or apply");
     return kExitUsage;
   }
   if (args[0] == "-h" || args[0] == "--help") {
@@ -322,6 +325,7 @@ int run_policy_command(std::span<const std::string_view> args, std::ostream& out
   if (args[0] == "check") return check(args.subspan(1), out, err);
   if (args[0] == "explain") return explain(args.subspan(1), out, err);
   if (args[0] == "suggest") return suggest(args.subspan(1), out, err);
+  if (args[0] == "apply") return run_policy_apply(args.subspan(1), out, err);
   err << base::usage_error_line("abox policy", "unknown command '" + std::string(args[0]) + "'");
   return kExitUsage;
 }

@@ -21,6 +21,9 @@ using policy::Protocol;
 struct Seen {
   std::uint64_t flows = 0;
   std::uint64_t would_deny = 0;
+  std::uint64_t closed = 0;  // flows whose `close` event was read (their bytes below)
+  std::uint64_t bytes_out = 0;
+  std::uint64_t bytes_in = 0;
   std::string first_seen;  // the earliest event time (ISO 8601 sorts as text)
 };
 
@@ -31,6 +34,20 @@ std::optional<std::string_view> string_field(const json::object& o, std::string_
   const json::value* v = o.if_contains(key);
   if (v == nullptr || !v->is_string()) return std::nullopt;
   return std::string_view(v->get_string());
+}
+
+// A byte count: a non-negative integer field (absent or anything else: 0).
+std::uint64_t count_field(const json::object& o, std::string_view key) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr) return 0;
+  if (v->is_uint64()) return v->get_uint64();
+  if (v->is_int64() && v->get_int64() >= 0) return static_cast<std::uint64_t>(v->get_int64());
+  return 0;
+}
+
+// a + b, saturating (the log is untrusted: no wrap-around to a small count).
+std::uint64_t add(std::uint64_t a, std::uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
 // The port of "ADDRESS:PORT" / "[V6]:PORT": digits after the last ':', 1-65535.
@@ -104,7 +121,7 @@ base::Result<Suggestion, std::string> suggest_policy(std::string_view events, co
     }
     const json::object& o = v.get_object();
     const auto kind = string_field(o, "kind");
-    if (!kind || (*kind != "admit" && *kind != "would_deny" && *kind != "deny")) {
+    if (!kind || (*kind != "admit" && *kind != "would_deny" && *kind != "deny" && *kind != "close")) {
       skip();
       continue;
     }
@@ -147,6 +164,18 @@ base::Result<Suggestion, std::string> suggest_policy(std::string_view events, co
         skip();
         continue;
       }
+    }
+    if (*kind == "close") {
+      // A flow's end: its bytes go to what its admit counted (a flow with
+      // no admit read, or one `from` allows, is not in `observed`).
+      auto by_name = name ? observed.find(*name) : observed.end();
+      if (by_name == observed.end()) continue;
+      auto seen = by_name->second.find({proto, port});
+      if (seen == by_name->second.end()) continue;
+      ++seen->second.closed;
+      seen->second.bytes_out = add(seen->second.bytes_out, count_field(o, "bytes_out"));
+      seen->second.bytes_in = add(seen->second.bytes_in, count_field(o, "bytes_in"));
+      continue;
     }
     if (!name) {
       ++unnamed[where];
@@ -195,12 +224,20 @@ base::Result<Suggestion, std::string> suggest_policy(std::string_view events, co
           ports.insert(key.second);
           total.flows += s.flows;
           total.would_deny += s.would_deny;
+          total.closed += s.closed;
+          total.bytes_out = add(total.bytes_out, s.bytes_out);
+          total.bytes_in = add(total.bytes_in, s.bytes_in);
           note_time(total, s.first_seen);
         }
       }
       if (ports.empty()) continue;
       rules += "\n# " + std::to_string(total.flows) + " flow" + (total.flows == 1 ? "" : "s");
       if (total.would_deny > 0) rules += " (" + std::to_string(total.would_deny) + " would_deny)";
+      if (total.closed > 0) {
+        rules += ", " + std::to_string(total.bytes_out) + " bytes out and " + std::to_string(total.bytes_in) +
+                 " in";
+        if (total.closed < total.flows) rules += " (of the " + std::to_string(total.closed) + " that closed)";
+      }
       if (!total.first_seen.empty()) rules += ", first seen " + total.first_seen;
       if (names.size() > 1 || names.front() != pattern) {
         rules += "; names seen:";

@@ -13,9 +13,14 @@
 // or udp): the log is read as untrusted text, and nothing of it reaches the
 // output but validated names and numbers.
 //
+// A flow's `close` event (name, dst, proto, bytes_out, bytes_in: abox-net
+// writes one as each flow ends) adds its bytes to what its admit counted.
+//
 // Written: one [[allow]] per name and protocol (ports together; UDP with
 // protocols = ["udp"]), each with a comment saying how many flows it covers
-// (how many of them would_deny) and when it was first seen; with
+// (how many of them would_deny), their bytes out and in (from the close
+// events read; "of the N that closed" when some flows had none, e.g. still
+// open when the log ends) and when it was first seen; with
 // group_wildcards, names sharing a parent domain (two or more names, a
 // parent that is not a top-level domain) under "*.PARENT". With `from`, its
 // text comes first, unchanged, and only what it does not already allow (by

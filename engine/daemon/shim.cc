@@ -170,7 +170,6 @@ int run_shim_command(std::span<const std::string_view> args) {
   // guest, its output in output.log, its window set by abox attach (resize).
   c.keep = true;
   c.folder_exists = true;
-  c.stats_socket = true;
   if (problem.empty() && again) {
     c.copy_in.clear();
     c.policy_file = folder->policy();

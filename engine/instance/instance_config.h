@@ -71,7 +71,6 @@ struct InstanceConfig {
   // The state folder exists already (the daemon made it, with config.json in
   // it, or `abox start` boots a stopped instance again): open it, do not create it.
   bool folder_exists = false;
-  bool stats_socket = false;  // abox-net always serves net.stats (the daemon's `abox stats`)
 
   // Programs.
   std::string abox_net;  // abox-net

@@ -6,6 +6,8 @@
 //   net.sock        abox-net's stream socket (QEMU's NIC); gone once QEMU connects
 //   ctl.sock        the control channel's listener; gone once QEMU connects
 //   broker.sock     the broker's hand-off socket (with [[broker]] bindings)
+//   broker.ctl      the broker's control socket (`abox policy apply`'s reload)
+//   net.stats       abox-net's stats/control socket (counters, reload)
 //   broker/         the broker's state: instance CA, nonce secret
 //   events.jsonl    abox-net's, the broker's and the supervisor's events, one JSON line each
 //   console.log     the guest's serial console, at most kConsoleLogBytes
@@ -49,6 +51,8 @@ class StateFolder {
   std::string net_socket() const { return file("net.sock"); }
   std::string control_socket() const { return file("ctl.sock"); }
   std::string broker_socket() const { return file("broker.sock"); }
+  std::string broker_control_socket() const { return file("broker.ctl"); }
+  std::string net_stats_socket() const { return file("net.stats"); }
   std::string broker_state() const { return file("broker"); }
   std::string events() const { return file("events.jsonl"); }
   std::string console_log() const { return file("console.log"); }

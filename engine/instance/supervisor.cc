@@ -367,11 +367,10 @@ void InstanceSupervisor::start_network() {
     spec.argv.push_back("--broker");
     spec.argv.push_back(folder_->broker_socket());
   }
-  if (config_.idle_timeout || config_.stats_socket) {
-    // The flows' counters tell whether the agent still uses the network.
-    spec.argv.push_back("--stats-socket");
-    spec.argv.push_back(folder_->file("net.stats"));
-  }
+  // Always: the flows' counters (the idle timeout, `abox stats`), and
+  // `abox policy apply`'s reload of a running instance.
+  spec.argv.push_back("--stats-socket");
+  spec.argv.push_back(folder_->net_stats_socket());
   spec.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   auto out = make_pipe();
   auto err = make_pipe();
@@ -415,6 +414,7 @@ void InstanceSupervisor::start_broker() {
                "--state",          folder_->broker_state(),
                "--listen",         "unix:" + folder_->broker_socket(),
                "--instance",       config_.name,
+               "--control-socket", folder_->broker_control_socket(),
                "--events",         "-"};
   if (!config_.upstream_ca.empty()) {
     spec.argv.push_back("--upstream-ca");

@@ -1181,9 +1181,17 @@ void GuestStack::would_deny(std::string_view reason, std::string_view proto, con
       {{"reason", reason}, {"name", name}, {"dst", dst.to_string()}, {"proto", proto}, {"audit", true}});
 }
 
+// Every flow ends here once: its `close` event carries its name, where it
+// went and its bytes both ways (what `abox policy suggest` counts per rule).
 void GuestStack::retire(TcpFlow* flow) {
   auto it = tcp_flows_.find(flow);
   if (it == tcp_flows_.end()) return;
+  if (events_.reserve_line())
+    events_.write_reserved("close", {{"name", flow->name()},
+                                     {"dst", flow->destination().to_string()},
+                                     {"proto", "tcp"},
+                                     {"bytes_out", flow->bytes_out()},
+                                     {"bytes_in", flow->bytes_in()}});
   loop_.delete_later(std::move(it->second));
   tcp_flows_.erase(it);
 }
@@ -1191,6 +1199,12 @@ void GuestStack::retire(TcpFlow* flow) {
 void GuestStack::retire(UdpFlow* flow) {
   auto it = udp_flows_.find(flow->key());
   if (it == udp_flows_.end()) return;
+  if (events_.reserve_line())
+    events_.write_reserved("close", {{"name", flow->name()},
+                                     {"dst", flow->destination().to_string()},
+                                     {"proto", "udp"},
+                                     {"bytes_out", flow->bytes_out()},
+                                     {"bytes_in", flow->bytes_in()}});
   loop_.delete_later(std::move(it->second));
   udp_flows_.erase(it);
 }

@@ -403,6 +403,7 @@ void TcpFlow::took_from_guest(std::size_t done) {
                               ? pcb_->rcv_ann_right_edge - pcb_->rcv_nxt
                               : 0;
   stack_.spend(budget_rule_, done);
+  bytes_out_ += done;
   // Free what the host took and open the guest's window by as much.
   while (done > 0) {
     auto step = static_cast<u16_t>(std::min<std::size_t>(done, 0xFFFF));
@@ -499,6 +500,7 @@ void TcpFlow::read_from_host() {
       return;
     }
     to_guest_.commit(static_cast<std::size_t>(n));
+    bytes_in_ += static_cast<std::uint64_t>(n);
     // A small read of less than asked: the socket held no more when it was
     // read, and what comes later wakes the poll again, so no read to find
     // EAGAIN (one system call per request/response round trip). A large one

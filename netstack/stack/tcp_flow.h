@@ -109,6 +109,11 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   // The [[allow]] rule whose egress budget this flow spends (kNoBudget: none).
   std::size_t budget_rule() const { return budget_rule_; }
   void set_budget_rule(std::size_t rule) { budget_rule_ = rule; }
+  // Payload bytes so far: the guest's the host socket took (the hand-off
+  // line not counted), and the host's handed to lwIP for the guest. For
+  // the flow's `close` event (GuestStack::retire()).
+  std::uint64_t bytes_out() const { return bytes_out_; }
+  std::uint64_t bytes_in() const { return bytes_in_; }
   // Cut by a reload: RST to the guest, the host socket closed (SO_LINGER 0),
   // the flow retired. The caller has counted and logged it.
   void cut() { abort_both("policy revoked"); }
@@ -179,6 +184,8 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   bool aborted_ = false;
   bool audited_ = false;
   std::size_t budget_rule_ = static_cast<std::size_t>(-1);
+  std::uint64_t bytes_out_ = 0;
+  std::uint64_t bytes_in_ = 0;
   base::MonoTime deadline_{};  // peek or connect deadline
   base::MonoTime last_activity_{};
 };

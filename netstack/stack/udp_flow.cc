@@ -124,6 +124,7 @@ void UdpFlow::from_guest(pbuf* p) {
     return;
   }
   stack_.spend(budget_rule_, p->tot_len);
+  bytes_out_ += p->tot_len;
   std::array<std::span<const std::uint8_t>, 8> parts{};
   std::size_t count = 0;
   std::size_t covered = 0;
@@ -198,7 +199,8 @@ void UdpFlow::from_host(std::span<const std::uint8_t> datagram) {
   // From the destination's address, which is not the netif's own: lwIP's
   // plain udp_send() would refuse that source.
   const ip_addr_t guest = to_ip_addr(key_.guest);
-  udp_sendto_if_src(pcb_, p, &guest, key_.guest_port, stack_.guest_netif(), &pcb_->local_ip);
+  if (udp_sendto_if_src(pcb_, p, &guest, key_.guest_port, stack_.guest_netif(), &pcb_->local_ip) == ERR_OK)
+    bytes_in_ += datagram.size();
   pbuf_free(p);
 }
 

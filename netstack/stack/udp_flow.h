@@ -98,6 +98,10 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   // The [[allow]] rule whose egress budget this flow spends (kNoBudget: none).
   std::size_t budget_rule() const { return budget_rule_; }
   void set_budget_rule(std::size_t rule) { budget_rule_ = rule; }
+  // Datagram payload bytes so far, from the guest to the host socket and
+  // back to the guest. For the flow's `close` event (GuestStack::retire()).
+  std::uint64_t bytes_out() const { return bytes_out_; }
+  std::uint64_t bytes_in() const { return bytes_in_; }
   // Cut by a reload: the host socket closes with the flow, retired now. The
   // caller has counted and logged it.
   void cut();
@@ -113,6 +117,8 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   bool retired_ = false;
   bool audited_ = false;
   std::size_t budget_rule_ = static_cast<std::size_t>(-1);
+  std::uint64_t bytes_out_ = 0;
+  std::uint64_t bytes_in_ = 0;
   bool queued_on_ring_ = false;           // a datagram went to the host writer (see ~UdpFlow)
   std::unique_ptr<HostReceive> receive_;  // null: read on readiness
   unsigned receives_without_data_ = 0;    // consecutive ends of the ring receive

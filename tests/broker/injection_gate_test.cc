@@ -137,6 +137,19 @@ TEST_F(InjectionGateTest, RunningAndNotRevoked) {
   EXPECT_EQ(reason(anthropic_request()), GateReason::instance_not_running);
 }
 
+// 8: a binding a policy reload removed (binding_reload.h) is refused with
+// its own reason, the others untouched; bringing it back restores it.
+TEST_F(InjectionGateTest, RemovedByAReload) {
+  gate_.set_removed(0, true);
+  EXPECT_TRUE(gate_.removed(0));
+  EXPECT_EQ(reason(anthropic_request()), GateReason::binding_removed);
+  EXPECT_EQ(http_status(GateReason::binding_removed), 403);
+  EXPECT_EQ(to_string(GateReason::binding_removed), "binding_removed");
+  gate_.set_removed(1, true);
+  gate_.set_removed(0, false);
+  EXPECT_TRUE(decide(anthropic_request()).allowed()) << "removing one binding leaves the others";
+}
+
 // 2
 TEST_F(InjectionGateTest, HostMustEqualTheSni) {
   auto with_host = [&](std::string_view host) {

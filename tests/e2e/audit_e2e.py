@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 sys.dont_write_bytecode = True  # the source tree may be read-only
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,6 +109,17 @@ def run(rig, _mode, abox):
     check("the only deny is the metadata address, as reserved",
           len(denies) == 1 and denies[0].get("dst") == f"{METADATA}:80" and "reserved" in denies[0].get("reason", ""),
           str(denies))
+    # Each flow's close event carries its bytes both ways (what suggest counts).
+    closes = {}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        closes = {e.get("name"): e for e in events(rig) if e.get("kind") == "close" and e.get("proto") == "tcp"}
+        if all(n in closes for n in OBSERVED):
+            break
+        time.sleep(0.2)
+    check("each flow's close event counts its bytes both ways",
+          all(n in closes and closes[n].get("bytes_out", 0) > 0 and closes[n].get("bytes_in", 0) > len(INDEX)
+              and closes[n].get("dst") == f"{nr.ADDR[n.split('.')[0]]}:80" for n in OBSERVED), str(closes))
     net.terminate()
     net.wait(timeout=10)
     if ABOX is None:
@@ -129,6 +141,9 @@ def run(rig, _mode, abox):
     check("it names every observed name and not the metadata address",
           all(f'"{n}"' in suggested for n in OBSERVED) and f'"{METADATA}' not in suggested
           and "# 1 flow (1 would_deny)" in suggested, suggested)
+    check("its comments count each rule's bytes out and in",
+          all(f"# 1 flow (1 would_deny), {closes[n]['bytes_out']} bytes out and {closes[n]['bytes_in']} in" in suggested
+              for n in OBSERVED if n in closes) and len(closes) >= len(OBSERVED), suggested)
     net = rig.start_abox_net(abox, suggested)
     for name in OBSERVED:
         r = curl(rig, f"http://{name}/index.html")

@@ -140,5 +140,89 @@ TEST(PolicySuggest, NastyLinesAreSkippedAndNeverReachTheOutput) {
   EXPECT_FALSE(suggest_policy("garbage\n{}\n", {}).ok()) << "nothing to allow";
 }
 
+// A real event log: the lines of two flows and the reserved refusal, verbatim
+// from an e2e.audit run (tests/e2e/audit_e2e.py, abox-net run --audit, curl
+// in the guest namespace to nginx), with each flow's close event and its
+// bytes. Below it, close events the real format allows but a hostile or
+// broken log could hold.
+constexpr std::string_view kRealLog =
+    R"({"time":"2026-12-02T19:57:58.331Z","instance":"guest","kind":"would_deny","reason":"port not allowed for the names this destination was answered for","name":"web.example.test","dst":"93.184.215.14:80","proto":"tcp","audit":true}
+{"time":"2026-12-02T19:57:58.331Z","instance":"guest","kind":"admit","reason":"audit mode: would be denied","name":"web.example.test","dst":"93.184.215.14:80","proto":"tcp"}
+{"time":"2026-12-02T19:57:58.332Z","instance":"guest","kind":"close","name":"web.example.test","dst":"93.184.215.14:80","proto":"tcp","bytes_out":90,"bytes_in":250}
+{"time":"2026-12-02T19:57:58.342Z","instance":"guest","kind":"would_deny","reason":"port not allowed for the names this destination was answered for","name":"other.example.test","dst":"93.184.215.14:80","proto":"tcp","audit":true}
+{"time":"2026-12-02T19:57:58.342Z","instance":"guest","kind":"admit","reason":"audit mode: would be denied","name":"other.example.test","dst":"93.184.215.14:80","proto":"tcp"}
+{"time":"2026-12-02T19:57:58.343Z","instance":"guest","kind":"close","name":"other.example.test","dst":"93.184.215.14:80","proto":"tcp","bytes_out":92,"bytes_in":250}
+{"time":"2026-12-02T19:57:58.394Z","instance":"guest","kind":"deny","reason":"destination in a reserved range","dst":"169.254.169.254:80","proto":"tcp"})";
+
+TEST(PolicySuggest, CloseEventsCountEachRulesBytesOutAndIn) {
+  auto s = suggest_policy(std::string(kRealLog) + "\n", with(false, nullptr, {}, "audit-events.jsonl"));
+  ASSERT_TRUE(s.ok()) << s.error();
+  EXPECT_NE(
+      s->text.find("# 1 flow (1 would_deny), 90 bytes out and 250 in, first seen 2026-12-02T19:57:58.331Z\n"
+                   "[[allow]]\nnames = [\"web.example.test\"]"),
+      std::string::npos)
+      << s->text;
+  EXPECT_NE(s->text.find("# 1 flow (1 would_deny), 92 bytes out and 250 in, first seen"), std::string::npos)
+      << s->text;
+  parsed(s->text);
+}
+
+TEST(PolicySuggest, BytesAddUpAcrossFlowsAndSaySoWhenSomeNeverClosed) {
+  std::string log(kRealLog);
+  log += "\n";
+  // A second web flow that closed, and a third still open when the log ends.
+  for (int i = 0; i < 2; ++i)
+    log +=
+        R"({"time":"2026-12-02T19:58:00.000Z","instance":"guest","kind":"admit","reason":"answered name","name":"web.example.test","dst":"93.184.215.14:80","proto":"tcp"})"
+        "\n";
+  log +=
+      R"({"time":"2026-12-02T19:58:01.000Z","instance":"guest","kind":"close","name":"web.example.test","dst":"93.184.215.14:80","proto":"tcp","bytes_out":10,"bytes_in":1000})"
+      "\n";
+  auto s = suggest_policy(log, with(false));
+  ASSERT_TRUE(s.ok()) << s.error();
+  EXPECT_NE(s->text.find("# 3 flows (1 would_deny), 100 bytes out and 1250 in (of the 2 that closed)"),
+            std::string::npos)
+      << s->text;
+}
+
+TEST(PolicySuggest, NastyCloseEventsAddNothingAndNeverWrap) {
+  const std::string admit =
+      R"({"kind":"admit","name":"a.example.test","dst":"1.2.3.4:443","proto":"tcp","time":"2026-12-02T10:00:00Z"})"
+      "\n";
+  std::string log = admit;
+  for (
+      std::string_view line : {
+          // bytes of the wrong type, negative, or a float: 0
+          R"({"kind":"close","name":"a.example.test","dst":"1.2.3.4:443","proto":"tcp","bytes_out":"999","bytes_in":-5})",
+          R"({"kind":"close","name":"a.example.test","dst":"1.2.3.4:443","proto":"tcp","bytes_out":1.5e3})",
+          // another port, another protocol, another name, no name, a bad name: not this rule's
+          R"({"kind":"close","name":"a.example.test","dst":"1.2.3.4:80","proto":"tcp","bytes_out":7})",
+          R"({"kind":"close","name":"a.example.test","dst":"1.2.3.4:443","proto":"udp","bytes_out":7})",
+          R"({"kind":"close","name":"b.example.test","dst":"1.2.3.4:443","proto":"tcp","bytes_out":7})",
+          R"({"kind":"close","name":"","dst":"1.2.3.4:443","proto":"tcp","bytes_out":7})",
+          R"({"kind":"close","name":"a..example.test","dst":"1.2.3.4:443","proto":"tcp","bytes_out":7})",
+          // two huge counts: saturate instead of wrapping to a small number
+          R"({"kind":"close","name":"a.example.test","dst":"1.2.3.4:443","proto":"tcp","bytes_out":18446744073709551615,"bytes_in":1})",
+          R"({"kind":"close","name":"a.example.test","dst":"1.2.3.4:443","proto":"tcp","bytes_out":18446744073709551615,"bytes_in":1})",
+      })
+    log += std::string(line) + "\n";
+  auto s = suggest_policy(log, with(false));
+  ASSERT_TRUE(s.ok()) << s.error();
+  EXPECT_NE(s->text.find("# 1 flow, 18446744073709551615 bytes out and 2 in, first seen"), std::string::npos)
+      << s->text;
+  EXPECT_EQ(s->text.find("b.example.test"), std::string::npos) << "a close event alone makes no rule";
+  EXPECT_EQ(s->flows, 1u);
+}
+
+TEST(PolicySuggest, CloseEventsOfFlowsTheFromPolicyAllowsAreNotCounted) {
+  const std::string from_text = "[[allow]]\nnames = [\"web.example.test\"]\nports = [80]\n";
+  const policy::Policy from = parsed(from_text);
+  auto s = suggest_policy(std::string(kRealLog) + "\n", with(false, &from, from_text, "e"));
+  ASSERT_TRUE(s.ok()) << s.error();
+  EXPECT_EQ(s->flows, 1u) << s->text;
+  EXPECT_NE(s->text.find("92 bytes out and 250 in"), std::string::npos) << s->text;
+  EXPECT_EQ(s->text.find("90 bytes out"), std::string::npos) << s->text;
+}
+
 }  // namespace
 }  // namespace abox::engine
