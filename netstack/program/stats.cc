@@ -197,6 +197,10 @@ std::string run_stats_json(const RunStatsSources& from) {
   w.field("budget_crossed", c.budget_crossed)
       .field("budget_refused", c.budget_refused)
       .field("budget_cut", c.budget_cut);
+  // Published ports (inbound_ports.h; added at the end).
+  w.field("inbound_accepted", c.inbound_accepted)
+      .field("inbound_refused_limit", c.inbound_refused_limit)
+      .field("inbound_refused_guest", c.inbound_refused_guest);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

@@ -1048,7 +1048,7 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
   sweep_tcp_.clear();
   for (auto& [_, f] : tcp_flows_) sweep_tcp_.push_back(f.get());
   for (TcpFlow* f : sweep_tcp_) {
-    if (f->finished()) continue;
+    if (f->finished() || f->inbound()) continue;
     const policy::Endpoint dst = f->destination();
     const Recheck r = recheck_flow(now_in_force, host_addresses_, dst.address, dst.port,
                                    policy::Protocol::tcp, f->name(), f->brokered());
@@ -1181,6 +1181,11 @@ void GuestStack::retire(TcpFlow* flow) {
   if (it == tcp_flows_.end()) return;
   loop_.delete_later(std::move(it->second));
   tcp_flows_.erase(it);
+}
+
+void GuestStack::adopt(std::unique_ptr<TcpFlow> flow) {
+  TcpFlow* raw = flow.get();
+  tcp_flows_.emplace(raw, std::move(flow));
 }
 
 void GuestStack::retire(UdpFlow* flow) {

@@ -54,13 +54,20 @@ struct StackCounters {
   std::uint64_t budget_crossed = 0;
   std::uint64_t budget_refused = 0;
   std::uint64_t budget_cut = 0;
+  // Published ports (inbound_ports.h): host connections taken and relayed
+  // to the guest; refused past a port's limit of live connections, or with
+  // the flow table full (accepted and closed at once); refused by the guest
+  // (a reset, or no answer within connect_ms).
+  std::uint64_t inbound_accepted = 0;
+  std::uint64_t inbound_refused_limit = 0;
+  std::uint64_t inbound_refused_guest = 0;
 };
 
 struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 32> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 35> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -93,6 +100,9 @@ inline constexpr std::array<StackCounterField, 32> kStackCounterFields = {{
     {"budget_crossed", &StackCounters::budget_crossed},
     {"budget_refused", &StackCounters::budget_refused},
     {"budget_cut", &StackCounters::budget_cut},
+    {"inbound_accepted", &StackCounters::inbound_accepted},
+    {"inbound_refused_limit", &StackCounters::inbound_refused_limit},
+    {"inbound_refused_guest", &StackCounters::inbound_refused_guest},
 }};
 static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
               "every StackCounters field has its name in kStackCounterFields");
