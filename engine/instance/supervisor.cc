@@ -363,6 +363,11 @@ void InstanceSupervisor::start_network() {
     spec.argv.push_back("--broker");
     spec.argv.push_back(folder_->broker_socket());
   }
+  // Published ports: abox-net listens on the host for them (abox run --publish).
+  for (const std::string& published : config_.publish) {
+    spec.argv.push_back("--publish");
+    spec.argv.push_back(published);
+  }
   if (config_.idle_timeout || config_.stats_socket) {
     // The flows' counters tell whether the agent still uses the network.
     spec.argv.push_back("--stats-socket");

@@ -94,7 +94,7 @@ void udp_recv_cb(void* arg, udp_pcb*, pbuf* p, const ip_addr_t*, u16_t) {
 
 InboundPorts::InboundPorts(GuestStack& stack, std::vector<PublishedSocket> sockets,
                            std::uint32_t max_connections)
-    : stack_(stack), max_connections_(max_connections) {
+    : stack_(stack), loop_(stack.loop()), max_connections_(max_connections) {
   bool any_udp = false;
   for (PublishedSocket& s : sockets) {
     auto port = std::make_unique<Port>(*this, std::move(s));
@@ -113,7 +113,7 @@ InboundPorts::InboundPorts(GuestStack& stack, std::vector<PublishedSocket> socke
 
 InboundPorts::~InboundPorts() {
   for (auto& port : ports_) {
-    if (port->handle != io::EventLoop::kNoHandle) stack_.loop().unwatch(port->handle);
+    if (port->handle != io::EventLoop::kNoHandle) loop_.unwatch(port->handle);
   }
 }
 

@@ -27,7 +27,8 @@
 // routed or able to open a flow.
 //
 // Invariants: an InboundPorts outlives the stack's flows (each inbound
-// TcpFlow counts itself in its port's live count: destroy the stack first);
+// TcpFlow counts itself in its port's live count: destroy the stack first),
+// and its destructor touches only the loop and lwIP, never the stack;
 // everything runs on the loop's thread.
 #pragma once
 
@@ -88,6 +89,7 @@ class InboundPorts {
   void sweep_udp(base::MonoTime now);
 
   GuestStack& stack_;
+  io::EventLoop& loop_;  // its own: the stack is gone by the time the destructor unwatches
   std::uint32_t max_connections_;
   std::vector<std::unique_ptr<Port>> ports_;
   std::vector<std::uint8_t> datagram_;  // one host datagram at a time

@@ -398,6 +398,13 @@ def run(rig, _mode, abox):
           and st.get("inbound_refused_guest") == 1,
           str({k: st.get(k) for k in ("inbound_accepted", "inbound_refused_limit", "inbound_refused_guest")}))
     check("abox-net is still running", net.poll() is None, f"exited {net.returncode}")
+    # Its published ports, live flows and UDP sessions go with it, cleanly.
+    net.terminate()
+    try:
+        rc = net.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        rc = "still running 10 s after SIGTERM"
+    check("abox-net exits 0 on SIGTERM", rc == 0, f"{rc}: {rig.log_tail('abox-net', 5)}")
     return passed, failed
 
 
