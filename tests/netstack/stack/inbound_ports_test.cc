@@ -40,7 +40,7 @@ class InboundPortsTest : public ::testing::Test {
     ports_.reset();
   }
 
-  void start(std::uint32_t max_connections, std::string extra = {}) {
+  void start(std::uint32_t max_connections, std::string extra = {}, bool udp = false) {
     StackOptions o = flow_test::with(std::move(extra));
     o.port = 9;  // no flow of the guest's is made here
     rig_.start(o);
@@ -48,6 +48,7 @@ class InboundPortsTest : public ::testing::Test {
     policy::PublishSpec spec;
     spec.host_port = 0;  // the kernel picks; parse_publish_spec() never gives 0
     spec.guest_port = guest_port_;
+    if (udp) spec.protocol = policy::PublishSpec::Protocol::udp;
     auto listening = listen_published(std::span<const policy::PublishSpec>(&spec, 1));
     ASSERT_TRUE(listening.ok()) << listening.error();
     sockaddr_in sin{};
@@ -224,6 +225,51 @@ TEST_F(InboundPortsTest, TheGuestCannotOpenAnythingThroughAPublishedConnection) 
   Bytes got;
   ASSERT_TRUE(read_host(g, host.get(), got, 10));
   EXPECT_EQ(got, bytes_of("still here"));
+}
+
+TEST_F(InboundPortsTest, UdpPeersGetTheGuestsRepliesAndNothingElse) {
+  start(4, "[timeouts]\nudp_idle_s = 10\n", /*udp=*/true);
+  base::UniqueFd peer(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(host_port_);
+  to.sin_addr.s_addr = htonl(flow_test::kLoopback);
+  ASSERT_EQ(::sendto(peer.get(), "ping", 4, 0, reinterpret_cast<sockaddr*>(&to), sizeof to), 4);
+  std::optional<Seen> datagram;
+  rig_.turn_until([&] { return datagram.has_value(); },
+                  [&](std::vector<Seen> seen) {
+                    for (Seen& s : seen)
+                      if (s.proto == 17 && s.dst_port == guest_port_) datagram = s;
+                  });
+  ASSERT_TRUE(datagram.has_value()) << "no datagram to the guest's published port";
+  EXPECT_EQ(datagram->src, kGateway);
+  EXPECT_EQ(datagram->payload, bytes_of("ping"));
+  EXPECT_EQ(counters().inbound_accepted, 1u);
+  EXPECT_EQ(ports_->live(0), 1u);
+
+  // The guest's reply goes back to that peer; a datagram to the session's
+  // gateway port from another guest port goes nowhere.
+  rig_.send(guest_wire::udp_datagram(FlowRig::fresh_port(), kGateway, datagram->src_port, bytes_of("sneak")));
+  rig_.send(guest_wire::udp_datagram(guest_port_, kGateway, datagram->src_port, bytes_of("pong")));
+  std::vector<Bytes> got;
+  GuestTcp none(guest_port_, kGateway, 0);
+  until(none, [&] {
+    std::uint8_t buf[64];
+    for (ssize_t n; (n = ::recv(peer.get(), buf, sizeof buf, MSG_DONTWAIT)) > 0;)
+      got.emplace_back(buf, buf + n);
+    return !got.empty();
+  });
+  rig_.turns(8);
+  std::uint8_t buf[64];
+  for (ssize_t n; (n = ::recv(peer.get(), buf, sizeof buf, MSG_DONTWAIT)) > 0;)
+    got.emplace_back(buf, buf + n);
+  EXPECT_EQ(got, std::vector<Bytes>{bytes_of("pong")});
+
+  // Idle for udp_idle_s: the session ends.
+  rig_.advance(base::Millis(5000));
+  EXPECT_EQ(ports_->live(0), 1u);
+  rig_.advance(base::Millis(6000));
+  EXPECT_EQ(ports_->live(0), 0u);
 }
 
 }  // namespace
