@@ -297,7 +297,8 @@ def run(rig, _mode, abox):
         f.write(big)
 
     sock = rig.path("stats.sock")
-    net = rig.start_abox_net(abox, policy(), "--stats-socket", sock,
+    # ABOX_NET_IO=syscalls (ctest's e2e.publish_syscalls): the other I/O path.
+    net = rig.start_abox_net(abox, policy(), "--stats-socket", sock, "--io", os.environ.get("ABOX_NET_IO", "ring"),
                              "--publish", f"{HTTP_HOST}:{HTTP_GUEST}",
                              "--publish", f"127.0.0.1:{TOOLS_HOST}:{nr.STREAM_PORT}",
                              "--publish", f"{ESCAPE_HOST}:{ESCAPE_GUEST}",
