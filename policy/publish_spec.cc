@@ -32,14 +32,24 @@ std::string_view describe(PublishError e) {
   return "a valid published port";
 }
 
+// Appended to an empty string, never a literal prepended (GCC 12's -O3
+// -Wrestrict false positive, docs/development.md).
 std::string PublishSpec::host_endpoint() const {
-  const std::string addr =
-      host_address.is_v6() ? "[" + host_address.to_string() + "]" : host_address.to_string();
-  return addr + ":" + std::to_string(host_port);
+  std::string out;
+  if (host_address.is_v6()) out += '[';
+  out += host_address.to_string();
+  if (host_address.is_v6()) out += ']';
+  out += ':';
+  out += std::to_string(host_port);
+  return out;
 }
 
 std::string PublishSpec::to_string() const {
-  return host_endpoint() + ":" + std::to_string(guest_port) + (protocol == Protocol::udp ? "/udp" : "");
+  std::string out = host_endpoint();
+  out += ':';
+  out += std::to_string(guest_port);
+  if (protocol == Protocol::udp) out += "/udp";
+  return out;
 }
 
 base::Result<PublishSpec, PublishError> parse_publish_spec(std::string_view text) {

@@ -505,7 +505,10 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     // so that whoever sees "ready" finds the start event already written.
     const bool events_after_ready = sink->on_stdout();
     std::string published_text;  // "127.0.0.1:8080:80 127.0.0.1:5353:53/udp"
-    for (const auto& p : o.publish) published_text += (published_text.empty() ? "" : " ") + p.to_string();
+    for (const auto& p : o.publish) {
+      if (!published_text.empty()) published_text += ' ';
+      published_text += p.to_string();
+    }
     auto start_event = [&] {
       sink->release();
       events.emit("start", {{"mode", "run"},
