@@ -28,8 +28,9 @@ void Connection::start_upstream() {
   if (auto pooled = rt_.pool.take(binding_index_)) {
     upstream_ = std::move(pooled);
     upstream_fd_number_ = upstream_->fd();
-    if (rt_.loop.watch(upstream_fd_number_, POLLIN | POLLOUT,
-                       [this](std::uint32_t ev) { on_upstream_events(ev); })) {
+    // Its fd is still watched (the pool's handler): taken over, so that no
+    // poll is removed and armed again. update_interest() sets the events.
+    if (rt_.loop.hand_over(upstream_fd_number_, [this](std::uint32_t ev) { on_upstream_events(ev); })) {
       reused_upstream_ = true;
       ++rt_.accounting.service().upstream_reused;
       on_upstream_handshake_done();
@@ -356,7 +357,7 @@ void Connection::finish_response() {
                   response_head_.framing != ResponseFraming::until_close && response_raw_.empty() &&
                   !upstream_->has_pending() && upstream_->queued_bytes() == 0;
   if (reusable) {
-    rt_.loop.unwatch(upstream_fd_number_);
+    // The fd stays watched: the pool takes the watch over.
     upstream_fd_number_ = -1;
     rt_.pool.give(binding_index_, std::move(upstream_));
   }

@@ -54,6 +54,18 @@ void BrokerLoop::unwatch(int fd) {
   watches_.erase(it);
 }
 
+bool BrokerLoop::hand_over(int fd, Handler h) {
+  auto it = watches_.find(fd);
+  if (it == watches_.end()) return false;
+  auto next = std::make_unique<FdWatch>(std::move(h));
+  next->handle = it->second->handle;
+  loop_.rebind(next->handle, next.get());
+  // The old handler may be running right now: it goes after the turn.
+  loop_.delete_later(std::move(it->second));
+  it->second = std::move(next);
+  return true;
+}
+
 BrokerLoop::TimerId BrokerLoop::schedule(base::MonoTime at, std::function<void()> fn) {
   TimerId id = next_timer_++;
   auto& t = timers_[id];

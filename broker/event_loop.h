@@ -49,6 +49,11 @@ class BrokerLoop {
   void modify(int fd, std::uint32_t events);
   // Stops watching; safe from inside that fd's own handler.
   void unwatch(int fd);
+  // Hands fd's watch (and its poll in the kernel) to a new handler, with its
+  // events unchanged: how an upstream connection moves between a guest
+  // connection and the pool without a poll removed and armed again each way.
+  // Safe from inside fd's own handler. False when fd is not watched.
+  [[nodiscard]] bool hand_over(int fd, Handler h);
 
   // Calls fn once in the first turn at or after `at`. Ids are never reused;
   // 0 is never an id.

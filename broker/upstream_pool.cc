@@ -8,13 +8,13 @@
 
 namespace abox::broker {
 
-UpstreamPool::UpstreamPool(BrokerLoop& loop, std::size_t bindings) : loop_(loop.io()), idle_(bindings) {}
+UpstreamPool::UpstreamPool(BrokerLoop& loop, std::size_t bindings) : loop_(loop), idle_(bindings) {}
 
 UpstreamPool::~UpstreamPool() {
   for (auto& list : idle_) {
     for (auto& i : list) {
-      loop_.unwatch(i->handle);
-      loop_.cancel(static_cast<io::EventLoop::Timer&>(*i));
+      loop_.unwatch(i->stream->fd());
+      loop_.io().cancel(static_cast<io::EventLoop::Timer&>(*i));
     }
   }
 }
@@ -24,19 +24,19 @@ std::unique_ptr<TlsStream> UpstreamPool::take(std::size_t binding) {
   while (!list.empty()) {
     std::unique_ptr<Idle> i = std::move(list.back());
     list.pop_back();
-    loop_.unwatch(i->handle);
-    loop_.cancel(static_cast<io::EventLoop::Timer&>(*i));
+    loop_.io().cancel(static_cast<io::EventLoop::Timer&>(*i));
     // The watch drops a connection that turned readable, but only when the
     // loop gets to that event: one that came in the same turn as the request
     // taking it is seen here. An idle connection has nothing to say.
     if (!quiet(i->stream->fd())) {
+      loop_.unwatch(i->stream->fd());
       loop_.delete_later(std::move(i));
       continue;
     }
     ++reused_;
     std::unique_ptr<TlsStream> stream = std::move(i->stream);
-    // Not inside one of its own callbacks (those are unwatched and
-    // cancelled above): kept for the next give().
+    // Not inside its own timer (cancelled above), and its fd's handler,
+    // which names it, is the taker's from now on: kept for the next give().
     if (spare_.size() < kPerBinding) spare_.push_back(std::move(i));
     return stream;
   }
@@ -61,8 +61,14 @@ void UpstreamPool::give(std::size_t binding, std::unique_ptr<TlsStream> stream) 
   }
   i->binding = binding;
   i->stream = std::move(stream);
-  i->handle = loop_.watch(i->stream->fd(), POLLIN, i.get(), io::EventLoop::Trigger::level);
-  loop_.schedule(*i, loop_.now() + kIdleTimeout);
+  const int fd = i->stream->fd();
+  auto on_ready = [this, idle = i.get()](std::uint32_t) { drop(*idle); };
+  if (loop_.hand_over(fd, on_ready)) {
+    loop_.modify(fd, POLLIN);
+  } else if (!loop_.watch(fd, POLLIN, on_ready)) {
+    return;  // cannot happen (not watched, then watched): the stream closes
+  }
+  loop_.io().schedule(*i, loop_.now() + kIdleTimeout);
   list.push_back(std::move(i));
 }
 
@@ -70,8 +76,8 @@ void UpstreamPool::drop(Idle& idle) {
   auto& list = idle_.at(idle.binding);
   auto it = std::find_if(list.begin(), list.end(), [&idle](const auto& i) { return i.get() == &idle; });
   if (it == list.end()) return;
-  loop_.unwatch(idle.handle);
-  loop_.cancel(static_cast<io::EventLoop::Timer&>(idle));
+  loop_.unwatch(idle.stream->fd());
+  loop_.io().cancel(static_cast<io::EventLoop::Timer&>(idle));
   loop_.delete_later(std::move(*it));
   list.erase(it);
 }

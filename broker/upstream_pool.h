@@ -9,7 +9,13 @@
 // kPerBinding wait per binding; past that the oldest goes.
 // take() hands out the most recently used one (the least likely to be stale)
 // that has nothing to read: one the provider closed in the same turn is
-// dropped there. A request sent on a pooled connection that fails, or ends,
+// dropped there.
+// A connection's fd stays watched on the BrokerLoop from its first use to
+// its close: give() takes over the watch of a connection whose fd is
+// watched (BrokerLoop::hand_over) and take() hands out a stream whose fd is
+// still watched, with the pool's handler, which the taker hands over to its
+// own at once (or unwatches). No poll is removed and armed again per
+// request. A request sent on a pooled connection that fails, or ends,
 // before any response byte is retried once on a fresh connection by the
 // caller (connection.cc, connection_upstream.cc).
 #pragma once
@@ -35,27 +41,26 @@ class UpstreamPool {
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
 
-  // Null when none is idle for this binding.
+  // Null when none is idle for this binding. The stream's fd is still
+  // watched: the caller hands the watch over to itself or unwatches it.
   std::unique_ptr<TlsStream> take(std::size_t binding);
-  // The caller has stopped watching the stream's fd.
+  // The stream's fd may be watched (its watch is taken over) or not.
   void give(std::size_t binding, std::unique_ptr<TlsStream> stream);
 
   std::size_t idle() const;
   std::uint64_t reused() const { return reused_; }
 
  private:
-  // One idle connection: its stream, its readability watch and its idle
-  // deadline in one object (no allocation per watch or timer). Entries are
-  // kept for reuse once their stream is handed out.
-  struct Idle final : io::EventLoop::Watcher, io::EventLoop::Timer, io::EventLoop::Deletable {
+  // One idle connection: its stream and its idle deadline in one object
+  // (no allocation per timer). Entries are kept for reuse once their stream
+  // is handed out. Its fd's handler (anything readable on an idle
+  // connection is its end, or junk) drops it.
+  struct Idle final : io::EventLoop::Timer, io::EventLoop::Deletable {
     explicit Idle(UpstreamPool& p) : pool(p) {}
-    // Anything readable on an idle connection is its end (or junk).
-    void on_ready(std::uint32_t) override { pool.drop(*this); }
     void on_timer() override { pool.drop(*this); }
     UpstreamPool& pool;
     std::size_t binding = 0;
     std::unique_ptr<TlsStream> stream;
-    io::EventLoop::Handle handle = io::EventLoop::kNoHandle;
   };
   // Stops watching i and forgets it; its stream closes after the turn (its
   // own callback may be what called this).
@@ -63,7 +68,7 @@ class UpstreamPool {
   // Nothing to read and no end seen on fd (an idle connection's only state).
   static bool quiet(int fd);
 
-  io::EventLoop& loop_;
+  BrokerLoop& loop_;
   std::vector<std::deque<std::unique_ptr<Idle>>> idle_;  // per binding, oldest first
   std::vector<std::unique_ptr<Idle>> spare_;             // entries whose stream was taken
   std::uint64_t reused_ = 0;

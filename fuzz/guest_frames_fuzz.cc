@@ -76,14 +76,15 @@ struct World {
         random(1),
         stack(loop, link, policy, {policy::Endpoint{policy::IpAddress::v4(0x7F000001), 9}}, events, random,
               config()) {}
-  // IPv6 neighbour discovery and TCP flows on, so that their checks and
-  // lwIP's IPv6 input are fuzzed too (the seeds use link-local sources,
-  // whatever the instance's ULA is).
+  // IPv6 neighbour discovery and flows (TCP, UDP, the DNS gate on
+  // PREFIX::1) on, so that their checks and lwIP's IPv6 input are fuzzed
+  // too. The seeds use link-local sources, and the instance's ULA (from the
+  // SHA-256 of "fuzz") for the gate's.
   static netstack::GuestConfig config() {
     netstack::GuestConfig c;
     c.instance = "fuzz";
     c.ipv6_neighbour_discovery = true;
-    c.ipv6_tcp_flows = true;
+    c.ipv6_flows = true;
     return c;
   }
   static policy::Policy load() {

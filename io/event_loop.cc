@@ -98,7 +98,11 @@ EventLoop::Handle EventLoop::watch(int fd, std::uint32_t events, Watcher* w, Tri
   r.active = true;
   r.armed = false;
   r.level = trigger == Trigger::level;
-  arm(h);
+  if (r.level) {
+    arm_later(h);
+  } else {
+    arm(h);
+  }
   return h;
 }
 
@@ -112,32 +116,73 @@ void EventLoop::arm(Handle h) {
   }
   io_uring_sqe_set_data64(s, tag(h, r.gen));
   r.armed = true;
+  r.armed_events = r.events;
+  ++polls_armed_;
+}
+
+void EventLoop::arm_later(Handle h) {
+  Reg& r = regs_[h];
+  if (r.arm_pending) return;
+  r.arm_pending = true;
+  to_arm_.push_back(h);
+}
+
+void EventLoop::flush_arms() {
+  // By index: sqe() may submit (a full queue) but never adds to the list.
+  for (std::size_t i = 0; i < to_arm_.size(); ++i) {
+    const Handle h = to_arm_[i];
+    if (h >= regs_.size()) continue;
+    Reg& r = regs_[h];
+    if (!r.arm_pending) continue;  // unwatched (and maybe reused) since
+    r.arm_pending = false;
+    if (r.active && !r.armed) arm(h);
+  }
+  to_arm_.clear();
+}
+
+void EventLoop::remove_poll(Handle h) {
+  io_uring_sqe* s = sqe();
+  io_uring_prep_poll_remove(s, tag(h, regs_[h].gen));
+  io_uring_sqe_set_data64(s, kIgnoreTag);
+  ++polls_removed_;
 }
 
 void EventLoop::modify(Handle h, std::uint32_t events) {
   if (h >= regs_.size() || !regs_[h].active) return;
   Reg& r = regs_[h];
   if (r.events == events) return;
+  if (r.level) {
+    const bool widens = (events & ~r.armed_events) != 0;
+    r.events = events;
+    // An armed poll asking for at least these events stays: what it
+    // reports beyond them is filtered out when it comes.
+    if (r.armed && !widens) return;
+    if (r.armed) {
+      remove_poll(h);
+      r.armed = false;
+      r.gen += 1;  // the removed poll's late completion is stale
+    }
+    arm_later(h);
+    return;
+  }
   // Retire the old poll (its late completions carry the old generation)
   // and arm a new one under a new generation.
-  if (r.armed) {
-    io_uring_sqe* s = sqe();
-    io_uring_prep_poll_remove(s, tag(h, r.gen));
-    io_uring_sqe_set_data64(s, kIgnoreTag);
-  }
+  if (r.armed) remove_poll(h);
   r.events = events;
   r.gen += 1;
   arm(h);
 }
 
+void EventLoop::rebind(Handle h, Watcher* w) {
+  if (h >= regs_.size() || !regs_[h].active) return;
+  regs_[h].watcher = w;
+}
+
 void EventLoop::unwatch(Handle h) {
   if (h >= regs_.size() || !regs_[h].active) return;
   Reg& r = regs_[h];
-  if (r.armed) {
-    io_uring_sqe* s = sqe();
-    io_uring_prep_poll_remove(s, tag(h, r.gen));
-    io_uring_sqe_set_data64(s, kIgnoreTag);
-  }
+  if (r.armed) remove_poll(h);
+  r.arm_pending = false;
   r.active = false;
   r.armed = false;
   r.watcher = nullptr;
@@ -153,6 +198,7 @@ io_uring_sqe* EventLoop::request(Completion* c, bool done_at_submit) {
 }
 
 void EventLoop::submit_now() {
+  flush_arms();
   if (io_uring_sq_ready(&ring_) == 0) return;
   if (!ring_enabled_) enable_ring({});  // a disabled ring cannot submit (as in sqe())
   io_uring_submit(&ring_);
@@ -164,6 +210,7 @@ void EventLoop::cancel_all(Completion* c, std::size_t& in_flight) {
   io_uring_sqe* s = sqe();
   io_uring_prep_cancel64(s, mine, IORING_ASYNC_CANCEL_ALL);
   io_uring_sqe_set_data64(s, kIgnoreTag);
+  flush_arms();
   if (!ring_enabled_) enable_ring({});
   io_uring_submit(&ring_);
   // Cancelled requests complete at once (-ECANCELED, or their result if
@@ -194,6 +241,7 @@ std::size_t EventLoop::complete_ready(Completion* c) {
   // With IORING_SETUP_DEFER_TASKRUN the kernel posts a completion that
   // finished after its submission only when asked for events: ask, without
   // waiting for any.
+  flush_arms();
   io_uring_submit_and_get_events(&ring_);
   // The requests that complete at submission were just submitted, and their
   // completions leave the ring here: the next wait must not wait for them.
@@ -401,6 +449,7 @@ void EventLoop::run_once(base::Millis max_wait) {
   // one more does (or the deadline).
   const unsigned wait_for = 1 + done_at_submit_;
   done_at_submit_ = 0;
+  flush_arms();
   int rc = io_uring_submit_and_wait_timeout(&ring_, &first, wait_for, &ts, nullptr);
   if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
     throw std::runtime_error(std::string("io_uring wait failed: ") + std::strerror(-rc));
@@ -451,7 +500,8 @@ void EventLoop::run_once(base::Millis max_wait) {
   waking_.swap(wake_);
   wake_.clear();
   for (Handle h : waking_) {
-    if (h < regs_.size() && regs_[h].active) ready.push_back({0, h, regs_[h].gen, POLLIN, 0});
+    // res 1 marks a wake-up asked for: never filtered by the watch's events.
+    if (h < regs_.size() && regs_[h].active) ready.push_back({0, h, regs_[h].gen, POLLIN, 1});
   }
   for (const auto& rd : ready) {
     if (rd.data != 0) {
@@ -463,11 +513,15 @@ void EventLoop::run_once(base::Millis max_wait) {
     Reg& r = regs_[rd.h];
     if (!r.active || r.gen != rd.gen) continue;
     if (r.level) {
-      // Armed again after the callback (which may modify or unwatch): the
-      // kernel then checks readiness afresh, as a level-triggered wait would.
-      r.watcher->on_ready(rd.events);
+      // Armed again after the callback (which may modify or unwatch), at the
+      // next submission: the kernel then checks readiness afresh, as a
+      // level-triggered wait would. Readiness the watch no longer asks for
+      // (its events narrowed while the poll was out) is not reported.
+      const std::uint32_t wanted =
+          rd.res == 1 ? rd.events : rd.events & (r.events | POLLERR | POLLHUP | POLLNVAL);
+      if (wanted != 0) r.watcher->on_ready(wanted);
       Reg& after = regs_[rd.h];  // the callback may have grown regs_
-      if (after.active && after.gen == rd.gen && !after.armed) arm(rd.h);
+      if (after.active && after.gen == rd.gen && !after.armed) arm_later(rd.h);
       continue;
     }
     if (!r.armed) arm(rd.h);

@@ -21,6 +21,13 @@
 //     so an fd still ready after its callback fires again at the next turn
 //     (epoll's level-triggered behaviour, with no system call per change:
 //     arming and removing are submission entries handed over with the wait).
+//     A level poll is armed when the loop next submits, with the events
+//     asked last, so a watch changed several times in a turn costs one
+//     entry; narrowing the events of an armed poll removes nothing (the
+//     poll stays, and readiness no longer asked for is not reported: the
+//     poll is armed again with the narrower events instead). Only widening
+//     an armed poll costs a removal. The broker changes its events several
+//     times per request: a removal and a new poll each cost two completions.
 //
 // Besides readiness, the loop runs one-shot requests (a read, a write) for
 // a Completion: request() hands out a submission entry for it, the kernel
@@ -115,6 +122,10 @@ class EventLoop {
   // Changes the events of a watch (e.g. add POLLOUT while output is queued).
   void modify(Handle h, std::uint32_t events);
   void unwatch(Handle h);
+  // Gives the watch h to another watcher, with nothing asked of the kernel:
+  // the poll outstanding, if any, now reports to w. Safe from inside the old
+  // watcher's callback (which must then not touch the watch again).
+  void rebind(Handle h, Watcher* w);
 
   // Calls w->on_ready(POLLIN) on the next turn without waiting for the fd.
   void wake_next_turn(Handle h);
@@ -210,6 +221,11 @@ class EventLoop {
   // The clock as read at the start of this turn's callbacks.
   base::MonoTime now() const { return now_; }
 
+  // Poll requests handed to the kernel so far, and removals of armed ones
+  // (the cost of watching, for stats and tests).
+  std::uint64_t polls_armed() const { return polls_armed_; }
+  std::uint64_t polls_removed() const { return polls_removed_; }
+
   // The ring is created disabled (IORING_SETUP_R_DISABLED) so that a
   // sandbox can limit the operations it accepts before anything runs on it
   // (netstack/program/sandbox.h): enable_ring() registers `restrictions`
@@ -224,11 +240,18 @@ class EventLoop {
     std::uint32_t events = 0;
     std::uint32_t gen = 0;
     bool active = false;
-    bool armed = false;  // a poll is outstanding
-    bool level = false;  // one-shot polls, armed again after each callback
+    bool armed = false;              // a poll is outstanding
+    bool level = false;              // one-shot polls, armed again after each callback
+    bool arm_pending = false;        // a level watch listed in to_arm_
+    std::uint32_t armed_events = 0;  // what the outstanding poll asks for
   };
   io_uring_sqe* sqe();
   void arm(Handle h);
+  // A level watch is armed at the next submission (flush_arms()).
+  void arm_later(Handle h);
+  void flush_arms();
+  // Hands a removal of h's outstanding poll to the kernel.
+  void remove_poll(Handle h);
   base::MonoTime read_clock() const { return clock_ ? clock_() : base::MonoClock::now(); }
   void run_due_timers();
   void run_deferred();
@@ -255,6 +278,9 @@ class EventLoop {
   std::vector<Handle> free_;
   std::vector<Handle> wake_;
   std::vector<Handle> waking_;
+  std::vector<Handle> to_arm_;  // level watches to arm at the next submission
+  std::uint64_t polls_armed_ = 0;
+  std::uint64_t polls_removed_ = 0;
   unsigned done_at_submit_ = 0;     // such requests since the last wait
   std::vector<Finished> finished_;  // request completions to dispatch (kept across cancel_all)
   std::vector<Timer*> heap_;

@@ -79,6 +79,10 @@ constexpr std::string_view kUsage =
     "      --accel auto|kvm|tcg how QEMU runs the guest (default: auto: KVM when a probe\n"
     "                           shows it boots this kernel, else TCG, with a DEGRADED line)\n"
     "      --boot-timeout DUR   VMM start to box-guest's hello (default: 60s)\n"
+    "      --ipv6 off|on        default off: the guest's IPv6 is dropped; on: the guest\n"
+    "                           gets an IPv6 address (SLAAC) and route, and its IPv6 TCP\n"
+    "                           and UDP go through the same policy as IPv4 (abox-net\n"
+    "                           --ipv6 on)\n"
     "\n"
     "Self-test targets (defaults are public addresses nothing reaches from the guest):\n"
     "      --selftest-name NAME          a name the policy refuses\n"
@@ -122,6 +126,7 @@ constexpr OptionSpec kOptions[] = {
     {"upstream-ca", 0, true},
     {"detach", 'd', false},
     {"publish", 0, true},
+    {"ipv6", 0, true},
 };
 
 int usage_error(const std::string& message) {
@@ -343,6 +348,10 @@ std::string run_config_from_args(const ParsedArgs& a, InstanceConfig& c, bool lo
   for (const auto& spec : published) c.publish.push_back(spec.to_string());
   std::string accel = a.last("accel").value_or("auto");
   if (accel != "auto" && accel != "kvm" && accel != "tcg") return "--accel: auto, kvm or tcg";
+  if (auto v = a.last("ipv6")) {
+    if (*v != "off" && *v != "on") return "--ipv6 " + *v + ": off or on";
+    c.ipv6 = *v == "on";
+  }
 
   return "";
 }

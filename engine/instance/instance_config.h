@@ -62,6 +62,9 @@ struct InstanceConfig {
 
   bool selftest = true;
   SelftestTargets selftest_targets;
+  // --ipv6 on: abox-net carries the guest's IPv6 (abox-net run --ipv6 on); the
+  // guest's kernel configures itself from the router advertisement (SLAAC).
+  bool ipv6 = false;
 
   std::optional<std::chrono::milliseconds> timeout;       // stop the instance past it
   std::optional<std::chrono::milliseconds> idle_timeout;  // ... or when nothing moved that long

@@ -359,6 +359,10 @@ void InstanceSupervisor::start_network() {
   spec.program = config_.abox_net;
   spec.argv = {config_.abox_net,      "run",        "--policy",   folder_->policy(), "--stream",
                folder_->net_socket(), "--instance", config_.name, "--events",        "-"};
+  if (config_.ipv6) {
+    spec.argv.push_back("--ipv6");
+    spec.argv.push_back("on");
+  }
   if (has_bindings_) {
     spec.argv.push_back("--broker");
     spec.argv.push_back(folder_->broker_socket());

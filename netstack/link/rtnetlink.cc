@@ -210,6 +210,10 @@ AddressMessages read_address_messages(std::span<const std::uint8_t> datagram, st
       if (ip) out.changes.push_back(AddressChange{h->nlmsg_type == RTM_NEWADDR, *ip});
       continue;
     }
+    if (h->nlmsg_type == RTM_NEWROUTE || h->nlmsg_type == RTM_DELROUTE) {
+      out.routes_changed = true;
+      continue;
+    }
     if (h->nlmsg_seq != dump_seq) continue;
     if (h->nlmsg_type == NLMSG_DONE) {
       out.end = AddressMessages::End::kDone;

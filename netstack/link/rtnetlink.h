@@ -98,6 +98,10 @@ struct AddressMessages {
   End end = End::kMore;
   int error = 0;
   std::vector<AddressChange> changes;  // in the datagram's order
+  // An RTM_NEWROUTE or RTM_DELROUTE was among the messages (the
+  // RTMGRP_IPV6_ROUTE group): what it says is not read, only that routes
+  // changed.
+  bool routes_changed = false;
 };
 
 // Reads every message of one datagram, in order. Checks, besides

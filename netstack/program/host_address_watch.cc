@@ -54,7 +54,7 @@ base::Result<std::unique_ptr<HostAddressWatch>, std::string> HostAddressWatch::s
   ::setsockopt(fd.get(), SOL_NETLINK, NETLINK_EXT_ACK, &off, sizeof off);
   sockaddr_nl local{};
   local.nl_family = AF_NETLINK;
-  local.nl_groups = RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR;
+  local.nl_groups = RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_IPV6_ROUTE;
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&local), sizeof local) != 0) return fail("bind");
 
   std::unique_ptr<HostAddressWatch> w(new HostAddressWatch(loop, into, events, std::move(fd)));
@@ -112,6 +112,7 @@ int HostAddressWatch::read_one() {
       // Notifications were lost: ask for everything again (unless a dump is
       // already coming, which lists everything anyway).
       ++overruns_;
+      if (on_routes_changed_) on_routes_changed_();
       events_.emit("host_address",
                    {{"reason", "notifications lost (socket overrun): reading every address again"}});
       if (!dumping_ && !ask_dump()) return -1;
@@ -147,6 +148,7 @@ int HostAddressWatch::read_one() {
                                     {"address", c.address.to_string()}});
     }
   }
+  if (messages.routes_changed && on_routes_changed_) on_routes_changed_();
   if (messages.end == rtnl::AddressMessages::End::kDone) dumping_ = false;
   if (messages.end == rtnl::AddressMessages::End::kError) {
     dumping_ = false;

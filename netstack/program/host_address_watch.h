@@ -5,7 +5,9 @@
 //
 // How: one NETLINK_ROUTE socket, opened in the calling thread's namespace
 // and bound to the RTMGRP_IPV4_IFADDR and RTMGRP_IPV6_IFADDR groups, so the
-// kernel tells it of every address added or removed on any interface. At
+// kernel tells it of every address added or removed on any interface; and
+// to RTMGRP_IPV6_ROUTE, only to say that routes changed (on_routes_changed:
+// the stack's RouteCache asks again). At
 // start() it asks for a dump of every address (RTM_GETADDR) and reads it to
 // the end before returning, so the set is complete before the first guest
 // byte is read. From then on the loop watches the socket and every
@@ -24,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +53,11 @@ class HostAddressWatch final : public io::EventLoop::Watcher {
 
   void on_ready(std::uint32_t events) override;
 
+  // Called when the namespace's IPv6 routes changed, or when notifications
+  // were lost (any of them might have been a route's): for
+  // GuestStack::forget_routes().
+  void on_routes_changed(std::function<void()> f) { on_routes_changed_ = std::move(f); }
+
   std::uint64_t changes() const { return changes_; }  // notifications applied since start
   std::uint64_t overruns() const { return overruns_; }
 
@@ -75,6 +83,7 @@ class HostAddressWatch final : public io::EventLoop::Watcher {
   bool full_reported_ = false;
   std::uint64_t changes_ = 0;
   std::uint64_t overruns_ = 0;
+  std::function<void()> on_routes_changed_;
 };
 
 }  // namespace abox::netstack

@@ -84,13 +84,14 @@ constexpr std::string_view kUsage =
     "      --io ring|syscalls     how frames and host sockets are read and written: through\n"
     "                             the io_uring (default), or by a system call each on\n"
     "                             readiness (for comparison, or to rule the ring out)\n"
-    "      --ipv6 off|nd|tcp      default off: every IPv6 frame is dropped; 'nd' answers\n"
+    "      --ipv6 off|nd|on       default off: every IPv6 frame is dropped; 'nd' answers\n"
     "                             neighbour and router solicitations, so the guest gets an\n"
     "                             address in the instance's own ULA /64 but no IPv6 route;\n"
-    "                             'tcp' also carries IPv6 TCP flows (admitted as for IPv4)\n"
-    "                             and gives the guest an IPv6 default route; IPv6 UDP is not\n"
-    "                             carried yet (with --netns, --tap-fd or --stream; CMD's\n"
-    "                             namespace keeps IPv6 off)\n"
+    "                             'on' also carries IPv6 TCP and UDP flows (admitted as for\n"
+    "                             IPv4), serves the DNS gate on the gateway's IPv6 address\n"
+    "                             and gives the guest an IPv6 default route and DNS server\n"
+    "                             ('tcp': a deprecated name for 'on'; with --netns, --tap-fd\n"
+    "                             or --stream; CMD's namespace keeps IPv6 off)\n"
     "      --publish [HOST_ADDR:]HOST_PORT:GUEST_PORT[/udp]\n"
     "                             publish a guest port on the host (repeatable): abox-net\n"
     "                             listens on HOST_ADDR:HOST_PORT (default 127.0.0.1; an IPv6\n"
@@ -273,9 +274,11 @@ base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std
     o.io_on_ring = *v == "ring";
   }
   if (auto v = a.last("ipv6")) {
-    if (*v != "off" && *v != "nd" && *v != "tcp") return bad("ipv6", *v, "'off', 'nd' or 'tcp'");
+    // 'tcp' named the mode when it carried TCP only; kept for one release.
+    if (*v != "off" && *v != "nd" && *v != "on" && *v != "tcp") return bad("ipv6", *v, "'off', 'nd' or 'on'");
     o.ipv6_neighbour_discovery = *v != "off";
-    o.ipv6_tcp_flows = *v == "tcp";
+    o.ipv6_flows = *v == "on" || *v == "tcp";
+    o.ipv6_deprecated_tcp = *v == "tcp";
   }
   for (const std::string& v : a.all("publish")) {
     auto spec = policy::parse_publish_spec(v);
@@ -345,6 +348,11 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     std::cerr << "abox-net run: warning: the policy has " << policy.brokers().size() << " [[broker]] binding"
               << (policy.brokers().size() == 1 ? "" : "s") << " (" << names
               << ") and no --broker: flows to them will be refused\n";
+  }
+
+  if (o.ipv6_deprecated_tcp) {
+    std::cerr << "abox-net run: warning: --ipv6 tcp is deprecated and will go in the next release: it is "
+                 "--ipv6 on (IPv6 TCP and UDP, and the DNS gate over IPv6)\n";
   }
 
   // The link: a tap now, or a stream socket's listener now and its one peer
@@ -441,7 +449,7 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     gc.host_io_on_ring = o.io_on_ring;
     gc.ipv6_neighbour_discovery = o.ipv6_neighbour_discovery;
     gc.audit = o.audit;
-    gc.ipv6_tcp_flows = o.ipv6_tcp_flows;
+    gc.ipv6_flows = o.ipv6_flows;
     // Gives back what glibc keeps after a burst of flows, every few seconds.
     MemoryTrimmer trimmer(loop, memory);
     // Before the stack: its inbound flows count themselves in the ports'
@@ -518,6 +526,9 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
                             {"guest", net.guest_address.to_string()},
                             {"gateway", net.gateway.to_string()},
                             {"mtu", static_cast<std::uint64_t>(net.mtu)},
+                            {"ipv6", !o.ipv6_neighbour_discovery ? "off"
+                                     : o.ipv6_flows              ? "on"
+                                                                 : "nd"},
                             {"audit", audit_on},
                             {"publish", published_text}});
     };
@@ -551,6 +562,9 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
       std::cerr << "abox-net run: " << host_watch.error() << '\n';
       return 3;
     }
+    // The stack remembers which IPv6 destinations the host can route to
+    // (RouteCache); a route change makes it ask again.
+    (*host_watch)->on_routes_changed([s = stack.get()] { s->forget_routes(); });
     if (o.sandbox) {
       if (auto r = install_syscall_filter(); !r.ok()) {
         std::cerr << "abox-net run: cannot enter the sandbox: " << r.error() << '\n';

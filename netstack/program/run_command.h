@@ -35,11 +35,12 @@ struct ApplianceOptions {
   bool sandbox = true;
   bool io_on_ring = true;
   // --ipv6 nd: answer IPv6 neighbour and router solicitations
-  // (GuestConfig::ipv6_neighbour_discovery); --ipv6 tcp: that, and IPv6 TCP
-  // flows (GuestConfig::ipv6_tcp_flows).
+  // (GuestConfig::ipv6_neighbour_discovery); --ipv6 on: that, IPv6 TCP and
+  // UDP flows and the DNS gate over IPv6 (GuestConfig::ipv6_flows).
   bool ipv6_neighbour_discovery = false;
   bool audit = false;  // --audit: audit mode whatever the policy's [mode] says
-  bool ipv6_tcp_flows = false;
+  bool ipv6_flows = false;
+  bool ipv6_deprecated_tcp = false;  // --ipv6 tcp, the old name of 'on': warned about
   // --publish (repeatable, no two on one host port: first_publish_clash()),
   // and --publish-max-connections: live connections (TCP) or peers (UDP)
   // per published port (netstack/stack/inbound_ports.h).

@@ -197,6 +197,9 @@ std::string run_stats_json(const RunStatsSources& from) {
   w.field("budget_crossed", c.budget_crossed)
       .field("budget_refused", c.budget_refused)
       .field("budget_cut", c.budget_cut);
+  // ICMP(v6) unreachables for refused UDP (added at the end).
+  w.field("icmp_unreachable_sent", c.icmp_unreachable_sent)
+      .field("icmp_unreachable_limited", c.icmp_unreachable_limited);
   // Published ports (inbound_ports.h; added at the end).
   w.field("inbound_accepted", c.inbound_accepted)
       .field("inbound_refused_limit", c.inbound_refused_limit)

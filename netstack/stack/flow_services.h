@@ -63,13 +63,13 @@ class FlowServices {
   virtual void retire(UdpFlow* flow) = 0;
 
   // UDP flows: the guest's lwIP interface; the pcb that answers the guest
-  // from dst (network order) and port, shared by every flow to it and
+  // from dst (either family), shared by every flow to it and
   // counted (released by each flow); ring writes and receives for host
   // sockets (null when the stack does them by system calls); and where a
   // receive still in the kernel waits for its last completion.
   virtual netif* guest_netif() = 0;
-  virtual udp_pcb* acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port) = 0;
-  virtual void release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) = 0;
+  virtual udp_pcb* acquire_reply_pcb(const policy::Endpoint& dst) = 0;
+  virtual void release_reply_pcb(const policy::Endpoint& dst) = 0;
   virtual io::RingWriter* host_datagram_writer() = 0;
   virtual bool host_sends_on_ring() const = 0;
   virtual io::ReceiveBufferPool* host_receive_pool() = 0;

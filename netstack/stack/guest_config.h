@@ -36,7 +36,7 @@ struct GuestConfig {
   // IPv6 on the guest side (issue 21; off by default): the gateway answers
   // neighbour and router solicitations (netstack/gateway/ndp_responder.h)
   // with the instance's ULA /64 from `instance`, and the guest's addresses
-  // in it pass the source check. Without ipv6_tcp_flows, router
+  // in it pass the source check. Without ipv6_flows, router
   // advertisements carry router and RDNSS lifetimes of 0: the guest gets
   // addresses but no IPv6 default route and no IPv6 DNS server, so a
   // connection to a global IPv6 address fails at once (a quick IPv4
@@ -46,14 +46,15 @@ struct GuestConfig {
   // Audit mode forced on (abox-net run --audit), whatever the policy's
   // [mode] says: see GuestStack::audit().
   bool audit = false;
-  // IPv6 TCP flows (needs ipv6_neighbour_discovery): the guest's IPv6 TCP
-  // goes to lwIP and through the same admission as IPv4 (to an address the
-  // gate answered in AAAA for an allowed name), to an AF_INET6 host socket;
-  // echo to the gateway's addresses is answered. The RA's router lifetime is
-  // 1800 s, so the guest gets an IPv6 default route; its RDNSS lifetime stays
-  // 0 (DNS over IPv6 is not carried: UDP is not, yet). IPv6 UDP and every
-  // other ICMPv6 are still dropped, counted.
-  bool ipv6_tcp_flows = false;
+  // IPv6 flows (needs ipv6_neighbour_discovery; abox-net run --ipv6 on):
+  // the guest's IPv6 TCP and unicast UDP go to lwIP and through the same
+  // admission as IPv4 (to an address the gate answered in AAAA for an
+  // allowed name), each to an AF_INET6 host socket; the DNS gate is served
+  // on PREFIX::1 too; echo to the gateway's addresses is answered. The RA's
+  // router and RDNSS lifetimes are 1800 s: the guest gets an IPv6 default
+  // route and the gate as its IPv6 DNS server. Every other ICMPv6, multicast
+  // UDP and extension headers are still dropped, counted.
+  bool ipv6_flows = false;
 };
 
 }  // namespace abox::netstack

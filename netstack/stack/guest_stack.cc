@@ -13,6 +13,7 @@
 #include "lwip/etharp.h"
 #include "lwip/ethip6.h"
 #include "lwip/icmp.h"
+#include "lwip/icmp6.h"
 #include "lwip/init.h"
 #include "lwip/ip.h"
 #include "lwip/netif.h"
@@ -26,6 +27,7 @@
 #include "netstack/lwip/abox_lwip.h"
 #include "netstack/stack/admission.h"
 #include "netstack/stack/guest_frame.h"
+#include "netstack/stack/lwip_address.h"
 #include "netstack/stack/tcp_flow.h"
 #include "netstack/stack/udp_flow.h"
 
@@ -35,26 +37,10 @@ namespace {
 
 GuestStack* g_stack = nullptr;  // lwIP is process-global; so is its one stack
 
-// lwIP keeps both families in network order.
-policy::IpAddress from_lwip(const ip_addr_t* a) {
-  if (IP_IS_V6(a)) {
-    std::array<std::uint8_t, 16> b{};
-    std::memcpy(b.data(), ip_2_ip6(a)->addr, 16);
-    return policy::IpAddress::v6(b);
-  }
-  std::uint8_t b[4];
-  std::memcpy(b, &ip_2_ip4(a)->addr, 4);
-  return policy::IpAddress::v4_bytes(b);
-}
-
 std::uint32_t to_net(const policy::IpAddress& a) {
   std::uint32_t v = 0;
   std::memcpy(&v, a.bytes().data(), 4);
   return v;
-}
-
-std::uint64_t udp_key(std::uint16_t guest_port, std::uint32_t dst_net, std::uint16_t dst_port) {
-  return (std::uint64_t{guest_port} << 48) | (std::uint64_t{dst_net} << 16) | dst_port;
 }
 
 }  // namespace
@@ -76,7 +62,7 @@ struct StackGlue {
     return ERR_OK;
   }
   static abox_lwip_syn_verdict_t syn(void*, const ip_addr_t*, u16_t, const ip_addr_t* dst, u16_t dport) {
-    switch (g_stack->on_syn(from_lwip(dst), dport)) {
+    switch (g_stack->on_syn(from_ip_addr(dst), dport)) {
       case SynVerdict::accept:
         return ABOX_LWIP_SYN_ACCEPT;
       case SynVerdict::drop:
@@ -103,7 +89,7 @@ struct StackGlue {
   static constexpr tcp_ext_arg_callbacks kSynAdmissionCallbacks = {&destroy_syn_admission, nullptr};
   static constexpr tcp_ext_arg_callbacks kListenerCallbacks = {nullptr, &passive_open};
   static void udp(void*, udp_pcb*, pbuf* p, const ip_addr_t* src, u16_t sport) {
-    g_stack->on_udp(p, from_lwip(src), sport, from_lwip(ip_current_dest_addr()),
+    g_stack->on_udp(p, from_ip_addr(src), sport, from_ip_addr(ip_current_dest_addr()),
                     abox_lwip_udp_current_dest_port());
   }
 };
@@ -149,10 +135,10 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
       ndp_(NdpConfig{.gateway_mac = config.gateway_mac,
                      .prefix = instance_ula_prefix(config.instance),
                      .mtu = static_cast<std::uint32_t>(link.mtu()),
-                     // A default route only when IPv6 flows are carried; no
-                     // IPv6 DNS server until the gate is reachable over IPv6.
-                     .router_lifetime_seconds = static_cast<std::uint16_t>(config.ipv6_tcp_flows ? 1800 : 0),
-                     .rdnss_lifetime_seconds = 0}),
+                     // A default route and an IPv6 DNS server (the gate on
+                     // PREFIX::1) only when IPv6 flows are carried.
+                     .router_lifetime_seconds = static_cast<std::uint16_t>(config.ipv6_flows ? 1800 : 0),
+                     .rdnss_lifetime_seconds = config.ipv6_flows ? 1800u : 0u}),
       netif_(std::make_unique<netif>()),
       rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.max_receive_size(), 0xFFFF))) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");
@@ -202,8 +188,11 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
   netif_set_default(netif_.get());
   netif_set_up(netif_.get());
 
-  dns_ = std::make_unique<GuestDns>(loop, policy, host_addresses_, std::move(upstreams), table_, events,
-                                    random, gw.addr);
+  // Over IPv6 too when IPv6 flows are carried: on PREFIX::1, which the
+  // router advertisement's RDNSS names.
+  dns_ = std::make_unique<GuestDns>(
+      loop, policy, host_addresses_, std::move(upstreams), table_, events, random, gw.addr,
+      config_.ipv6_neighbour_discovery && config_.ipv6_flows ? std::optional(ndp_.global()) : std::nullopt);
   dns_->set_audit(audit());
   budgets_.resize(policy.rules().size());
 
@@ -675,11 +664,16 @@ bool GuestStack::drop_before_lwip(const GuestFrame& frame) {
     drop(DropReason::frame_spoofed);
     return true;
   }
-  // The DNS listener on the gateway is an ordinary lwIP listener, outside the
-  // SYN hook: bound its handshakes in progress here.
-  if (!frame.is_tcp_syn_only() || frame.transport().destination_port != 53 ||
-      ip.destination_net != to_net(config_.gateway))
-    return false;
+  return dns_half_open_full(frame);
+}
+
+bool GuestStack::dns_half_open_full(const GuestFrame& frame) {
+  // The DNS listeners on the gateway are ordinary lwIP listeners, outside the
+  // SYN hook: bound their handshakes in progress here (both families share
+  // the bound).
+  if (!frame.is_tcp_syn_only() || frame.transport().destination_port != 53) return false;
+  if (frame.is_ipv4() && frame.ipv4().destination_net != to_net(config_.gateway)) return false;
+  if (frame.is_ipv6() && frame.ipv6().destination != ndp_.global()) return false;
   std::size_t pending = 0;
   for (tcp_pcb* pcb = tcp_active_pcbs; pcb != nullptr; pcb = pcb->next) {
     if (pcb->state == SYN_RCVD && pcb->local_port == 53) ++pending;
@@ -789,7 +783,10 @@ void GuestStack::drop(DropReason reason, std::string_view proto, const policy::E
   // another resolver, which is never allowed: the event says where DNS is
   // served.
   if (dst != nullptr && (dst->port == 53 || dst->port == 853)) {
-    const std::string where = "served only by the gateway, " + config_.gateway.to_string() + ":53";
+    const std::string where =
+        "served only by the gateway, " +
+        (dst->address.is_v6() ? policy::Endpoint{policy::IpAddress::v6(ndp_.global()), 53}.to_string()
+                              : config_.gateway.to_string() + ":53");
     if (name.empty()) {
       events_.write_reserved("deny",
                              {{"reason", row.sentence}, {"dst", to}, {"proto", proto}, {"dns", where}});
@@ -816,8 +813,7 @@ SynVerdict GuestStack::on_syn(const policy::IpAddress& dst, std::uint16_t dst_po
 
 SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t dst_port) {
   if (dst == config_.gateway) return SynVerdict::reset;  // only DNS (its own listener) runs there
-  if (dst.is_v6() && (dst.bytes() == ndp_.link_local() || dst.bytes() == ndp_.global()))
-    return SynVerdict::reset;  // the gateway runs nothing over IPv6 TCP
+  if (is_gateway_ipv6(dst)) return SynVerdict::reset;    // only DNS (its own listener) runs there
   const policy::Endpoint to{dst, dst_port};
   // Handshakes in progress become flows: they count against the limit too.
   std::size_t half_open = half_open_now();
@@ -865,7 +861,7 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
 }
 
 bool GuestStack::on_accept(tcp_pcb* pcb) {
-  const policy::Endpoint dst{from_lwip(&pcb->local_ip), pcb->local_port};
+  const policy::Endpoint dst{from_ip_addr(&pcb->local_ip), pcb->local_port};
   std::unique_ptr<SynAdmission> a(static_cast<SynAdmission*>(tcp_ext_arg_get(pcb, syn_admission_arg_)));
   tcp_ext_arg_set(pcb, syn_admission_arg_, nullptr);
   // Decided at the SYN; what can have changed since is the answer's expiry
@@ -940,22 +936,30 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
 
 void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src_port,
                         const policy::IpAddress& dst, std::uint16_t dst_port) {
-  (void)src;
   const policy::Endpoint to{dst, dst_port};
   auto refuse = [&](DropReason why) {
     drop(why, "udp", &to);
     // ICMP "communication administratively prohibited" (type 3, code 13),
-    // quoting the datagram: move back over the UDP and IP headers first.
-    if (pbuf_header_force(p, static_cast<s16_t>(ip_current_header_tot_len() + 8)) == 0) {
-      icmp_dest_unreach(p, static_cast<enum icmp_dur_type>(13));
+    // or ICMPv6 destination unreachable, "administratively prohibited"
+    // (type 1, code 1), quoting the datagram: move back over the UDP and IP
+    // headers first. Bounded (IcmpErrorBudget): the rest only counted.
+    if (!icmp_errors_.take(loop_.now())) {
+      ++counters_.icmp_unreachable_limited;
+    } else if (pbuf_header_force(p, static_cast<s16_t>(ip_current_header_tot_len() + 8)) == 0) {
+      if (dst.is_v6()) {
+        icmp6_dest_unreach(p, ICMP6_DUR_PROHIBITED);
+      } else {
+        icmp_dest_unreach(p, static_cast<enum icmp_dur_type>(13));
+      }
+      ++counters_.icmp_unreachable_sent;
     }
     pbuf_free(p);
   };
-  if (dst == config_.gateway) {
+  if (dst == config_.gateway || is_gateway_ipv6(dst)) {
     refuse(DropReason::gateway_udp);
     return;
   }
-  std::uint64_t key = udp_key(src_port, to_net(dst), dst_port);
+  const UdpFlowKey key{src, src_port, to};
   if (auto it = udp_flows_.find(key); it != udp_flows_.end()) {
     it->second->from_guest(p);
     return;
@@ -978,8 +982,11 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
   }
   const std::string name = audited ? audited_name(dst) : std::string(a.name);
   if (audited) would_deny(describe(*a.refusal), "udp", to, name);
-  auto flow = std::make_unique<UdpFlow>(*this, key, to_net(config_.guest), src_port,
-                                        policy::Endpoint{dst, dst_port}, name, audited);
+  if (dst.is_v6() && !host_has_route(to)) {
+    refuse(DropReason::no_route);  // at once, as for a SYN: no datagram lost in silence
+    return;
+  }
+  auto flow = std::make_unique<UdpFlow>(*this, key, name, audited);
   flow->set_budget_rule(audited ? kNoBudget : budget_rule_of(a.rule));
   if (!flow->start()) {
     drop(DropReason::host_socket_failed, "udp", &to, name);  // was silent
@@ -997,16 +1004,14 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
   raw->from_guest(p);
 }
 
-udp_pcb* GuestStack::acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port) {
-  std::uint64_t key = (std::uint64_t{dst_net} << 16) | port;
-  ReplyPcb& r = reply_pcbs_[key];
+udp_pcb* GuestStack::acquire_reply_pcb(const policy::Endpoint& dst) {
+  ReplyPcb& r = reply_pcbs_[dst];
   if (r.pcb == nullptr) {
-    r.pcb = udp_new();
-    ip_addr_t local;
-    ip_addr_set_ip4_u32(&local, dst_net);
-    if (r.pcb == nullptr || udp_bind(r.pcb, &local, port) != ERR_OK) {
+    r.pcb = udp_new_ip_type(dst.address.is_v6() ? IPADDR_TYPE_V6 : IPADDR_TYPE_V4);
+    const ip_addr_t local = to_ip_addr(dst.address);
+    if (r.pcb == nullptr || udp_bind(r.pcb, &local, dst.port) != ERR_OK) {
       if (r.pcb != nullptr) udp_remove(r.pcb);
-      reply_pcbs_.erase(key);
+      reply_pcbs_.erase(dst);
       return nullptr;
     }
     // Datagrams to this destination now match this pcb before the
@@ -1017,8 +1022,8 @@ udp_pcb* GuestStack::acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port
   return r.pcb;
 }
 
-void GuestStack::release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) {
-  auto it = reply_pcbs_.find((std::uint64_t{dst_net} << 16) | port);
+void GuestStack::release_reply_pcb(const policy::Endpoint& dst) {
+  auto it = reply_pcbs_.find(dst);
   if (it == reply_pcbs_.end()) return;
   if (--it->second.users == 0) {
     udp_remove(it->second.pcb);

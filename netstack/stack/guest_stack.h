@@ -10,15 +10,18 @@
 //     IPv6 ── checked (ipv6_guest_checks.h: header tricks, spoofed sources);
 //             neighbour discovery to NdpResponder when the config turns it
 //             on, but a neighbour advertisement to the gateway's address
-//             ──▶ lwIP (its ND resolves the guest's MAC); with IPv6 TCP
-//             flows on, TCP and echo requests without extension headers
-//             ──▶ lwIP, as IPv4's below; the rest counted, dropped, logged
-//             once (take_ipv6())
+//             ──▶ lwIP (its ND resolves the guest's MAC); with IPv6
+//             flows on, TCP, unicast UDP and echo requests without
+//             extension headers ──▶ lwIP, as IPv4's below (the DNS gate
+//             also on PREFIX::1); the rest counted, dropped, logged once
+//             (take_ipv6())
 //     anything not IPv4/ARP/IPv6 ── counted, dropped
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
 //        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
 //        UDP ──▶ on_udp():  gateway:53 → GuestDns (the DNS gate)
-//                           else       → admission → UdpFlow (a host UDP socket)
+//                           else       → admission → UdpFlow (a host UDP socket),
+//                                        or refused with an ICMP(v6) unreachable
+//                                        (IcmpErrorBudget bounds them)
 //        TCP SYN ──▶ on_syn(): gateway:53 → GuestDns's listener (an ordinary lwIP listener)
 //                              else       → limits, admission → accept or RST
 //        TCP accepted ──▶ TcpFlow (peek SNI/Host if the rule asks, then a host socket)
@@ -52,7 +55,10 @@
 #include "netstack/stack/drop_reason.h"
 #include "netstack/stack/flow_services.h"
 #include "netstack/stack/guest_config.h"
+#include "netstack/stack/icmp_error_budget.h"
+#include "netstack/stack/route_cache.h"
 #include "netstack/stack/stack_counters.h"
+#include "netstack/stack/udp_flow.h"
 #include "policy/policy.h"
 
 struct netif;
@@ -141,6 +147,10 @@ class GuestStack final : public FlowServices {
   // Walks the flow table and lwIP's pcb lists: O(flows), every one bounded
   // (limits.flows, kMaxTimeWait), for the stats, never the packet path.
   FlowGauges flow_gauges() const;
+  // The host's routes changed (or notifications of them were lost): every
+  // remembered route answer is asked again (abox-net run: HostAddressWatch).
+  void forget_routes() { routes_.forget(); }
+  const RouteCache& routes() const { return routes_; }
   // False once the link has failed for good (the guest's namespace or VM is gone).
   bool link_alive() const { return link_alive_; }
 
@@ -186,12 +196,13 @@ class GuestStack final : public FlowServices {
   const policy::HostAddresses& host_addresses() const override { return host_addresses_; }
   StackCounters& mutable_counters() override { return counters_; }
   netif* guest_netif() override { return netif_.get(); }
-  // The lwIP pcb that answers the guest from dst (network order) and port:
-  // one per destination, shared by every flow to it (lwIP lets only one pcb
-  // bind a foreign address and port), and it hands datagrams it catches to
-  // the same dispatch as the accept-all pcb. Counted; released by each flow.
-  udp_pcb* acquire_reply_pcb(std::uint32_t dst_net, std::uint16_t port) override;
-  void release_reply_pcb(std::uint32_t dst_net, std::uint16_t port) override;
+  // The lwIP pcb that answers the guest from dst (address and port, either
+  // family): one per destination, shared by every flow to it (lwIP lets only
+  // one pcb bind a foreign address and port), and it hands datagrams it
+  // catches to the same dispatch as the accept-all pcb. Counted; released by
+  // each flow.
+  udp_pcb* acquire_reply_pcb(const policy::Endpoint& dst) override;
+  void release_reply_pcb(const policy::Endpoint& dst) override;
   // Writes small datagrams to host UDP sockets through the ring (null when
   // GuestConfig says not to). Results are not reported: UDP loses a
   // datagram a full socket refuses, as sendmsg would.
@@ -246,11 +257,13 @@ class GuestStack final : public FlowServices {
   // An IPv6 frame (guest_stack_ipv6.cc): checked, neighbour discovery
   // answered when on, the rest dropped.
   void take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame);
-  // Whether the host can route to `to` (guest_stack_ipv6.cc): a UDP
-  // socket's connect() looks the route up and sends nothing. False only for
-  // ENETUNREACH/EHOSTUNREACH; any other failure is left to the flow's own
-  // connect().
-  static bool host_has_route(const policy::Endpoint& to);
+  // Whether the host can route to `to` (RouteCache: asked once per
+  // destination until the routes change).
+  bool host_has_route(const policy::Endpoint& to) { return routes_.has_route(to.address, loop_.now()); }
+  // One of the gateway's own IPv6 addresses (link-local, PREFIX::1).
+  bool is_gateway_ipv6(const policy::IpAddress& a) const {
+    return a.is_v6() && (a.bytes() == ndp_.link_local() || a.bytes() == ndp_.global());
+  }
   // Gives the n-byte frame in rx_pbuf_ (bytes) to lwIP's netif->input.
   void to_lwip(std::span<const std::uint8_t> bytes);
   // Ring reads: one read in flight at a time, posted again as each completes.
@@ -316,6 +329,9 @@ class GuestStack final : public FlowServices {
   // Checks on a valid IPv4 frame before lwIP sees it (fragments, spoofed
   // sources, handshakes to the gateway's DNS); true drops it (counted).
   bool drop_before_lwip(const GuestFrame& frame);
+  // A SYN to the gateway's DNS (IPv4, or PREFIX::1) past kMaxDnsHalfOpen
+  // handshakes in progress: true drops it (counted).
+  bool dns_half_open_full(const GuestFrame& frame);
   static constexpr std::size_t kMaxDnsHalfOpen = 32;
   void drop_finished_receives();
 
@@ -351,13 +367,18 @@ class GuestStack final : public FlowServices {
   std::unique_ptr<SynAdmission> syn_admission_;  // the last SYN's, until lwIP makes its pcb
   std::uint8_t syn_admission_arg_ = 0;           // lwIP ext arg id (one per process)
   std::unordered_map<TcpFlow*, std::unique_ptr<TcpFlow>> tcp_flows_;
-  std::unordered_map<std::uint64_t, std::unique_ptr<UdpFlow>> udp_flows_;  // key: see udp_key()
+  std::unordered_map<UdpFlowKey, std::unique_ptr<UdpFlow>, UdpFlowKeyHash> udp_flows_;
   struct ReplyPcb {
     udp_pcb* pcb = nullptr;
     std::uint32_t users = 0;
   };
-  std::unordered_map<std::uint64_t, ReplyPcb> reply_pcbs_;  // key: dst << 16 | port
-  std::vector<TcpFlow*> sweep_tcp_;                         // reused by the once-a-second sweep
+  struct EndpointHash {
+    std::size_t operator()(const policy::Endpoint& e) const noexcept {
+      return policy::IpAddressHash{}(e.address) * 31 + e.port;
+    }
+  };
+  std::unordered_map<policy::Endpoint, ReplyPcb, EndpointHash> reply_pcbs_;
+  std::vector<TcpFlow*> sweep_tcp_;  // reused by the once-a-second sweep
   std::vector<UdpFlow*> sweep_udp_;
   std::vector<tcp_pcb*> sweep_time_wait_;
   // The pbuf the next frame is read into (see receive_ready_frames()), and its size.
@@ -372,6 +393,9 @@ class GuestStack final : public FlowServices {
   bool link_full_ = false;                        // the link's fd took only part of a flush: wait for POLLOUT
   std::array<bool, kDropReasons> logged_once_{};  // DropLog::once reasons already logged
   StackCounters counters_;
+  // ICMP(v6) unreachables for refused UDP: 20 at once, then 10 a second.
+  IcmpErrorBudget icmp_errors_{10, 20};
+  RouteCache routes_;
   // Last: unregistered first, while what their callbacks use is still whole.
   io::EventLoop::Registration lwip_timers_;
   io::EventLoop::Registration sweep_timer_;

@@ -7,8 +7,8 @@
 // addresses in the instance's /64 are its own. Everything else (and all of
 // it when the option is off) is dropped as not carried yet. lwIP (built with
 // IPv6, lwipopts.h) sees the guest's neighbour advertisements to the gateway,
-// for its ND, and with GuestConfig::ipv6_tcp_flows the guest's TCP and echo
-// requests; never a packet with extension headers, never UDP.
+// for its ND, and with GuestConfig::ipv6_flows the guest's TCP, unicast UDP
+// and echo requests; never a packet with extension headers.
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -24,6 +24,7 @@ namespace abox::netstack {
 namespace {
 constexpr std::uint8_t kNeighbourAdvertisementType = 136;  // RFC 4861 section 4.4
 constexpr std::uint8_t kEchoRequestType = 128;             // RFC 4443 section 4.1
+constexpr std::uint8_t kMulticastByte = 0xFF;              // ff00::/8, RFC 4291 section 2.7
 }  // namespace
 
 void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame) {
@@ -49,29 +50,26 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
     }
     if (r.outcome != NdpOutcome::not_ndp) return;  // answered, or ignored and counted there
   }
-  // With IPv6 TCP flows on: TCP to lwIP, whose SYN hook admits as for IPv4
-  // (on_syn()), and echo requests, which lwIP answers for the gateway's
-  // addresses only (the IPv6 input hook eats the rest, counted).
+  // With IPv6 flows on: TCP to lwIP, whose SYN hook admits as for IPv4
+  // (on_syn()); UDP to a unicast address, which lwIP hands to on_udp() (the
+  // DNS gate's own pcb when it is to PREFIX::1 port 53); echo requests,
+  // which lwIP answers for the gateway's addresses only (the IPv6 input
+  // hook eats the rest, counted). Multicast UDP (mDNS, LLMNR, SSDP) stays
+  // on the link: dropped as not carried.
   // Only a packet without extension headers: the IPv6 input hook reads the
   // fixed header alone, and lwIP would answer options it does not know with
   // ICMPv6 errors from the destination's address.
-  if (ndp_on && config_.ipv6_tcp_flows && frame.ipv6().extension_headers == 0 &&
-      (frame.ipv6().upper_protocol == GuestFrame::kProtoTcp ||
-       (frame.ipv6().upper_protocol == GuestFrame::kProtoIcmpv6 &&
-        frame.ipv6().icmp_type == kEchoRequestType))) {
+  const Ipv6Fields& ip = frame.ipv6();
+  const bool carried =
+      ip.upper_protocol == GuestFrame::kProtoTcp ||
+      (ip.upper_protocol == GuestFrame::kProtoUdp && frame.is_udp() && ip.destination[0] != kMulticastByte) ||
+      (ip.upper_protocol == GuestFrame::kProtoIcmpv6 && ip.icmp_type == kEchoRequestType);
+  if (ndp_on && config_.ipv6_flows && ip.extension_headers == 0 && carried) {
+    if (dns_half_open_full(frame)) return;
     to_lwip(bytes);
     return;
   }
   drop(DropReason::frame_ipv6, "ipv6");
-}
-
-bool GuestStack::host_has_route(const policy::Endpoint& to) {
-  sockaddr_storage ss{};
-  const socklen_t len = to_sockaddr(to, ss);
-  base::UniqueFd probe(::socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (!probe) return true;
-  if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&ss), len) == 0) return true;
-  return errno != ENETUNREACH && errno != EHOSTUNREACH;
 }
 
 GuestStack::ChecksumOffload GuestStack::checksum_offload_of_ipv6(std::span<const std::uint8_t> head,

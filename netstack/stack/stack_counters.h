@@ -54,6 +54,11 @@ struct StackCounters {
   std::uint64_t budget_crossed = 0;
   std::uint64_t budget_refused = 0;
   std::uint64_t budget_cut = 0;
+  // ICMP and ICMPv6 destination unreachable (administratively prohibited)
+  // sent to the guest for refused UDP datagrams, and those IcmpErrorBudget
+  // held back (icmp_error_budget.h).
+  std::uint64_t icmp_unreachable_sent = 0;
+  std::uint64_t icmp_unreachable_limited = 0;
   // Published ports (inbound_ports.h): host connections taken and relayed
   // to the guest; refused past a port's limit of live connections, or with
   // the flow table full (accepted and closed at once); refused by the guest
@@ -67,7 +72,7 @@ struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 35> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 37> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -100,6 +105,8 @@ inline constexpr std::array<StackCounterField, 35> kStackCounterFields = {{
     {"budget_crossed", &StackCounters::budget_crossed},
     {"budget_refused", &StackCounters::budget_refused},
     {"budget_cut", &StackCounters::budget_cut},
+    {"icmp_unreachable_sent", &StackCounters::icmp_unreachable_sent},
+    {"icmp_unreachable_limited", &StackCounters::icmp_unreachable_limited},
     {"inbound_accepted", &StackCounters::inbound_accepted},
     {"inbound_refused_limit", &StackCounters::inbound_refused_limit},
     {"inbound_refused_guest", &StackCounters::inbound_refused_guest},

@@ -16,6 +16,7 @@
 #include "lwip/pbuf.h"
 #include "lwip/udp.h"
 #include "netstack/stack/flow_services.h"
+#include "netstack/stack/lwip_address.h"
 #include "netstack/stack/sockaddr.h"
 
 namespace abox::netstack {
@@ -31,15 +32,15 @@ constexpr unsigned kMaxReceivesWithoutData = 16;
 
 }  // namespace
 
-UdpFlow::UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
-                 const policy::Endpoint& dst, std::string name, bool audited)
-    : stack_(stack),
-      key_(key),
-      guest_ip_(guest_ip),
-      guest_port_(guest_port),
-      dst_(dst),
-      name_(std::move(name)),
-      audited_(audited) {}
+std::size_t UdpFlowKeyHash::operator()(const UdpFlowKey& k) const noexcept {
+  const policy::IpAddressHash address;
+  std::size_t h = address(k.guest);
+  h = h * 31 + address(k.destination.address);
+  return h * 31 + ((std::size_t{k.guest_port} << 16) | k.destination.port);
+}
+
+UdpFlow::UdpFlow(FlowServices& stack, const UdpFlowKey& key, std::string name, bool audited)
+    : stack_(stack), key_(key), name_(std::move(name)), audited_(audited) {}
 
 void HostReceive::post(int fd) {
   pool_.post_multishot_receive(this, fd);
@@ -72,17 +73,16 @@ UdpFlow::~UdpFlow() {
   // A write still queued names host_'s fd number, which closing it would
   // free for reuse: hand it to the kernel first (which then holds the file).
   if (queued_on_ring_) stack_.loop().submit_now();
-  if (pcb_ != nullptr) stack_.release_reply_pcb(dst_net_, dst_.port);
+  if (pcb_ != nullptr) stack_.release_reply_pcb(key_.destination);
 }
 
 bool UdpFlow::start() {
   sockaddr_storage ss{};
-  socklen_t len = to_sockaddr(dst_, ss);
+  socklen_t len = to_sockaddr(key_.destination, ss);
   host_.reset(::socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!host_ || ::connect(host_.get(), reinterpret_cast<sockaddr*>(&ss), len) < 0) return false;
-  std::memcpy(&dst_net_, dst_.address.bytes().data(), 4);
   // Answers leave from the address and port the guest sent to.
-  pcb_ = stack_.acquire_reply_pcb(dst_net_, dst_.port);
+  pcb_ = stack_.acquire_reply_pcb(key_.destination);
   if (pcb_ == nullptr) return false;
   if (io::ReceiveBufferPool* pool = stack_.host_receive_pool(); pool != nullptr) {
     receive_ = std::make_unique<HostReceive>(this, *pool);
@@ -197,9 +197,8 @@ void UdpFlow::from_host(std::span<const std::uint8_t> datagram) {
   pbuf_take(p, datagram.data(), static_cast<u16_t>(datagram.size()));
   // From the destination's address, which is not the netif's own: lwIP's
   // plain udp_send() would refuse that source.
-  ip_addr_t guest;
-  ip_addr_set_ip4_u32(&guest, guest_ip_);
-  udp_sendto_if_src(pcb_, p, &guest, guest_port_, stack_.guest_netif(), &pcb_->local_ip);
+  const ip_addr_t guest = to_ip_addr(key_.guest);
+  udp_sendto_if_src(pcb_, p, &guest, key_.guest_port, stack_.guest_netif(), &pcb_->local_ip);
   pbuf_free(p);
 }
 
@@ -213,20 +212,21 @@ void UdpFlow::check_idle(base::MonoTime now) {
   if (retired_) return;
   // An address that became this host's since the flow was admitted ends it
   // as an expired answer would (host_address_watch.h).
-  const bool now_host = stack_.host_addresses().contains(dst_.address);
+  const bool now_host = stack_.host_addresses().contains(key_.destination.address);
   if (now_host && stack_.events().reserve_line()) {
     stack_.events().write_reserved("flow", {{"reason", "the destination became an address of this host"},
                                             {"name", name_},
-                                            {"dst", dst_.to_string()},
+                                            {"dst", key_.destination.to_string()},
                                             {"proto", "udp"}});
   }
-  bool expired = now_host || (!audited_ && now >= stack_.answer_table().live_until(dst_.address, name_));
+  bool expired =
+      now_host || (!audited_ && now >= stack_.answer_table().live_until(key_.destination.address, name_));
   if (expired && !now_host) {
     if (stack_.events().reserve_line())
       stack_.events().write_reserved("flow",
                                      {{"reason", "the answer that admitted the flow expired (TTL + grace)"},
                                       {"name", name_},
-                                      {"dst", dst_.to_string()},
+                                      {"dst", key_.destination.to_string()},
                                       {"proto", "udp"}});
   }
   if (expired || now - last_activity_ >= base::Seconds(stack_.policy().timeouts().udp_idle_s)) {

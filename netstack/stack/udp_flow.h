@@ -1,8 +1,9 @@
-// UdpFlow: one admitted guest UDP flow (guest port → destination address and
-// port), carried by a host UDP socket connect()ed to the destination.
+// UdpFlow: one admitted guest UDP flow (guest address and port → destination
+// address and port, IPv4 or IPv6), carried by a host UDP socket of the
+// destination's family connect()ed to the destination.
 //
 // Guest datagrams reach the flow through the stack's dispatch (a lookup by
-// guest port, destination and port). Host datagrams go back to the guest
+// UdpFlowKey). Host datagrams go back to the guest
 // from the destination's address and port, through a pcb the stack shares
 // among all flows to that destination.
 // The flow is forgotten after timeouts.udp_idle_s without traffic, or when
@@ -39,6 +40,20 @@ namespace abox::netstack {
 class FlowServices;
 class UdpFlow;
 
+// What tells one UDP flow from another: the guest's address and port (an
+// IPv6 guest has several addresses: link-local, SLAAC, privacy) and the
+// destination. Compared whole: no two flows share a key, whatever the
+// family.
+struct UdpFlowKey {
+  policy::IpAddress guest;
+  std::uint16_t guest_port = 0;
+  policy::Endpoint destination;
+  friend bool operator==(const UdpFlowKey&, const UdpFlowKey&) = default;
+};
+struct UdpFlowKeyHash {
+  std::size_t operator()(const UdpFlowKey& k) const noexcept;
+};
+
 // A flow's multishot receive on the ring. Owned by its flow, then by the
 // stack from the flow's end until its last completion (in_flight 0).
 class HostReceive final : public io::EventLoop::Completion {
@@ -60,8 +75,7 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   // name: the answered name that admitted the flow.
   // audited: admitted only because audit mode lets through what the policy
   // would refuse (no answer expiry ends it).
-  UdpFlow(FlowServices& stack, std::uint64_t key, std::uint32_t guest_ip, std::uint16_t guest_port,
-          const policy::Endpoint& dst, std::string name, bool audited = false);
+  UdpFlow(FlowServices& stack, const UdpFlowKey& key, std::string name, bool audited = false);
   ~UdpFlow() override;
   UdpFlow(const UdpFlow&) = delete;
   UdpFlow& operator=(const UdpFlow&) = delete;
@@ -76,10 +90,10 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   void from_host(std::span<const std::uint8_t> datagram);
   void receive_ended(int res);
   void check_idle(base::MonoTime now);
-  std::uint64_t key() const { return key_; }
+  const UdpFlowKey& key() const { return key_; }
   // For a policy reload (GuestStack::apply_policy()).
   const std::string& name() const { return name_; }
-  const policy::Endpoint& destination() const { return dst_; }
+  const policy::Endpoint& destination() const { return key_.destination; }
   bool finished() const { return retired_; }
   // The [[allow]] rule whose egress budget this flow spends (kNoBudget: none).
   std::size_t budget_rule() const { return budget_rule_; }
@@ -90,15 +104,11 @@ class UdpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
 
  private:
   FlowServices& stack_;
-  std::uint64_t key_;
-  std::uint32_t guest_ip_;  // network order
-  std::uint16_t guest_port_;
-  policy::Endpoint dst_;
+  UdpFlowKey key_;
   std::string name_;
   base::UniqueFd host_;
   io::EventLoop::Handle handle_ = io::EventLoop::kNoHandle;
   udp_pcb* pcb_ = nullptr;  // shared, owned by the stack
-  std::uint32_t dst_net_ = 0;
   base::MonoTime last_activity_{};
   bool retired_ = false;
   bool audited_ = false;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <memory>
@@ -33,6 +34,13 @@ class UpstreamPoolTest : public ::testing::Test {
     return k;
   }
 
+  // What a taker does with a stream handed out: its fd is still watched.
+  std::unique_ptr<TlsStream> take() {
+    auto s = pool_.take(0);
+    if (s) loop_.unwatch(s->fd());
+    return s;
+  }
+
   SslCtxPtr ctx_{SSL_CTX_new(TLS_method())};
   BrokerLoop loop_;
   UpstreamPool pool_{loop_, 1};
@@ -43,13 +51,13 @@ TEST_F(UpstreamPoolTest, TakeHandsOutTheMostRecentIdleConnection) {
   Kept newer = kept();
   pool_.give(0, std::move(older.stream));
   pool_.give(0, std::move(newer.stream));
-  auto first = pool_.take(0);
+  auto first = take();
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->fd(), newer.fd);
-  auto second = pool_.take(0);
+  auto second = take();
   ASSERT_NE(second, nullptr);
   EXPECT_EQ(second->fd(), older.fd);
-  EXPECT_EQ(pool_.take(0), nullptr);
+  EXPECT_EQ(take(), nullptr);
   EXPECT_EQ(pool_.reused(), 2u);
 }
 
@@ -66,7 +74,7 @@ TEST_F(UpstreamPoolTest, TakeSkipsAConnectionThatEndedOrSpokeBeforeTheLoopSawIt)
   closed.provider.reset();
   ASSERT_EQ(::send(talking.provider.get(), "x", 1, 0), 1);
 
-  auto taken = pool_.take(0);
+  auto taken = take();
   ASSERT_NE(taken, nullptr);
   EXPECT_EQ(taken->fd(), quiet.fd);
   EXPECT_EQ(pool_.idle(), 0u);
@@ -81,9 +89,48 @@ TEST_F(UpstreamPoolTest, TakeGivesNothingWhenEveryIdleConnectionEnded) {
   pool_.give(0, std::move(b.stream));
   a.provider.reset();
   b.provider.reset();
-  EXPECT_EQ(pool_.take(0), nullptr);
+  EXPECT_EQ(take(), nullptr);
   EXPECT_EQ(pool_.idle(), 0u);
   EXPECT_EQ(pool_.reused(), 0u);
+  loop_.run_once(base::Millis(0));
+}
+
+// A connection moves between a guest connection and the pool with its poll
+// in the kernel left as it is: no removal and no new poll either way.
+TEST_F(UpstreamPoolTest, AWatchedConnectionKeepsItsPollAcrossGiveAndTake) {
+  Kept k = kept();
+  std::vector<std::uint32_t> seen_by_taker;
+  ASSERT_TRUE(loop_.watch(k.fd, POLLIN, [](std::uint32_t) {}));
+  loop_.run_once(base::Millis(0));
+  const std::uint64_t armed = loop_.io().polls_armed();
+  pool_.give(0, std::move(k.stream));
+  loop_.run_once(base::Millis(0));
+  auto taken = pool_.take(0);
+  ASSERT_NE(taken, nullptr);
+  ASSERT_TRUE(loop_.hand_over(taken->fd(), [&](std::uint32_t ev) { seen_by_taker.push_back(ev); }));
+  loop_.run_once(base::Millis(0));
+  EXPECT_EQ(loop_.io().polls_armed(), armed);
+  EXPECT_EQ(loop_.io().polls_removed(), 0u);
+  // The provider's answer reaches the taker, not the pool.
+  ASSERT_EQ(::send(k.provider.get(), "x", 1, 0), 1);
+  loop_.run_once(base::Millis(100));
+  ASSERT_EQ(seen_by_taker.size(), 1u);
+  EXPECT_NE(seen_by_taker[0] & POLLIN, 0u);
+  loop_.unwatch(taken->fd());
+}
+
+// While idle, the pool's handler has the watch: the provider closing the
+// connection drops it from the pool.
+TEST_F(UpstreamPoolTest, AGivenConnectionThatTheProviderClosesIsDropped) {
+  Kept k = kept();
+  ASSERT_TRUE(
+      loop_.watch(k.fd, POLLIN, [](std::uint32_t) { ADD_FAILURE() << "the old owner's handler ran"; }));
+  pool_.give(0, std::move(k.stream));
+  EXPECT_EQ(pool_.idle(), 1u);
+  k.provider.reset();
+  loop_.run_once(base::Millis(100));
+  EXPECT_EQ(pool_.idle(), 0u);
+  EXPECT_EQ(take(), nullptr);
   loop_.run_once(base::Millis(0));
 }
 

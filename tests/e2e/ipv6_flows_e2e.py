@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end test of IPv6 TCP flows through `abox-net run --ipv6 tcp --netns`
+"""End-to-end test of IPv6 flows through `abox-net run --ipv6 on --netns`
 (issue 21). The rig's fake internet (netns_rig.py) gains IPv6: a /64 on the
 outside<->inet veth and server addresses on inet's lo, every one inside the
 rig's own namespaces. nsd answers A and AAAA for web.example.test (allowed,
@@ -8,24 +8,33 @@ and IPv6 addresses. The guest namespace configures itself by the kernel's
 own SLAAC from abox-net's router advertisement, and its resolver is the DNS
 gate on 10.0.2.2. Cases:
   - SLAAC gives the guest an address in the instance's ULA /64 and, with
-    --ipv6 tcp, an IPv6 default route via fe80::1;
+    --ipv6 on, an IPv6 default route via fe80::1;
   - `curl -6` to the allowed name reaches nginx over IPv6 (nginx logs the
     request from abox-net's IPv6 address), and abox-net logs an "admit"
     event for the IPv6 destination;
   - `curl -4` to the same name still works, and plain curl (happy eyeballs;
     the guest's gai.conf sorts its ULA as global, see GAI_CONF) takes IPv6;
+  - the DNS gate answers on PREFIX::1 (RDNSS): `dig -6` AAAA of the allowed
+    name over UDP and TCP, REFUSED for the not-allowed one;
+  - UDP over IPv6 to the allowed name's AAAA on its UDP port reaches a UDP
+    echo server in inet and back (an admit event); UDP to a direct address
+    and to the allowed name on another port gets an ICMPv6 destination
+    unreachable, administratively prohibited, at once (the guest's socket
+    reports EACCES; scapy sees type 1 code 1), each a deny event;
   - the not-allowed name gets no address, and a direct connection to its
     IPv6 address (never answered) is refused at once (curl exit 7 < 2 s);
   - with the outside namespace's route to web's IPv6 address removed (the
     host has no IPv6 route there), `curl -6` is refused at its SYN (exit 7,
     a "no route" deny event), not reset after connecting or timed out, `curl -4` still works, and plain curl falls back to IPv4 at
     once;
-  - abox-net's counters at exit: 2 flows refused, 2 failed connects.
+  - abox-net's counters at exit: 2 TCP flows refused, 2 failed connects;
+    1 UDP flow admitted, 3 refused, 3 unreachables sent.
 Usage: ipv6_flows_e2e.py PATH/TO/abox-net [--keep]
 Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
 Every wait is bounded; every process and namespace the test makes is
 removed at the end (netns_rig.Rig), also on failure and on SIGINT/SIGTERM.
 """
+import ipaddress
 import json
 import os
 import subprocess
@@ -56,6 +65,8 @@ label fec0::/10 5
 label fc00::/7 1
 label 2001:0::/32 7
 """
+ECHO_PORT = 7007  # the UDP echo server's, allowed for web over UDP
+NOT_ALLOWED_UDP_PORT = 7008
 POLICY = f"""# ipv6_flows_e2e.py: written by the test
 [dns]
 upstreams = ["{nr.ADDR['ns1']}:53"]
@@ -63,6 +74,10 @@ timeout_ms = 2000
 [[allow]]
 names = ["{WEB}"]
 ports = [80]
+[[allow]]
+names = ["{WEB}"]
+ports = [{ECHO_PORT}]
+protocols = ["udp"]
 """
 
 
@@ -127,6 +142,68 @@ http {{
     return f"{d}/logs/access.log"
 
 
+# The guest's UDP client: one datagram to (host, port) on a connected
+# AF_INET6 socket, then what came back: the echo, or the error the kernel
+# made of an ICMPv6 error (EACCES: destination unreachable, administratively
+# prohibited, RFC 4443 code 1; see icmpv6_err_convert()), or a timeout.
+UDP_CLIENT = r"""
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+addr = socket.getaddrinfo(host, port, socket.AF_INET6, socket.SOCK_DGRAM)[0][4]
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.connect(addr)
+s.send(b"ping over ipv6")
+try:
+    print("reply:" + s.recv(2048).decode())
+except PermissionError:
+    print("EACCES")
+except ConnectionRefusedError:
+    print("ECONNREFUSED")
+except socket.timeout:
+    print("timeout")
+"""
+# The same datagram sent by scapy, and the ICMPv6 message it drew (its type
+# and code), as the guest's link saw it.
+SCAPY_PROBE = r"""
+import sys
+from scapy.all import IPv6, UDP, ICMPv6DestUnreach, conf, sr1
+conf.verb = 0
+r = sr1(IPv6(dst=sys.argv[1]) / UDP(sport=40999, dport=int(sys.argv[2])) / b"probe", timeout=3, iface="eth0")
+if r is None:
+    print("none")
+elif ICMPv6DestUnreach in r:
+    print(f"unreachable type {r[ICMPv6DestUnreach].type} code {r[ICMPv6DestUnreach].code} from {r[IPv6].src}")
+else:
+    print("other " + r.summary())
+"""
+ECHO_SERVER = r"""
+import socket
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.bind(("%s", %d))  # not "::": the answer must leave from the address asked
+for _ in range(1000):
+    data, peer = s.recvfrom(2048)
+    s.sendto(b"echo:" + data, peer)
+""" % (WEB6, ECHO_PORT)
+
+
+def udp_exchange(rig, host, port):
+    started = time.monotonic()
+    got = rig.run([sys.executable, "-c", UDP_CLIENT, host, str(port)], ns=rig.guest, timeout=15)
+    return got.stdout.strip() or got.stderr.strip()[-200:], time.monotonic() - started
+
+
+def dig6(rig, server, name, *extra):
+    got = rig.run(["dig", "-6", f"@{server}", "AAAA", name, "+time=3", "+tries=1", *extra], ns=rig.guest, timeout=15)
+    status = ""
+    for line in got.stdout.splitlines():
+        if "status:" in line:
+            status = line.split("status:")[1].split(",")[0].strip()
+    answers = [line.split()[-1] for line in got.stdout.splitlines()
+               if line and not line.startswith(";") and "\tAAAA\t" in line.replace(" ", "\t")]
+    return status, answers, got.stdout
+
+
 def curl(rig, *args, timeout=10):
     started = time.monotonic()
     got = rig.run(["curl", "-sS", "--max-time", str(timeout), *args], ns=rig.guest, timeout=timeout + 5)
@@ -155,7 +232,7 @@ def cases(rig, abox_net, r):
     rig.add_guest()
     with open(f"/etc/netns/{rig.guest}/gai.conf", "w") as f:  # removed with the dir by Rig.close()
         f.write(GAI_CONF)
-    p = rig.start_abox_net(abox_net, POLICY, "--instance", "v6flows", "--ipv6", "tcp")
+    p = rig.start_abox_net(abox_net, POLICY, "--instance", "v6flows", "--ipv6", "on")
 
     def slaac():
         got = rig.run(["ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global"], ns=rig.guest, timeout=5)
@@ -169,7 +246,7 @@ def cases(rig, abox_net, r):
         time.sleep(0.2)
     r.case("SLAAC: an address in the instance's ULA /64",
            len(addrs) >= 1 and all(a.startswith("fd") and a.endswith("/64") for a in addrs), str(addrs))
-    r.case("--ipv6 tcp: an IPv6 default route via fe80::1", "via fe80::1" in route, route)
+    r.case("--ipv6 on: an IPv6 default route via fe80::1", "via fe80::1" in route, route)
 
     got, took = curl(rig, "-6", f"http://{WEB}/")
     r.case("curl -6 to the allowed name reaches nginx over IPv6",
@@ -194,6 +271,42 @@ def cases(rig, abox_net, r):
     got, took = curl(rig, "-w", "%{remote_ip}", f"http://{WEB}/")
     r.case("plain curl (happy eyeballs, IPv6 sorted first) takes IPv6",
            got.returncode == 0 and got.stdout.endswith(WEB6), f"exit {got.returncode}: {got.stdout[-60:]!r}")
+
+    # The DNS gate over IPv6, on PREFIX::1 (what the router advertisement's
+    # RDNSS names), UDP and TCP.
+    gateway6 = str(ipaddress.ip_network(addrs[0], strict=False).network_address + 1) if addrs else "::1"
+    status, answers, out = dig6(rig, gateway6, WEB)
+    r.case(f"dig -6 @{gateway6} AAAA of the allowed name answers", status == "NOERROR" and WEB6 in answers,
+           out[-300:])
+    status, answers, out = dig6(rig, gateway6, WEB, "+tcp")
+    r.case("... and over TCP", status == "NOERROR" and WEB6 in answers, out[-300:])
+    status, answers, out = dig6(rig, gateway6, SECRET)
+    r.case("dig -6 of the not-allowed name is refused", status == "REFUSED" and not answers, out[-300:])
+
+    # UDP over IPv6: the allowed name's AAAA on its UDP port reaches the echo
+    # server; a direct address, and the allowed name on another port, get an
+    # ICMPv6 unreachable (administratively prohibited) at once.
+    rig.spawn("udp-echo", [sys.executable, "-c", ECHO_SERVER], ns=rig.inet)
+    rig.wait_for("udp echo", lambda: rig.listening(rig.inet, ECHO_PORT, proto="u"), log="udp-echo")
+    got, took = udp_exchange(rig, WEB, ECHO_PORT)
+    r.case("UDP over IPv6 to the allowed name's AAAA reaches the echo server and back",
+           got == "reply:echo:ping over ipv6", f"{got!r} in {took:.2f}s")
+    r.case("... with an admit event for the IPv6 UDP destination",
+           any(e.get("kind") == "admit" and e.get("proto") == "udp" and e.get("dst") == f"[{WEB6}]:{ECHO_PORT}"
+               for e in events(rig)), "")
+    got, took = udp_exchange(rig, SECRET6, ECHO_PORT)
+    r.case("UDP to a direct IPv6 address: the guest's socket gets EACCES (ICMPv6 admin prohibited) at once",
+           got == "EACCES" and took < 2, f"{got!r} in {took:.2f}s")
+    got, took = udp_exchange(rig, WEB, NOT_ALLOWED_UDP_PORT)
+    r.case("UDP to the allowed name on a port it does not allow: EACCES too", got == "EACCES",
+           f"{got!r} in {took:.2f}s")
+    probe = rig.run(["/usr/bin/python3", "-c", SCAPY_PROBE, SECRET6, str(ECHO_PORT)], ns=rig.guest, timeout=30)
+    r.case("scapy sees the ICMPv6 destination unreachable, type 1 code 1, from the gateway",
+           probe.stdout.strip().startswith("unreachable type 1 code 1 from "),
+           (probe.stdout.strip() or probe.stderr.strip())[-300:])
+    denies = [e for e in events(rig) if e.get("kind") == "deny" and e.get("proto") == "udp"]
+    r.case("... each refusal a deny event", len(denies) >= 3 and
+           any(e.get("dst") == f"[{SECRET6}]:{ECHO_PORT}" for e in denies), json.dumps(denies)[-300:])
 
     got, took = curl(rig, "-6", f"http://{SECRET}/")
     r.case("the not-allowed name gets no address (curl exit 6)", got.returncode == 6,
@@ -236,11 +349,16 @@ def cases(rig, abox_net, r):
         if line.strip().startswith("{") and "tcp_refused" in line:
             c = json.loads(line)
             break
-    r.case("counters: 2 IPv6 flows refused, 2 failed connects, nothing spoofed or malformed",
+    r.case("counters: 2 IPv6 TCP flows refused, 2 failed connects, nothing spoofed or malformed",
            c is not None and c.get("tcp_refused") == 2 and c.get("connect_failed") == 2 and
            c.get("frames_dropped_spoofed") == 0 and c.get("frames_dropped_malformed") == 0,
            str({k: (c or {}).get(k) for k in ("tcp_admitted", "tcp_refused", "connect_failed",
                                                "frames_dropped_ipv6", "frames_dropped_spoofed")}))
+    r.case("counters: 1 IPv6 UDP flow admitted, 3 refused, each answered with an unreachable",
+           c is not None and c.get("udp_admitted") == 1 and c.get("udp_refused") == 3 and
+           c.get("icmp_unreachable_sent") == 3 and c.get("icmp_unreachable_limited") == 0,
+           str({k: (c or {}).get(k) for k in ("udp_admitted", "udp_refused", "icmp_unreachable_sent",
+                                               "icmp_unreachable_limited")}))
 
 
 def main():

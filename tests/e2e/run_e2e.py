@@ -30,6 +30,9 @@ Cases (one boot each):
 - idle_timeout: `--idle-timeout 3s` on `sleep 60` exits 124;
 - stdout_closed: `yes` with abox's stdout closed after 100 bytes gets SIGPIPE: exit 141;
 - not_found: a command that is not in the guest exits 127;
+- ipv6: with `--ipv6 on` the guest's kernel gets an address in the instance's ULA /64 by
+  SLAAC and a default route via fe80::1 (abox-net's start event says ipv6 on); a mode
+  other than off or on exits 125;
 - timeout: `--timeout 2s` on `sleep 60` exits 124 within the grace;
 - sigint: SIGINT to abox run while `sleep 60` runs: exit 130, everything gone within 5 s;
 - vmm_killed: SIGKILL to QEMU mid-run: exit 122, the crash named, nothing left;
@@ -510,6 +513,29 @@ def case_not_found(h):
     h.nothing_left("not_found", name)
 
 
+def case_ipv6(h):
+    # The guest's kernel configures itself from abox-net's router
+    # advertisement (its default sysctls: accept_ra 1, autoconf 1); SLAAC's
+    # duplicate address detection takes about a second, so poll (5 s at most).
+    script = ("for i in $(seq 50); do ip -6 route show default | grep -q 'via fe80::1' && "
+              "ip -6 addr show dev eth0 scope global | grep -q 'inet6 fd' && "
+              "! ip -6 addr show dev eth0 | grep -q tentative && break; sleep 0.1; done; "
+              "ip -6 addr show dev eth0 scope global; ip -6 route show default")
+    name = h.name()
+    events = h.rig.path(f"{name}.events")
+    code, out, err = h.run(["--policy", h.policy, "--name", name, "--events", events, "--ipv6", "on", *SELFTEST,
+                            "--", "sh", "-c", script])
+    text = out.decode(errors="replace")
+    h.check("ipv6_on_gives_a_slaac_address_in_a_ula_64", code == 0 and "inet6 fd" in text and "/64" in text,
+            f"exit {code}: {text} {err[-300:]}")
+    h.check("ipv6_on_gives_a_default_route_via_the_gateway", "default via fe80::1" in text, text)
+    h.check("ipv6_on_reaches_abox_net",
+            any(e.get("kind") == "start" and e.get("ipv6") == "on" for e in read_events(events)), "no start event")
+    h.nothing_left("ipv6", name)
+    code, out, err = h.run(["--policy", h.policy, "--name", h.name(), "--ipv6", "tcp", "--", "true"])
+    h.check("ipv6_takes_off_or_on", code == 125 and "--ipv6 tcp: off or on" in err, f"exit {code}: {err[-300:]}")
+
+
 def case_timeout(h):
     name = h.name()
     t0 = time.monotonic()
@@ -597,7 +623,7 @@ def case_bad_policy(h):
 
 
 CASES = [case_image, case_out_err_exit, case_one_mib, case_cpus_and_memory, case_names_and_addresses, case_broker_secrets, case_stdin,
-         case_stdout_closed, case_tty, case_copy_in, case_cp_running, case_idle_timeout, case_not_found, case_timeout, case_sigint, case_vmm_killed, case_publish, case_bad_policy]
+         case_stdout_closed, case_tty, case_copy_in, case_cp_running, case_idle_timeout, case_not_found, case_ipv6, case_timeout, case_sigint, case_vmm_killed, case_publish, case_bad_policy]
 
 
 def main(argv):

@@ -92,6 +92,7 @@ class SupervisorTest : public ::testing::Test {
     c.stop_grace = std::chrono::seconds(2);
     c.keep = keep;
     c.tty = tty_;
+    c.ipv6 = ipv6_;
     c.window = {24, 80};
     c.abox_net = ABOX_NET_PATH;
     c.abox = "/bin/false";
@@ -155,7 +156,8 @@ class SupervisorTest : public ::testing::Test {
   abox::testing::TempDir dir_{"supervisor"};
   std::string folder_;
   int n_ = 0;
-  bool tty_ = false;  // the next run's command gets a pty
+  bool tty_ = false;   // the next run's command gets a pty
+  bool ipv6_ = false;  // the next run's abox-net carries IPv6 (--ipv6 on)
 };
 
 TEST_F(SupervisorTest, AnHonestGuestRunsTheCommandInOrder) {
@@ -176,6 +178,18 @@ TEST_F(SupervisorTest, AnHonestGuestRunsTheCommandInOrder) {
   std::string json((std::istreambuf_iterator<char>(record)), std::istreambuf_iterator<char>());
   EXPECT_NE(json.find("\"state\":\"stopped\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"abox-net\":{\"pid\":"), std::string::npos) << json;
+}
+
+// abox run --ipv6 on: the supervisor starts abox-net with --ipv6 on (its
+// start event says so); without it, IPv6 stays off.
+TEST_F(SupervisorTest, Ipv6OnIsPassedToAboxNet) {
+  auto off = run("honest");
+  ASSERT_EQ(off.outcome.kind, InstanceOutcome::Kind::kExited) << off.outcome.reason;
+  EXPECT_NE(off.events.find("\"ipv6\":\"off\""), std::string::npos) << off.events;
+  ipv6_ = true;
+  auto on = run("honest");
+  ASSERT_EQ(on.outcome.kind, InstanceOutcome::Kind::kExited) << on.outcome.reason;
+  EXPECT_NE(on.events.find("\"ipv6\":\"on\""), std::string::npos) << on.events;
 }
 
 TEST_F(SupervisorTest, AForgedFrameIsLoggedAndIgnored) {

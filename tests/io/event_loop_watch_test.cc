@@ -124,6 +124,91 @@ TEST(EventLoopWatch, ModifyChangesTheEventsOfALevelWatch) {
   loop.unwatch(h);
 }
 
+// Fills a's way to b until a is no longer writable.
+void fill(const SocketPair& p) {
+  std::array<char, 4096> junk{};
+  for (int i = 0; i < 10'000 && ::write(p.a.get(), junk.data(), junk.size()) > 0; ++i) {
+  }
+}
+void drain(const SocketPair& p) {
+  std::array<char, 4096> sink{};
+  for (int i = 0; i < 10'000 && ::read(p.b.get(), sink.data(), sink.size()) > 0; ++i) {
+  }
+}
+
+TEST(EventLoopWatch, NarrowingAnArmedLevelWatchRemovesNothingAndHidesWhatIsNoLongerAsked) {
+  EventLoop loop;
+  SocketPair p;
+  fill(p);
+  Counter c;
+  const EventLoop::Handle h = loop.watch(p.a.get(), POLLIN | POLLOUT, &c, EventLoop::Trigger::level);
+  loop.run_once(base::Millis(0));
+  ASSERT_EQ(c.calls, 0) << "neither readable nor writable";
+  ASSERT_EQ(loop.polls_armed(), 1u);
+  loop.modify(h, POLLIN);
+  loop.run_once(base::Millis(0));
+  EXPECT_EQ(loop.polls_removed(), 0u) << "the armed poll asks for more: it stays";
+  drain(p);  // writable now: the old poll fires, for readiness no longer asked for
+  loop.run_once(base::Millis(100));
+  loop.run_once(base::Millis(20));
+  EXPECT_EQ(c.calls, 0) << "POLLOUT is no longer asked for";
+  EXPECT_EQ(loop.polls_armed(), 2u) << "armed again, with POLLIN only";
+  p.put('x');
+  loop.run_once(base::Millis(100));
+  EXPECT_EQ(c.calls, 1);
+  EXPECT_EQ(c.seen, std::uint32_t{POLLIN});
+  loop.unwatch(h);
+}
+
+TEST(EventLoopWatch, WideningAnArmedLevelWatchReplacesItsPoll) {
+  EventLoop loop;
+  SocketPair p;
+  Counter c;
+  const EventLoop::Handle h = loop.watch(p.a.get(), POLLIN, &c, EventLoop::Trigger::level);
+  loop.run_once(base::Millis(0));
+  loop.modify(h, POLLIN | POLLOUT);
+  EXPECT_EQ(loop.polls_removed(), 1u);
+  loop.run_once(base::Millis(100));
+  EXPECT_EQ(c.calls, 1);
+  EXPECT_EQ(c.seen, std::uint32_t{POLLOUT});
+  loop.unwatch(h);
+}
+
+TEST(EventLoopWatch, ALevelWatchChangedSeveralTimesInATurnArmsOnePoll) {
+  EventLoop loop;
+  SocketPair p;
+  Counter c;
+  EventLoop::Handle h = EventLoop::kNoHandle;
+  c.on = [&] {
+    char byte = 0;
+    ASSERT_EQ(::read(p.a.get(), &byte, 1), 1);
+    loop.modify(h, POLLOUT);
+    loop.modify(h, POLLIN | POLLOUT);
+    loop.modify(h, POLLIN);
+  };
+  h = loop.watch(p.a.get(), POLLIN | POLLRDHUP, &c, EventLoop::Trigger::level);
+  p.put('x');
+  loop.run_once(base::Millis(100));
+  ASSERT_EQ(c.calls, 1);
+  loop.run_once(base::Millis(20));
+  EXPECT_EQ(loop.polls_armed(), 2u) << "the first poll, then one with the last events asked";
+  EXPECT_EQ(loop.polls_removed(), 0u);
+  EXPECT_EQ(c.calls, 1) << "writable, but POLLOUT was not asked for last";
+  loop.unwatch(h);
+}
+
+TEST(EventLoopWatch, AWakeUpAskedForReachesALevelWatchOfNoEvents) {
+  EventLoop loop;
+  SocketPair p;
+  Counter c;
+  const EventLoop::Handle h = loop.watch(p.a.get(), 0, &c, EventLoop::Trigger::level);
+  loop.wake_next_turn(h);
+  loop.run_once(base::Millis(0));
+  EXPECT_EQ(c.calls, 1);
+  EXPECT_EQ(c.seen, std::uint32_t{POLLIN});
+  loop.unwatch(h);
+}
+
 TEST(EventLoopTimer, TimersRunInDeadlineOrderAndCancelledOnesDoNot) {
   ManualClock clock;
   EventLoop loop(256, clock.fn());

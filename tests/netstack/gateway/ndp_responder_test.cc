@@ -189,19 +189,23 @@ TEST_F(NdpResponderTest, ARouterLifetimeOfZeroNamesNoRouterAndNoDns) {
   EXPECT_EQ(abox::testing::get32(*o.rdnss_option, 4), 0u);
 }
 
-// --ipv6 tcp: a default router, but no DNS server over IPv6 (the gate is not
-// reachable over IPv6 UDP yet).
-TEST_F(NdpResponderTest, ARouterLifetimeWithAnRdnssLifetimeOfZeroNamesARouterButNoDns) {
-  NdpResponder router(NdpConfig{kGatewayMac, kPrefix, 1500, 1800, 0});
-  const Bytes f = ndp(133, rs_body(), kLinkLocal, kAllRouters);
-  const auto v = GuestFrame::parse(f);
-  ASSERT_TRUE(v.ok());
-  const Reply reply = read(router.handle(f, *v, now_));
-  const auto msg = reply.ip.upper_layer;
-  EXPECT_EQ((msg[6] << 8) | msg[7], 1800);
-  const RaOptions o = ra_options(msg);
-  ASSERT_TRUE(o.rdnss_option.has_value());
-  EXPECT_EQ(abox::testing::get32(*o.rdnss_option, 4), 0u);
+// --ipv6 on: a default router, and the DNS gate on PREFIX::1 as the DNS
+// server; a router lifetime alone (RDNSS 0) names a router but no DNS.
+TEST_F(NdpResponderTest, RouterAndRdnssLifetimesAreEachTheirOwn) {
+  for (const std::uint32_t rdnss : {0u, 1800u}) {
+    NdpResponder router(NdpConfig{kGatewayMac, kPrefix, 1500, 1800, rdnss});
+    const Bytes f = ndp(133, rs_body(), kLinkLocal, kAllRouters);
+    const auto v = GuestFrame::parse(f);
+    ASSERT_TRUE(v.ok());
+    const Reply reply = read(router.handle(f, *v, now_));
+    const auto msg = reply.ip.upper_layer;
+    EXPECT_EQ((msg[6] << 8) | msg[7], 1800);
+    const RaOptions o = ra_options(msg);
+    ASSERT_TRUE(o.rdnss_option.has_value());
+    EXPECT_EQ(abox::testing::get32(*o.rdnss_option, 4), rdnss);
+    ASSERT_GE(o.rdnss_option->size(), 24u);
+    EXPECT_TRUE(std::equal(kGatewayGlobal.begin(), kGatewayGlobal.end(), o.rdnss_option->begin() + 8));
+  }
 }
 
 TEST_F(NdpResponderTest, NeighbourSolicitationsForTheGatewayAreAnswered) {

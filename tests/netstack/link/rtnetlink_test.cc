@@ -189,6 +189,22 @@ TEST(RtnetlinkAddressMessages, NewAndDeletedAddressesInOrder) {
   EXPECT_FALSE(m.changes[2].added);
 }
 
+// A route notification (RTMGRP_IPV6_ROUTE) says only that routes changed;
+// its body is not read, so even a route message too short for an rtmsg is
+// no reason to refuse the datagram (what beside it says still counts).
+TEST(RtnetlinkAddressMessages, RouteMessagesOnlySayRoutesChanged) {
+  Bytes d;
+  add_message(d, RTM_NEWADDR, 0, address_payload(AF_INET6, {{IFA_ADDRESS, kV6}}));
+  EXPECT_FALSE(read_address_messages(d, 5).routes_changed);
+  add_message(d, RTM_DELROUTE, 0, Bytes{1, 2});
+  add_message(d, RTM_NEWROUTE, 0, Bytes(12, 0));
+  const auto m = read_address_messages(d, 5);
+  EXPECT_EQ(m.end, AddressMessages::End::kMore);
+  EXPECT_TRUE(m.routes_changed);
+  ASSERT_EQ(m.changes.size(), 1u);
+  EXPECT_EQ(m.changes[0].address.to_string(), "2001:db8::5");
+}
+
 TEST(RtnetlinkAddressMessages, TheLocalEndNotAPointToPointPeer) {
   Bytes d;
   add_message(d, RTM_NEWADDR, 0, address_payload(AF_INET, {{IFA_ADDRESS, kV4Peer}, {IFA_LOCAL, kV4Local}}));

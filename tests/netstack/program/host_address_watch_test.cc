@@ -80,6 +80,18 @@ TEST(HostAddressWatch, ReadsTheNamespacesAddressesAndFollowsThem) {
     bool added_event = false;
     for (const auto& l : lines) added_event |= l.find("93.184.215.99") != std::string::npos;
     EXPECT_TRUE(added_event);
+
+    // An IPv6 route added and removed: the watch says routes changed (the
+    // stack's RouteCache then asks again); an IPv4 one is not watched.
+    int route_changes = 0;
+    (*watch)->on_routes_changed([&] { ++route_changes; });
+    r = link_test::run("ip -6 route add 2001:db8:77::/64 dev lo");
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_TRUE(turn_until(loop, [&] { return route_changes > 0; }));
+    const int after_add = route_changes;
+    r = link_test::run("ip -6 route del 2001:db8:77::/64 dev lo");
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_TRUE(turn_until(loop, [&] { return route_changes > after_add; }));
   });
   t.join();
 }

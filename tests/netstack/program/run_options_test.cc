@@ -53,7 +53,7 @@ TEST(RunOptions, TheSmallestRunTakesTheDefaults) {
   EXPECT_TRUE(o.sandbox);
   EXPECT_TRUE(o.io_on_ring);
   EXPECT_FALSE(o.ipv6_neighbour_discovery);
-  EXPECT_FALSE(o.ipv6_tcp_flows);
+  EXPECT_FALSE(o.ipv6_flows);
   EXPECT_EQ(o.net.prefix_len, 24u);
   EXPECT_EQ(o.net.ifname, "eth0");
   EXPECT_EQ(o.pcap_max_bytes, 1ull << 30);
@@ -102,15 +102,26 @@ TEST(RunOptions, EveryOptionLandsWhereItShould) {
   EXPECT_EQ(o.stats_socket, "/run/stats");
   EXPECT_FALSE(o.io_on_ring);
   EXPECT_TRUE(o.ipv6_neighbour_discovery);
-  EXPECT_FALSE(o.ipv6_tcp_flows);
+  EXPECT_FALSE(o.ipv6_flows);
   EXPECT_FALSE(o.sandbox);
 }
 
-TEST(RunOptions, Ipv6TcpIsNeighbourDiscoveryAndTcpFlows) {
+TEST(RunOptions, Ipv6OnIsNeighbourDiscoveryAndFlows) {
+  auto r = parse({"-p", "p.toml", "--netns", "n", "--ipv6", "on"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->options.ipv6_neighbour_discovery);
+  EXPECT_TRUE(r->options.ipv6_flows);
+  EXPECT_FALSE(r->options.ipv6_deprecated_tcp);
+}
+
+// The mode's old name, kept for one release: the same mode, and a warning.
+TEST(RunOptions, Ipv6TcpIsTheDeprecatedNameOfOn) {
   auto r = parse({"-p", "p.toml", "--netns", "n", "--ipv6", "tcp"});
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_TRUE(r->options.ipv6_neighbour_discovery);
-  EXPECT_TRUE(r->options.ipv6_tcp_flows);
+  EXPECT_TRUE(r->options.ipv6_flows);
+  EXPECT_TRUE(r->options.ipv6_deprecated_tcp);
+  EXPECT_FALSE(parse({"-p", "p.toml", "--netns", "n", "--ipv6", "udp"}).ok());
 }
 
 TEST(RunOptions, ACommandAfterTheOptionsRunsInANamespaceOfItsOwn) {
@@ -224,8 +235,8 @@ TEST(RunOptions, NamesAndPathsAreBounded) {
             "--stream '': expected a path for the unix socket");
   EXPECT_EQ(refusal({"-p", "p.toml", "--netns", "n", "--io", "uring"}).message,
             "--io 'uring': expected 'ring' or 'syscalls'");
-  EXPECT_EQ(refusal({"-p", "p.toml", "--netns", "n", "--ipv6", "on"}).message,
-            "--ipv6 'on': expected 'off', 'nd' or 'tcp'");
+  EXPECT_EQ(refusal({"-p", "p.toml", "--netns", "n", "--ipv6", "yes"}).message,
+            "--ipv6 'yes': expected 'off', 'nd' or 'on'");
 }
 
 TEST(RunOptions, PublishedPortsAreParsedAndChecked) {

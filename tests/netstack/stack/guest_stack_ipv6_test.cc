@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
+#include "netstack/gateway/guest_dns.h"
 #include "netstack/stack/guest_stack.h"
 #include "tests/netstack/stack/guest_wire.h"
 #include "tests/netstack/stack/ipv6_wire.h"
@@ -193,20 +196,31 @@ TEST_F(GuestStackIpv6Test, NeighbourDiscoveryIsNotAnsweredWhenOff) {
   EXPECT_EQ(stack_->ndp_counters().router_advertisements, 0u);
 }
 
-// With IPv6 TCP flows on (GuestConfig::ipv6_tcp_flows): the guest's TCP goes
+// With IPv6 TCP flows on (GuestConfig::ipv6_flows): the guest's TCP goes
 // through lwIP and the same admission as IPv4. A SYN to an address the gate
 // never answered is refused with a RST from that address (after lwIP's own
 // neighbour solicitation, answered by the guest); one to the gateway's
 // address too; echo to the gateway's address is answered, to anything else
-// not; UDP is still dropped as not carried.
+// not.
 class GuestStackIpv6TcpTest : public GuestStackIpv6Test {
  protected:
   GuestConfig config() const override {
     GuestConfig c;
     c.instance = "ipv6-test";
     c.ipv6_neighbour_discovery = true;
-    c.ipv6_tcp_flows = true;
+    c.ipv6_flows = true;
     return c;
+  }
+  // lwIP solicits the guest's address before its first answer; the guest
+  // (the test) advertises it, and lwIP sends what it held.
+  void resolve_guest(const Address& gateway, const Address& guest = kLinkLocal) {
+    const auto back = ipv6_sent_back();
+    ASSERT_EQ(back.size(), 1u);
+    ASSERT_EQ(back[0].icmp_type, 135);
+    Bytes na{0x60, 0, 0, 0};  // solicited, override
+    na.insert(na.end(), guest.begin(), guest.end());
+    na.insert(na.end(), {2, 1, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02});  // the guest's MAC
+    send(ndp(136, na, guest, gateway));
   }
   static Bytes checksummed(std::uint8_t next, Bytes upper, std::size_t field, const Address& src,
                            const Address& dst) {
@@ -261,11 +275,107 @@ TEST_F(GuestStackIpv6TcpTest, TcpGoesThroughAdmissionAndEchoIsForTheGatewayOnly)
   send(checksummed(kIcmpv6, icmpv6(128, 0), 2, kLinkLocal, kServer));
   EXPECT_TRUE(ipv6_sent_back().empty());
 
+  EXPECT_EQ(stack_->counters().tcp_admitted + stack_->counters().udp_admitted, 0u);
+}
+
+// IPv6 UDP goes through the same admission as IPv4: a datagram to an address
+// the gate never answered is refused with an ICMPv6 destination unreachable,
+// administratively prohibited (type 1, code 1), from the gateway, quoting
+// the datagram; so is one to the gateway's own address on a port other than
+// DNS. Multicast UDP (mDNS) stays dropped as not carried.
+TEST_F(GuestStackIpv6TcpTest, RefusedUdpGetsAnIcmpv6AdministrativelyProhibited) {
+  const Address gateway_link_local = {0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const Bytes datagram = checksummed(kUdp, udp(40002, 443, Bytes(2, 0x68)), 6, kLinkLocal, kServer);
+  send(datagram);
+  resolve_guest(gateway_link_local);
+  auto back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].upper_protocol, kIcmpv6);
+  EXPECT_EQ(back[0].icmp_type, 1);
+  EXPECT_EQ(back[0].icmp_code, 1);
+  EXPECT_EQ(back[0].source, gateway_link_local);
+  EXPECT_EQ(back[0].destination, kLinkLocal);
+  // The quote: 4 unused bytes, then the datagram's IPv6 header on.
+  ASSERT_GE(back[0].upper_layer.size(), 8u + 40 + 8);
+  EXPECT_TRUE(std::equal(back[0].upper_layer.begin() + 8, back[0].upper_layer.begin() + 8 + 40 + 8,
+                         datagram.begin() + kIp));
+  EXPECT_EQ(stack_->counters().udp_refused, 1u);
+  EXPECT_EQ(stack_->counters().icmp_unreachable_sent, 1u);
+  EXPECT_EQ(stack_->udp_flows(), 0u);
+
+  send(checksummed(kUdp, udp(40003, 123, {1}), 6, kLinkLocal, gateway_link_local));
+  back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].icmp_type, 1);
+  EXPECT_EQ(stack_->counters().udp_refused, 2u);
+
   const std::uint64_t not_carried = stack_->counters().frames_dropped_ipv6;
-  send(checksummed(kUdp, udp(40002, 443, {1}), 6, kLinkLocal, kServer));
+  const Address mdns = {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFB};
+  send(checksummed(kUdp, udp(5353, 5353, {1}), 6, kLinkLocal, mdns));
   EXPECT_EQ(stack_->counters().frames_dropped_ipv6, not_carried + 1);
   EXPECT_TRUE(ipv6_sent_back().empty());
-  EXPECT_EQ(stack_->counters().tcp_admitted + stack_->counters().udp_admitted, 0u);
+  EXPECT_EQ(stack_->counters().udp_refused, 2u);
+  EXPECT_EQ(stack_->counters().udp_admitted, 0u);
+}
+
+// A guest spraying refused datagrams gets a burst of unreachables, then
+// none until the budget refills (IcmpErrorBudget: 20, then 10 a second):
+// every datagram is still refused and counted.
+TEST_F(GuestStackIpv6TcpTest, UnreachablesForRefusedUdpAreRateLimited) {
+  const Address gateway_link_local = {0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  send(checksummed(kUdp, udp(41000, 443, {1}), 6, kLinkLocal, kServer));
+  resolve_guest(gateway_link_local);
+  std::size_t unreachables = ipv6_sent_back().size();
+  for (std::uint16_t i = 1; i < 30; ++i) {
+    send(checksummed(kUdp, udp(static_cast<std::uint16_t>(41000 + i), 443, {1}), 6, kLinkLocal, kServer));
+    for (const Ipv6Fields& f : ipv6_sent_back())
+      if (f.upper_protocol == kIcmpv6 && f.icmp_type == 1) ++unreachables;
+  }
+  EXPECT_EQ(stack_->counters().udp_refused, 30u);
+  EXPECT_EQ(unreachables, 20u);
+  EXPECT_EQ(stack_->counters().icmp_unreachable_sent, 20u);
+  EXPECT_EQ(stack_->counters().icmp_unreachable_limited, 10u);
+}
+
+// The DNS gate is served on PREFIX::1 (what the router advertisement's RDNSS
+// names), UDP and TCP, by the same gate as on the IPv4 gateway.
+TEST_F(GuestStackIpv6TcpTest, TheDnsGateAnswersOnTheGatewaysUlaAddress) {
+  const Ipv6Prefix64 prefix = instance_ula_prefix("ipv6-test");
+  Address gateway_global{};
+  std::copy(prefix.begin(), prefix.end(), gateway_global.begin());
+  gateway_global[15] = 1;
+  Address guest_ula = gateway_global;
+  guest_ula[15] = 0x15;
+  // A query for a name the policy does not allow: the gate answers it
+  // itself (REFUSED), without an upstream.
+  Bytes query = {0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0};
+  for (const std::string_view label : {std::string_view("not-allowed"), std::string_view("example")}) {
+    query.push_back(static_cast<std::uint8_t>(label.size()));
+    for (const char ch : label) query.push_back(static_cast<std::uint8_t>(ch));
+  }
+  for (const std::uint8_t b : {0, 0, 28, 0, 1}) query.push_back(b);  // the root, AAAA, IN
+  send(checksummed(kUdp, udp(42000, 53, query), 6, guest_ula, gateway_global));
+  resolve_guest(gateway_global, guest_ula);
+  const auto back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].upper_protocol, kUdp);
+  EXPECT_EQ(back[0].source, gateway_global);
+  EXPECT_EQ(back[0].destination, guest_ula);
+  ASSERT_GE(back[0].upper_layer.size(), 8u + 12);
+  EXPECT_EQ(back[0].upper_layer[8], 0x12);  // the query's ID
+  EXPECT_EQ(back[0].upper_layer[9], 0x34);
+  EXPECT_NE(back[0].upper_layer[10] & 0x80, 0);  // a response
+  EXPECT_EQ(back[0].upper_layer[11] & 0x0F, 5);  // REFUSED
+  EXPECT_EQ(stack_->dns().counters().udp_queries, 1u);
+  EXPECT_EQ(stack_->counters().udp_refused, 0u);
+
+  // TCP: the gate's own listener completes the handshake (a SYN-ACK, not
+  // the RST every other port of the gateway gets).
+  send(checksummed(kTcp, tcp(42001, 53, 0x02), 16, guest_ula, gateway_global));
+  const auto synack = ipv6_sent_back();
+  ASSERT_EQ(synack.size(), 1u);
+  EXPECT_EQ(synack[0].upper_layer[13] & 0x12, 0x12);  // SYN, ACK
+  EXPECT_EQ(stack_->counters().syn_reset, 0u);
 }
 
 }  // namespace
