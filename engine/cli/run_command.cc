@@ -25,6 +25,7 @@
 #include "engine/layout.h"
 #include "engine/vmm/accel_probe.h"
 #include "engine/vmm/qemu_microvm.h"
+#include "policy/publish_spec.h"
 
 namespace abox::engine {
 namespace {
@@ -66,6 +67,12 @@ constexpr std::string_view kUsage =
     "                           runs (not with --events, --json, --keep; with -i, abox attach\n"
     "                           sends input; with -t, attach gives a terminal); then abox ls,\n"
     "                           logs, events, attach, exec, stop, start, rm\n"
+    "      --publish [HOST_ADDR:]HOST_PORT:GUEST_PORT[/udp]\n"
+    "                           publish a port of the guest on the host (repeatable): its\n"
+    "                           abox-net listens on HOST_ADDR:HOST_PORT (default 127.0.0.1,\n"
+    "                           never 0.0.0.0 unless spelled out) and forwards each\n"
+    "                           connection to the guest's GUEST_PORT; never a way out for\n"
+    "                           the guest (abox-net run --help; docs/netstack.md)\n"
     "      --json               print a summary of the run as one JSON line on stderr at the end\n"
     "      --keep               keep the state folder (events, console, instance.json)\n"
     "      --no-selftest        skip the self-test (a warning says so)\n"
@@ -118,6 +125,7 @@ constexpr OptionSpec kOptions[] = {
     {"selftest-resolver", 0, true},
     {"upstream-ca", 0, true},
     {"detach", 'd', false},
+    {"publish", 0, true},
     {"ipv6", 0, true},
 };
 
@@ -328,6 +336,16 @@ std::string run_config_from_args(const ParsedArgs& a, InstanceConfig& c, bool lo
     if (!valid_probe_address(*v)) return "--selftest-resolver " + *v + ": expected IPV4:PORT";
     c.selftest_targets.foreign_resolver = *v;
   }
+  std::vector<policy::PublishSpec> published;
+  for (const auto& v : a.all("publish")) {
+    auto spec = policy::parse_publish_spec(v);
+    if (!spec.ok()) return "--publish " + v + ": expected " + std::string(policy::describe(spec.error()));
+    published.push_back(*spec);
+  }
+  if (int clash = policy::first_publish_clash(published); clash >= 0)
+    return "--publish " + published[static_cast<std::size_t>(clash)].to_string() + ": expected " +
+           std::string(policy::describe(policy::PublishError::duplicate));
+  for (const auto& spec : published) c.publish.push_back(spec.to_string());
   std::string accel = a.last("accel").value_or("auto");
   if (accel != "auto" && accel != "kvm" && accel != "tcg") return "--accel: auto, kvm or tcg";
   if (auto v = a.last("ipv6")) {

@@ -36,6 +36,7 @@
 #include "engine/process/child_process.h"
 #include "engine/process/pipe_reader.h"
 #include "engine/version.h"
+#include "policy/publish_spec.h"
 
 namespace abox::engine {
 
@@ -465,6 +466,13 @@ std::string Daemon::describe(const std::string& name, bool full) const {
         if (auto parsed = parse_options(views, run_options(), /*stop_at_positional=*/true); parsed.ok()) {
           o["tty"] = parsed->has("tty");
           o["interactive"] = parsed->has("interactive");
+          // Its published ports (--publish), as abox-net was given them.
+          json::array published;
+          for (const auto& v : parsed->all("publish")) {
+            if (auto spec = policy::parse_publish_spec(v); spec.ok())
+              published.emplace_back(spec->to_string());
+          }
+          o["publish"] = std::move(published);
         }
       }
     }

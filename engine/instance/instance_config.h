@@ -56,6 +56,10 @@ struct InstanceConfig {
   std::vector<CopyIn> copy_in;  // before the command starts
   std::string term, lang;       // the operator's TERM and LANG, for the guest
 
+  // --publish: ports of the guest published on the host, each a canonical
+  // spec (policy/publish_spec.h, validated by the maker), passed to abox-net.
+  std::vector<std::string> publish;
+
   bool selftest = true;
   SelftestTargets selftest_targets;
   // --ipv6 on: abox-net carries the guest's IPv6 (abox-net run --ipv6 on); the

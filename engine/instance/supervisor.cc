@@ -367,6 +367,11 @@ void InstanceSupervisor::start_network() {
     spec.argv.push_back("--broker");
     spec.argv.push_back(folder_->broker_socket());
   }
+  // Published ports: abox-net listens on the host for them (abox run --publish).
+  for (const std::string& published : config_.publish) {
+    spec.argv.push_back("--publish");
+    spec.argv.push_back(published);
+  }
   // Always: the flows' counters (the idle timeout, `abox stats`), and
   // `abox policy apply`'s reload of a running instance.
   spec.argv.push_back("--stats-socket");

@@ -32,6 +32,7 @@
 #include "netstack/program/stats.h"
 #include "netstack/program/stats_server.h"
 #include "netstack/stack/guest_stack.h"
+#include "netstack/stack/inbound_ports.h"
 
 namespace abox::netstack {
 
@@ -91,6 +92,19 @@ constexpr std::string_view kUsage =
     "                             and gives the guest an IPv6 default route and DNS server\n"
     "                             ('tcp': a deprecated name for 'on'; with --netns, --tap-fd\n"
     "                             or --stream; CMD's namespace keeps IPv6 off)\n"
+    "      --publish [HOST_ADDR:]HOST_PORT:GUEST_PORT[/udp]\n"
+    "                             publish a guest port on the host (repeatable): abox-net\n"
+    "                             listens on HOST_ADDR:HOST_PORT (default 127.0.0.1; an IPv6\n"
+    "                             address in brackets) and forwards each connection (/udp:\n"
+    "                             each peer's datagrams) to the guest's GUEST_PORT. Only\n"
+    "                             loopback unless an address is given: 0.0.0.0 (every\n"
+    "                             address of this host) is never a default, spell it out.\n"
+    "                             The guest's side of a published connection reaches only\n"
+    "                             that connection: it is never a way out\n"
+    "      --publish-max-connections N\n"
+    "                             live connections (TCP) or peers (UDP) per published port,\n"
+    "                             1-65535 (default 64); past it a new connection is accepted\n"
+    "                             and closed at once, counted (inbound_refused_limit)\n"
     "      --audit                audit mode, whatever the policy's [mode] says: what the\n"
     "                             policy would refuse is let through and logged would_deny\n"
     "                             (reserved ranges and this host's addresses stay refused);\n"
@@ -162,11 +176,26 @@ std::string usage_line(std::string_view message) {
 
 base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std::string_view> args) {
   static constexpr base::OptionSpec kOptions[] = {
-      {"policy", 'p', true},       {"netns", 0, true},        {"tap-fd", 0, true},    {"stream", 0, true},
-      {"events", 0, true},         {"instance", 0, true},     {"address", 'a', true}, {"gateway", 'g', true},
-      {"mtu", 'm', true},          {"ifname", 0, true},       {"broker", 0, true},    {"pcap", 0, true},
-      {"pcap-max-bytes", 0, true}, {"stats-socket", 0, true}, {"io", 0, true},        {"ipv6", 0, true},
-      {"no-sandbox", 0, false},    {"audit", 0, false},
+      {"policy", 'p', true},
+      {"netns", 0, true},
+      {"tap-fd", 0, true},
+      {"stream", 0, true},
+      {"events", 0, true},
+      {"instance", 0, true},
+      {"address", 'a', true},
+      {"gateway", 'g', true},
+      {"mtu", 'm', true},
+      {"ifname", 0, true},
+      {"broker", 0, true},
+      {"pcap", 0, true},
+      {"pcap-max-bytes", 0, true},
+      {"stats-socket", 0, true},
+      {"io", 0, true},
+      {"ipv6", 0, true},
+      {"no-sandbox", 0, false},
+      {"audit", 0, false},
+      {"publish", 0, true},
+      {"publish-max-connections", 0, true},
   };
   // With a CMD, abox-net's own failures are 125 (CMD's status passes
   // through, as with `abox run`); without, 2.
@@ -250,6 +279,19 @@ base::Result<RunInvocation, RunUsageError> parse_run_options(std::span<const std
     o.ipv6_neighbour_discovery = *v != "off";
     o.ipv6_flows = *v == "on" || *v == "tcp";
     o.ipv6_deprecated_tcp = *v == "tcp";
+  }
+  for (const std::string& v : a.all("publish")) {
+    auto spec = policy::parse_publish_spec(v);
+    if (!spec.ok()) return bad("publish", v, policy::describe(spec.error()));
+    o.publish.push_back(*spec);
+  }
+  if (int clash = policy::first_publish_clash(o.publish); clash >= 0)
+    return bad("publish", o.publish[static_cast<std::size_t>(clash)].to_string(),
+               policy::describe(policy::PublishError::duplicate));
+  if (auto v = a.last("publish-max-connections")) {
+    auto n = parse_number(*v, 1, 65535);
+    if (!n) return bad("publish-max-connections", *v, "a number from 1 to 65535");
+    o.publish_max_connections = static_cast<std::uint32_t>(*n);
   }
   const bool ifname_given = a.has("ifname");
   if (auto v = a.last("ifname")) {
@@ -356,6 +398,18 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     tap = made->get();
     link = std::move(made).value();
   }
+  // Published ports: bound and listening now, before the sandbox (whose
+  // filter allows neither bind nor listen) and while a port below 1024 can
+  // still be had. Connections wait in the backlog until the stack is up.
+  std::vector<PublishedSocket> published;
+  if (!o.publish.empty()) {
+    auto listening = listen_published(o.publish);
+    if (!listening.ok()) {
+      std::cerr << "abox-net run: " << listening.error() << '\n';
+      return 3;
+    }
+    published = std::move(listening).value();
+  }
   std::optional<PcapWriter> pcap;
   if (o.pcap_path) {
     auto w = PcapWriter::create(*o.pcap_path, o.pcap_max_bytes);
@@ -398,6 +452,9 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     gc.ipv6_flows = o.ipv6_flows;
     // Gives back what glibc keeps after a burst of flows, every few seconds.
     MemoryTrimmer trimmer(loop, memory);
+    // Before the stack: its inbound flows count themselves in the ports'
+    // live counts until the stack destroys them (inbound_ports.h).
+    std::unique_ptr<InboundPorts> inbound;
     std::unique_ptr<GuestStack> stack;
     Link* guest_link = nullptr;  // the link, or the recorder wrapped around it
     auto stats = [&] {
@@ -455,6 +512,11 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     // waits for "ready" must read it first. Anywhere else they come first,
     // so that whoever sees "ready" finds the start event already written.
     const bool events_after_ready = sink->on_stdout();
+    std::string published_text;  // "127.0.0.1:8080:80 127.0.0.1:5353:53/udp"
+    for (const auto& p : o.publish) {
+      if (!published_text.empty()) published_text += ' ';
+      published_text += p.to_string();
+    }
     auto start_event = [&] {
       sink->release();
       events.emit("start", {{"mode", "run"},
@@ -467,7 +529,8 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
                             {"ipv6", !o.ipv6_neighbour_discovery ? "off"
                                      : o.ipv6_flows              ? "on"
                                                                  : "nd"},
-                            {"audit", audit_on}});
+                            {"audit", audit_on},
+                            {"publish", published_text}});
     };
     if (listener) {
       if (!events_after_ready) start_event();
@@ -489,6 +552,9 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
     guest_link = pcap ? static_cast<Link*>(&recording.emplace(*link, *pcap)) : link.get();
     stack = std::make_unique<GuestStack>(loop, *guest_link, policy, upstreams, events, random, gc);
     reloader.set_stack(stack.get());
+    if (!published.empty()) {
+      inbound = std::make_unique<InboundPorts>(*stack, std::move(published), o.publish_max_connections);
+    }
     // This host's addresses, before the first guest byte and before the
     // syscall filter (a netlink socket): the gate and admission refuse them.
     auto host_watch = HostAddressWatch::start(loop, stack->host_addresses(), events);

@@ -13,6 +13,7 @@
 #include "base/result.h"
 #include "netstack/link/tap_link.h"
 #include "netstack/program/process_setup.h"
+#include "policy/publish_spec.h"
 
 namespace abox::netstack {
 
@@ -40,6 +41,11 @@ struct ApplianceOptions {
   bool audit = false;  // --audit: audit mode whatever the policy's [mode] says
   bool ipv6_flows = false;
   bool ipv6_deprecated_tcp = false;  // --ipv6 tcp, the old name of 'on': warned about
+  // --publish (repeatable, no two on one host port: first_publish_clash()),
+  // and --publish-max-connections: live connections (TCP) or peers (UDP)
+  // per published port (netstack/stack/inbound_ports.h).
+  std::vector<policy::PublishSpec> publish;
+  std::uint32_t publish_max_connections = 64;
   // Where the ready line goes: -1 for stdout, else this fd (run -- CMD: the
   // parent that starts CMD reads it). Not with --stream.
   int ready_fd = -1;

@@ -200,6 +200,10 @@ std::string run_stats_json(const RunStatsSources& from) {
   // ICMP(v6) unreachables for refused UDP (added at the end).
   w.field("icmp_unreachable_sent", c.icmp_unreachable_sent)
       .field("icmp_unreachable_limited", c.icmp_unreachable_limited);
+  // Published ports (inbound_ports.h; added at the end).
+  w.field("inbound_accepted", c.inbound_accepted)
+      .field("inbound_refused_limit", c.inbound_refused_limit)
+      .field("inbound_refused_guest", c.inbound_refused_guest);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

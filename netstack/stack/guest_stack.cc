@@ -1053,7 +1053,7 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
   sweep_tcp_.clear();
   for (auto& [_, f] : tcp_flows_) sweep_tcp_.push_back(f.get());
   for (TcpFlow* f : sweep_tcp_) {
-    if (f->finished()) continue;
+    if (f->finished() || f->inbound()) continue;
     const policy::Endpoint dst = f->destination();
     const Recheck r = recheck_flow(now_in_force, host_addresses_, dst.address, dst.port,
                                    policy::Protocol::tcp, f->name(), f->brokered());
@@ -1186,7 +1186,8 @@ void GuestStack::would_deny(std::string_view reason, std::string_view proto, con
 void GuestStack::retire(TcpFlow* flow) {
   auto it = tcp_flows_.find(flow);
   if (it == tcp_flows_.end()) return;
-  if (events_.reserve_line())
+  // An inbound flow (a published port) says inbound_closed instead.
+  if (!flow->inbound() && events_.reserve_line())
     events_.write_reserved("close", {{"name", flow->name()},
                                      {"dst", flow->destination().to_string()},
                                      {"proto", "tcp"},
@@ -1194,6 +1195,11 @@ void GuestStack::retire(TcpFlow* flow) {
                                      {"bytes_in", flow->bytes_in()}});
   loop_.delete_later(std::move(it->second));
   tcp_flows_.erase(it);
+}
+
+void GuestStack::adopt(std::unique_ptr<TcpFlow> flow) {
+  TcpFlow* raw = flow.get();
+  tcp_flows_.emplace(raw, std::move(flow));
 }
 
 void GuestStack::retire(UdpFlow* flow) {

@@ -218,6 +218,10 @@ class GuestStack final : public FlowServices {
   // inside its own callback now).
   void retire(TcpFlow* flow) override;
   void retire(UdpFlow* flow) override;
+  // An inbound flow (a published port, inbound_ports.h) joins the flow
+  // table: swept, in the gauges and [limits] flows, retired like the
+  // guest's own flows; a reload leaves it alone (no policy admitted it).
+  void adopt(std::unique_ptr<TcpFlow> flow);
 
  private:
   friend struct StackGlue;

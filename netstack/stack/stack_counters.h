@@ -59,13 +59,20 @@ struct StackCounters {
   // held back (icmp_error_budget.h).
   std::uint64_t icmp_unreachable_sent = 0;
   std::uint64_t icmp_unreachable_limited = 0;
+  // Published ports (inbound_ports.h): host connections taken and relayed
+  // to the guest; refused past a port's limit of live connections, or with
+  // the flow table full (accepted and closed at once); refused by the guest
+  // (a reset, or no answer within connect_ms).
+  std::uint64_t inbound_accepted = 0;
+  std::uint64_t inbound_refused_limit = 0;
+  std::uint64_t inbound_refused_guest = 0;
 };
 
 struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 34> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 37> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -100,6 +107,9 @@ inline constexpr std::array<StackCounterField, 34> kStackCounterFields = {{
     {"budget_cut", &StackCounters::budget_cut},
     {"icmp_unreachable_sent", &StackCounters::icmp_unreachable_sent},
     {"icmp_unreachable_limited", &StackCounters::icmp_unreachable_limited},
+    {"inbound_accepted", &StackCounters::inbound_accepted},
+    {"inbound_refused_limit", &StackCounters::inbound_refused_limit},
+    {"inbound_refused_guest", &StackCounters::inbound_refused_guest},
 }};
 static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
               "every StackCounters field has its name in kStackCounterFields");

@@ -49,8 +49,25 @@ err_t sent_cb(void* arg, tcp_pcb*, u16_t len) {
   f->on_guest_sent(len);
   return f->aborted() ? ERR_ABRT : ERR_OK;
 }
-void err_cb(void* arg, err_t) {
-  static_cast<TcpFlow*>(arg)->on_guest_error();
+void err_cb(void* arg, err_t err) {
+  static_cast<TcpFlow*>(arg)->on_guest_error(err == ERR_CLSD);
+}
+err_t connected_cb(void* arg, tcp_pcb*, err_t) {
+  auto* f = static_cast<TcpFlow*>(arg);
+  f->on_guest_connected();
+  return f->aborted() ? ERR_ABRT : ERR_OK;
+}
+
+ip_addr_t to_lwip(const policy::IpAddress& a) {
+  ip_addr_t out{};
+  if (a.is_v6()) {
+    IP_SET_TYPE_VAL(out, IPADDR_TYPE_V6);
+    std::memcpy(ip_2_ip6(&out)->addr, a.bytes().data(), 16);
+  } else {
+    IP_SET_TYPE_VAL(out, IPADDR_TYPE_V4);
+    std::memcpy(&ip_2_ip4(&out)->addr, a.bytes().data(), 4);
+  }
+  return out;
 }
 
 }  // namespace
@@ -66,7 +83,30 @@ TcpFlow::TcpFlow(FlowServices& stack, tcp_pcb* pcb, bool needs_name, std::string
       state_(needs_name && broker == nullptr ? State::peeking : State::connecting),
       audited_(audited) {}
 
+TcpFlow::TcpFlow(FlowServices& stack, tcp_pcb* pcb, Inbound inbound)
+    : stack_(stack),
+      pcb_(pcb),
+      dst_(inbound.guest),
+      src_(inbound.peer),
+      broker_(nullptr),
+      state_(State::connecting),
+      host_(std::move(inbound.host)),
+      inbound_live_(inbound.live),
+      published_(std::move(inbound.published)) {
+  ++*inbound_live_;
+}
+
 TcpFlow::~TcpFlow() {
+  if (inbound_live_ != nullptr) {
+    --*inbound_live_;
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved("inbound_closed", {{"reason", end_reason_},
+                                                        {"published", published_},
+                                                        {"peer", src_.to_string()},
+                                                        {"bytes_to_guest", bytes_in_},
+                                                        {"bytes_from_guest", bytes_out_},
+                                                        {"proto", "tcp"}});
+  }
   if (handle_ != io::EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
   // A send still queued points into to_host_ and names host_'s fd: it is
   // handed to the kernel (which copies the bytes at once) and its
@@ -122,6 +162,44 @@ void TcpFlow::start() {
     return;
   }
   connect_host();
+}
+
+bool TcpFlow::start_inbound() {
+  tcp_arg(pcb_, this);
+  tcp_recv(pcb_, recv_cb);
+  tcp_sent(pcb_, sent_cb);
+  tcp_err(pcb_, err_cb);
+  const ip_addr_t gateway = to_lwip(stack_.config().gateway);
+  const ip_addr_t guest = to_lwip(dst_.address);
+  last_activity_ = stack_.loop().now();
+  deadline_ = last_activity_ + base::Millis(stack_.policy().timeouts().connect_ms);
+  if (tcp_bind(pcb_, &gateway, 0) != ERR_OK || tcp_connect(pcb_, &guest, dst_.port, connected_cb) != ERR_OK) {
+    end_reason_ = "no room in the stack for the connection to the guest";
+    abort_both(end_reason_);
+    return false;
+  }
+  // As start() does for the guest's flows ([limits] flow_buffer_bytes);
+  // tcp_connect() set the window it offers in its SYN, so after it.
+  const auto limit =
+      static_cast<tcpwnd_size_t>(std::min<std::size_t>(stack_.policy().limits().flow_buffer_bytes, TCP_WND));
+  if (pcb_->rcv_wnd > limit) pcb_->rcv_wnd = limit;
+  if (pcb_->rcv_ann_wnd > limit) pcb_->rcv_ann_wnd = limit;
+  return true;
+}
+
+void TcpFlow::on_guest_connected() {
+  if (state_ != State::connecting || pcb_ == nullptr) return;
+  state_ = State::open;
+  last_activity_ = stack_.loop().now();
+  tcp_nagle_disable(pcb_);
+  int one = 1;
+  ::setsockopt(host_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  watching_ = POLLIN | POLLRDHUP;
+  handle_ = stack_.loop().watch(host_.get(), watching_, this);
+  // Whatever the host peer sent while the guest was answering.
+  read_from_host();
+  if (state_ == State::done) return;
+  update_watch();
 }
 
 // The broker's socket: the hand-off line goes ahead of the guest's bytes.
@@ -532,9 +610,19 @@ void TcpFlow::on_guest_sent(std::size_t acked) {
   finish_if_done();
 }
 
-void TcpFlow::on_guest_error() {
+void TcpFlow::on_guest_error(bool closed) {
   // lwIP has freed the pcb (a reset from the guest, or its timers gave up).
   pcb_ = nullptr;
+  if (inbound() && state_ == State::connecting) {
+    end_reason_ = "the guest refused the connection (nothing listens on its port)";
+    ++stack_.mutable_counters().inbound_refused_guest;
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved(
+          "inbound_refused",
+          {{"reason", end_reason_}, {"published", published_}, {"peer", src_.to_string()}, {"proto", "tcp"}});
+  } else if (inbound()) {
+    end_reason_ = closed ? "closed" : "the guest reset the connection";
+  }
   if (host_) {
     linger lg{1, 0};  // close with RST: carry the reset across
     ::setsockopt(host_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
@@ -553,6 +641,7 @@ void TcpFlow::finish_if_done() {
 
 void TcpFlow::close_clean() {
   state_ = State::done;
+  end_reason_ = "closed";
   if (pcb_ != nullptr) {
     detach_pcb();
     if (pcb_->state == TIME_WAIT) {
@@ -578,8 +667,9 @@ void TcpFlow::close_clean() {
   stack_.retire(this);
 }
 
-void TcpFlow::abort_both(const char*) {
+void TcpFlow::abort_both(const char* reason) {
   state_ = State::done;
+  end_reason_ = reason;
   if (host_) {
     linger lg{1, 0};
     ::setsockopt(host_.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
@@ -595,6 +685,10 @@ void TcpFlow::abort_both(const char*) {
 
 void TcpFlow::check_deadlines(base::MonoTime now) {
   if (state_ == State::done) return;
+  if (inbound()) {
+    check_inbound_deadlines(now);
+    return;
+  }
   if ((state_ == State::peeking || state_ == State::connecting) && now >= deadline_) {
     if (state_ == State::peeking) {
       ++stack_.mutable_counters().name_refused;
@@ -641,6 +735,28 @@ void TcpFlow::check_deadlines(base::MonoTime now) {
           "flow", {{"reason", "idle timeout"}, {"dst", dst_.to_string()}, {"proto", "tcp"}});
     abort_both("idle");
   }
+}
+
+}  // namespace abox::netstack
+
+namespace abox::netstack {
+
+// An inbound flow's destination is the guest: no answer vouches for it and
+// no host address can become it. Only its own deadlines apply.
+void TcpFlow::check_inbound_deadlines(base::MonoTime now) {
+  if (state_ == State::connecting && now >= deadline_) {
+    ++stack_.mutable_counters().inbound_refused_guest;
+    if (stack_.events().reserve_line())
+      stack_.events().write_reserved("inbound_refused",
+                                     {{"reason", "the guest did not answer within connect_ms"},
+                                      {"published", published_},
+                                      {"peer", src_.to_string()},
+                                      {"proto", "tcp"}});
+    abort_both("the guest did not answer within connect_ms");
+    return;
+  }
+  if (state_ == State::open && now - last_activity_ >= base::Seconds(stack_.policy().timeouts().tcp_idle_s))
+    abort_both("idle timeout");
 }
 
 }  // namespace abox::netstack

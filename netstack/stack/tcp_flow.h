@@ -34,6 +34,16 @@
 //   queue drains; host EOF → FIN to the guest), resets too (guest RST → the
 //   host socket closes with SO_LINGER 0; host reset → tcp_abort, an RST).
 //   Idle flows are closed after timeouts.tcp_idle_s.
+// Inbound (a published port, inbound_ports.h): the same relay the other way
+// round. The host socket is one abox-net accepted on the host; the pcb is
+// one it made, bound to the gateway's address and connecting to the guest's
+// published port (connecting ends in lwIP's connected callback, a guest
+// RST, or timeouts.connect_ms); from open on, everything above holds
+// unchanged. The flow's only way out is that accepted socket: what the
+// guest sends on it goes there and nowhere else. No admission, name check
+// or answer expiry applies (the destination is the guest), and a reload
+// leaves it alone; idle, buffer and deadline limits do apply. Its end is an
+// `inbound_closed` event with the bytes each way.
 // A finished flow asks the stack to retire it (deferred deletion: it may be
 // inside one of its own callbacks).
 #pragma once
@@ -72,11 +82,29 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   // would refuse (no answer may vouch for it: no answer expiry ends it).
   TcpFlow(FlowServices& stack, tcp_pcb* pcb, bool needs_name, std::string name,
           const policy::BrokerBinding* broker = nullptr, bool audited = false);
+  // An inbound flow: `pcb` fresh from tcp_new (not bound), `inbound.host`
+  // the accepted host socket. start_inbound() connects it.
+  struct Inbound {
+    base::UniqueFd host;
+    policy::Endpoint guest;  // the guest's address and published port
+    policy::Endpoint peer;   // who connected on the host
+    std::string published;   // the spec, for events ("127.0.0.1:8080:80")
+    // The published port's count of live flows: +1 by the constructor, -1
+    // by the destructor (it outlives every flow: inbound_ports.h).
+    std::uint32_t* live = nullptr;
+  };
+  TcpFlow(FlowServices& stack, tcp_pcb* pcb, Inbound inbound);
   ~TcpFlow() override;
   TcpFlow(const TcpFlow&) = delete;
   TcpFlow& operator=(const TcpFlow&) = delete;
 
   void start();
+  // Inbound: binds the pcb to the gateway and connects to the guest. False
+  // when lwIP refused at once (the flow is then retired, its pcb freed).
+  bool start_inbound();
+  bool inbound() const { return inbound_live_ != nullptr; }
+  // lwIP's connected callback (inbound only).
+  void on_guest_connected();
   // Periodic check: connect, peek and idle deadlines.
   void check_deadlines(base::MonoTime now);
 
@@ -84,7 +112,8 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   void on_guest_data(pbuf* p);
   // The guest acknowledged `acked` more bytes of what the host sent.
   void on_guest_sent(std::size_t acked);
-  void on_guest_error();
+  // closed: lwIP freed the pcb after both FINs (ERR_CLSD), not a reset.
+  void on_guest_error(bool closed = false);
   // True once this flow has aborted its pcb: an lwIP callback that did so
   // must return ERR_ABRT.
   bool aborted() const { return aborted_; }
@@ -140,6 +169,7 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   bool follow(const pbuf* chain);
   void refuse_name(std::string_view why, std::string_view shown);
   void detach_pcb();
+  void check_inbound_deadlines(base::MonoTime now);
 
   FlowServices& stack_;
   tcp_pcb* pcb_;
@@ -183,10 +213,14 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
   bool host_closing_ = false;   // the poll saw POLLRDHUP/POLLHUP/POLLERR: read to the end
   bool aborted_ = false;
   bool audited_ = false;
+  // Inbound flows only.
+  std::uint32_t* inbound_live_ = nullptr;
+  std::string published_;
+  const char* end_reason_ = "closed";
   std::size_t budget_rule_ = static_cast<std::size_t>(-1);
-  std::uint64_t bytes_out_ = 0;
-  std::uint64_t bytes_in_ = 0;
-  base::MonoTime deadline_{};  // peek or connect deadline
+  std::uint64_t bytes_out_ = 0;  // from the guest, taken by the host socket
+  std::uint64_t bytes_in_ = 0;   // read from the host socket, queued to the guest
+  base::MonoTime deadline_{};    // peek or connect deadline
   base::MonoTime last_activity_{};
 };
 

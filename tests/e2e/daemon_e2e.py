@@ -51,6 +51,8 @@ Cases:
   (inspect's cgroup, a cgroup event); this host's cgroup v2 has no
   controllers, so the instances' cgroups for real are e2e.helper's VM test
   (tests/helper/daemon_cgroup_test.cc); doctor is the helper's client here;
+- publish: run -d --publish: inspect --json lists the port, curl on the host's
+  loopback reaches busybox httpd in the guest, rm -f leaves nothing;
 - churn: N run -d/stop/rm cycles (ABOX_CHURN, default 10): afterwards no process,
   socket or state folder of them, the daemon's fds as before and its memory
   within 2 MiB of where it was.
@@ -885,8 +887,31 @@ def case_lifecycle_classes(h):
         h.gone(f"lifecycle_{name}", name)
 
 
+def case_publish(h):
+    name = "pub"
+    page = "hello-from-a-detached-guest"
+    code, out, err = h.run("run", "-d", "--policy", h.policy, "--name", name, "--publish", "18710:8000", *SELFTEST,
+                           "--", "sh", "-c", f"mkdir -p /tmp/www && echo {page} > /tmp/www/index.html && "
+                           "exec httpd -f -p 8000 -h /tmp/www")
+    h.check("publish_run_d", code == 0 and out.strip() == name, f"exit {code}: {out} {err}")
+    inspect = h.json_of("inspect", "--json", name)
+    h.check("publish_inspect_shows_the_port", inspect.get("publish") == ["127.0.0.1:18710:8000"], inspect)
+    got, deadline = None, time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = h.rig.run(["curl", "-sS", "--max-time", "5", "http://127.0.0.1:18710/index.html"], ns=h.rig.outside,
+                      timeout=10)
+        if r.returncode == 0:
+            got = r.stdout
+            break
+        time.sleep(0.5)
+    h.check("publish_curl_reaches_the_detached_guest", got == page + "\n", repr(got))
+    code, _, err = h.run("rm", "-f", name)
+    h.check("publish_rm_f", code == 0, err)
+    h.gone("publish", name)
+
+
 CASES = [case_lifecycle, case_attach, case_peers, case_bad_requests, case_daemon_killed, case_four, case_nonce_of_another,
-         case_lifecycle_classes, case_unprivileged, case_churn]
+         case_lifecycle_classes, case_unprivileged, case_churn, case_publish]
 
 
 def main(argv):

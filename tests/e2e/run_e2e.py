@@ -37,6 +37,8 @@ Cases (one boot each):
 - sigint: SIGINT to abox run while `sleep 60` runs: exit 130, everything gone within 5 s;
 - vmm_killed: SIGKILL to QEMU mid-run: exit 122, the crash named, nothing left;
 - keep: `--keep` keeps the state folder with events.jsonl, console.log, instance.json;
+- publish: `--publish 18700:8000` and busybox httpd in the guest: curl on the host's
+  loopback gets its page;
 - bad_policy: an invalid policy exits 125 naming file:line:column; no boot.
 After every case: no abox-net, broker or QEMU process of the instance is left and its
 state folder is gone (unless kept).
@@ -583,6 +585,33 @@ def case_vmm_killed(h):
     h.nothing_left("vmm_killed", name)
 
 
+def case_publish(h):
+    """--publish: busybox httpd in the guest answers curl on the host's
+    loopback (the namespace abox run runs in) through the instance's abox-net."""
+    name = h.name()
+    page = "hello-from-the-guest"
+    p = h.start(["--policy", h.policy, "--name", name, "--publish", "18700:8000", "--timeout", "60s", *SELFTEST,
+                 "--", "sh", "-c", f"mkdir -p /tmp/www && echo {page} > /tmp/www/index.html && "
+                 "exec httpd -f -p 8000 -h /tmp/www"])
+    started = h.wait_for_event(name, "command_started")
+    got, deadline = None, time.monotonic() + 30
+    while started is not None and time.monotonic() < deadline:
+        r = h.rig.run(["curl", "-sS", "--max-time", "5", "http://127.0.0.1:18700/index.html"], ns=h.rig.outside,
+                      timeout=10)
+        if r.returncode == 0:
+            got = r.stdout
+            break
+        time.sleep(0.5)
+    h.check("publish_curl_on_the_host_reaches_the_guest", got == page + "\n", f"{got!r}")
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    h.nothing_left("publish", name)
+
+
 def case_bad_policy(h):
     bad = h.rig.path("bad.toml")
     with open(bad, "w") as f:
@@ -594,7 +623,7 @@ def case_bad_policy(h):
 
 
 CASES = [case_image, case_out_err_exit, case_one_mib, case_cpus_and_memory, case_names_and_addresses, case_broker_secrets, case_stdin,
-         case_stdout_closed, case_tty, case_copy_in, case_cp_running, case_idle_timeout, case_not_found, case_ipv6, case_timeout, case_sigint, case_vmm_killed, case_bad_policy]
+         case_stdout_closed, case_tty, case_copy_in, case_cp_running, case_idle_timeout, case_not_found, case_ipv6, case_timeout, case_sigint, case_vmm_killed, case_publish, case_bad_policy]
 
 
 def main(argv):

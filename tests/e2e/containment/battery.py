@@ -140,6 +140,11 @@ FORBIDDEN_ADDRS = {SECRET_ADDR, NS_ADDR, PROXY_ADDR, DOH_ADDR, nr.GATEWAY, "127.
                    *(a for _, t, a, _r in REBIND if t == "A"), *HOST_NAMES.values()}
 
 LIMITS = dict(flows=256, half_open=32, dns_in_flight=64, answer_entries=1024)
+# A published port (abox-net run --publish): 127.0.0.1:PUB_HOST on the host,
+# the guest's PUB_GUEST behind it (battery.py --pubserve in the guest), at
+# most PUB_MAX live connections.
+PUB_HOST, PUB_GUEST, PUB_MAX = 18090, 8090, 32
+INBOUND_FLOOD = 500
 PEEK_MS = 3000
 FAST = 3.0  # a refusal must come well before any client timeout
 
@@ -1147,10 +1152,109 @@ def is_server_hello(data):
     return len(data) >= 6 and data[0] == 0x16 and data[1] == 3 and data[5] == 2
 
 
+# -- a published port's two ends ------------------------------------------------------
+
+def pubserve(port):
+    """`battery.py --pubserve PORT`, in the guest: the server behind the
+    published port. Per connection, its first line says what to do:
+    'ESCAPE' tries every way out past the connection and reports them,
+    'ECHO' echoes one line; anything else (a flood client says nothing) is
+    held until the peer closes."""
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("0.0.0.0", port))
+    ls.listen(64)
+
+    def outcome(addr, p):
+        try:
+            with socket.create_connection((addr, p), timeout=3):
+                return "connected"
+        except OSError as e:
+            return _outcome(e)
+
+    def one(c, peer):
+        with c, contextlib.suppress(OSError, EOFError, ValueError):
+            c.settimeout(60)
+            word = nr.recv_line(c)
+            if word == "ESCAPE":
+                found = {"peer": list(peer),
+                         "gateway_side": outcome(peer[0], peer[1]),  # the gateway's end of this connection
+                         "gateway_published": outcome(peer[0], PUB_HOST),  # the host port, on the gateway
+                         "host_service": outcome(HOST_LO_ADDR, HOST_SERVICE_PORT),
+                         "secret": outcome(SECRET_ADDR, 80)}
+                u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                for addr, p in ((peer[0], peer[1]), (SECRET_ADDR, ECHO_PORTS[0])):
+                    u.sendto(f"ABOXMARK {TOKEN} published".encode(), (addr, p))
+                u.close()
+                c.sendall(json.dumps(found).encode() + b"\n")
+                # Bytes addressed elsewhere, on the published connection itself.
+                c.sendall(f"GET /index.html HTTP/1.1\r\nHost: {SECRET}\r\n\r\n".encode())
+            elif word == "ECHO":
+                c.sendall((nr.recv_line(c) + "\n").encode())
+            else:
+                while c.recv(65536):
+                    pass
+
+    while True:
+        c, peer = ls.accept()
+        threading.Thread(target=one, args=(c, peer), daemon=True).start()
+
+
+def client_published(what):
+    """On the host: one connection to the published port. 'escape': what the
+    guest found and what else it sent; 'echo': the echo."""
+    with socket.create_connection(("127.0.0.1", PUB_HOST), timeout=5) as s:
+        s.settimeout(30)
+        if what == "echo":
+            s.sendall(f"ECHO\nlegit {TOKEN}\n".encode())  # this process's token
+            return {"echo": nr.recv_line(s), "sent": f"legit {TOKEN}"}
+        s.sendall(b"ESCAPE\n")
+        found = json.loads(nr.recv_line(s, 4096))
+        rest = b""
+        with contextlib.suppress(socket.timeout):
+            s.settimeout(2)
+            while len(rest) < 4096:
+                b = s.recv(4096)
+                if not b:
+                    break
+                rest += b
+        return {"found": found, "rest": rest.decode(errors="replace")}
+
+
+def client_inbound_flood(n, seconds):
+    """On the host: n connections to the published port, held at once; how
+    many were closed on us at once and how many stay live."""
+    n, deadline = int(n), time.monotonic() + float(seconds)
+    socks = []
+    for _ in range(n):
+        if time.monotonic() > deadline:
+            break
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(3)
+        try:
+            s.connect(("127.0.0.1", PUB_HOST))
+            socks.append(s)
+        except OSError:
+            s.close()
+    time.sleep(2)  # abox-net accepts and refuses what it will
+    closed = live = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            closed += s.recv(1) == b""
+        except BlockingIOError:
+            live += 1
+        except OSError:
+            closed += 1
+    for s in socks:
+        s.close()
+    return {"made": len(socks), "closed": closed, "live": live}
+
+
 CLIENTS = {"raw": client_raw, "probe": client_probe, "udp": client_udp, "icmp": client_icmp, "dns": client_dns, "dot": client_dot,
            "doh": client_doh, "tools": client_tools, "expiry": client_expiry, "legit": client_legit,
            "slow": client_slow, "flows": client_flows, "dnsflood": client_dnsflood, "synflood": client_synflood,
-           "frames": client_frames}
+           "frames": client_frames, "published": client_published, "inbound_flood": client_inbound_flood}
 
 
 # -- the servers (`battery.py --serve CONFIG`, in the fake internet) ---------------------
@@ -1404,8 +1508,8 @@ class Battery:
     def _cmd(self, kind, args):
         return [sys.executable, os.path.abspath(__file__), "--client", kind, *map(str, args)]
 
-    def client(self, kind, *args, timeout=60):
-        r = self.rig.run(self._cmd(kind, args), ns=self.ns, timeout=timeout)
+    def client(self, kind, *args, timeout=60, ns=None):
+        r = self.rig.run(self._cmd(kind, args), ns=ns or self.ns, timeout=timeout)
         lines = r.stdout.strip().splitlines()
         if r.returncode != 0 or not lines:
             last = r.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -2298,6 +2402,57 @@ def many_slow_readers(t):
     return f"{n} held, tcp_flows {mid.get('tcp_flows', '-')}, one resumed {done['resumed_bytes'] >> 10} KiB" + returned
 
 
+# -- published ports (abox-net run --publish; abox-net only: the kernel
+# router publishes nothing) ---------------------------------------------------------------
+
+def _pubserve_up(t):
+    if not t.rig.listening(t.ns, PUB_GUEST):
+        p = t.rig.spawn("pubserve", [sys.executable, os.path.abspath(__file__), "--pubserve", str(PUB_GUEST)],
+                        ns=t.ns)
+        t.rig.wait_for("the published port's server", lambda: t.rig.listening(t.ns, PUB_GUEST), proc=p,
+                       log="pubserve")
+
+
+def _published_echo_works(t):
+    r = t.client("published", "echo", ns=t.rig.outside)
+    assert r.get("echo") == r.get("sent"), f"the published port's echo broke: {r}"
+
+
+@case("inbound_accepted", abox_only=True)
+def a_published_port_used_to_reach_out(t):
+    _pubserve_up(t)
+    r = t.client("published", "escape", ns=t.rig.outside, timeout=60)
+    found, rest = r["found"], r["rest"]
+    assert found["peer"][0] == nr.GATEWAY, f"the published connection came from {found['peer']}"
+    tries = {k: v for k, v in found.items() if k != "peer"}
+    t.attack("new connections from the guest past a published connection",
+             all(v != "connected" for v in tries.values()), False, str(tries))
+    reached = t.reached(SECRET_ADDR) + t.spied(lambda x: "host_service" in x or "published" in json.dumps(x))
+    t.attack("anything reaching the fake internet or this host from the guest", not reached, False, str(reached[:3]))
+    assert rest.startswith("GET /index.html") and f"Host: {SECRET}" in rest, \
+        f"the guest's bytes on the connection did not come to its host client: {rest!r}"
+    _published_echo_works(t)
+    t.web_works()
+    return f"{tries}; the guest's request for {SECRET} came to the host client only"
+
+
+@case("inbound_accepted", "inbound_refused_limit", abox_only=True)
+def a_flood_of_inbound_connections(t):
+    _pubserve_up(t)
+    before = t.counters()
+    with t.rss_bound("inbound flood", PUB_MAX * PER_FLOW_IDLE, f"{PUB_MAX} live x {PER_FLOW_IDLE} KiB"):
+        r = t.client("inbound_flood", INBOUND_FLOOD, 60, ns=t.rig.outside, timeout=90)
+        c = t.counters()
+    refused = c.get("inbound_refused_limit", 0) - before.get("inbound_refused_limit", 0)
+    t.attack(f"{INBOUND_FLOOD} inbound connections with --publish-max-connections {PUB_MAX}",
+             r["made"] == INBOUND_FLOOD and r["live"] <= PUB_MAX and refused >= INBOUND_FLOOD - PUB_MAX,
+             False, f"{r}, inbound_refused_limit +{refused}")
+    t.alive()
+    recovery = t.recover(10, lambda: _published_echo_works(t))
+    t.web_works()
+    return f"{r['live']} live, {r['closed']} closed at once, inbound_refused_limit +{refused}; {recovery}"
+
+
 @case(abox_only=True)
 def events_name_refusals_and_admit_nothing_forbidden(t):
     events = read_events(t)
@@ -2378,7 +2533,8 @@ def hardening_of(pid):
 
 def start_abox_net(rig, abox):
     # --ipv6 nd: the IPv6 cases meet the gateway's neighbour discovery (issue 21)
-    p = rig.start_abox_net(abox, POLICY, "--ipv6", "nd")
+    p = rig.start_abox_net(abox, POLICY, "--ipv6", "nd", "--publish", f"{PUB_HOST}:{PUB_GUEST}",
+                           "--publish-max-connections", str(PUB_MAX))
     exe = os.path.realpath(f"/proc/{p.pid}/exe")
     if os.path.basename(exe) != os.path.basename(abox):
         raise RuntimeError(f"pid {p.pid} is {exe}, not abox-net: RSS would be measured on the wrong process")
@@ -2471,6 +2627,9 @@ def setup(rig, mode):
 def main(argv):
     if argv[:1] == ["--client"]:
         print(json.dumps(CLIENTS[argv[1]](*argv[2:])))
+        return 0
+    if argv[:1] == ["--pubserve"]:
+        pubserve(int(argv[1]))
         return 0
     if argv[:1] == ["--host-service"]:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})

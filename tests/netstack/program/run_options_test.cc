@@ -239,5 +239,28 @@ TEST(RunOptions, NamesAndPathsAreBounded) {
             "--ipv6 'yes': expected 'off', 'nd' or 'on'");
 }
 
+TEST(RunOptions, PublishedPortsAreParsedAndChecked) {
+  auto r = parse({"--policy", "p.toml", "--netns", "g", "--publish", "8080:80", "--publish",
+                  "[::1]:5353:53/udp", "--publish-max-connections", "5"});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->options.publish.size(), 2u);
+  EXPECT_EQ(r->options.publish[0].to_string(), "127.0.0.1:8080:80");
+  EXPECT_EQ(r->options.publish[1].to_string(), "[::1]:5353:53/udp");
+  EXPECT_EQ(r->options.publish_max_connections, 5u);
+  EXPECT_EQ(parse({"--policy", "p.toml", "--netns", "g"})->options.publish_max_connections, 64u);
+
+  RunUsageError e = refusal({"--policy", "p.toml", "--netns", "g", "--publish", "0:80"});
+  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_EQ(e.message, "--publish '0:80': expected a host port from 1 to 65535");
+  e = refusal({"--policy", "p.toml", "--publish", "8080:80", "--publish", "0.0.0.0:8080:81", "--", "sh"});
+  EXPECT_EQ(e.exit_code, 125);
+  EXPECT_NE(e.message.find("already published"), std::string::npos) << e.message;
+  for (auto bad : {"0", "65536", "-1", "x"}) {
+    e = refusal({"--policy", "p.toml", "--netns", "g", "--publish-max-connections", bad});
+    EXPECT_EQ(e.message,
+              "--publish-max-connections '" + std::string(bad) + "': expected a number from 1 to 65535");
+  }
+}
+
 }  // namespace
 }  // namespace abox::netstack

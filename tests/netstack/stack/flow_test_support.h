@@ -110,6 +110,8 @@ class FlowRig {
   // The stack goes before the loop (its hooks stay registered on the loop:
   // the loop is not turned after).
   ~FlowRig() { stack_.reset(); }
+  // The stack goes now (for what must outlive its flows but not the loop).
+  void stop() { stack_.reset(); }
 
   // Makes the stack; the guest's ARP comes first, and example.com is
   // answered as 127.0.0.1 for `ttl`.
