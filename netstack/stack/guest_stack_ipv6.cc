@@ -31,7 +31,8 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
   const bool ndp_on = config_.ipv6_neighbour_discovery;
   const std::optional<Ipv6Prefix64> own_prefix =
       ndp_on ? std::optional<Ipv6Prefix64>(ndp_.prefix()) : std::nullopt;
-  if (const auto refusal = ipv6_guest_refusal(frame.ipv6(), own_prefix)) {
+  const Ipv6Address gateway[] = {ndp_.link_local(), ndp_.global()};
+  if (const auto refusal = ipv6_guest_refusal(frame.ipv6(), own_prefix, gateway)) {
     drop(*refusal, "ipv6");
     return;
   }

@@ -5,8 +5,10 @@
 
 namespace abox::netstack {
 
-bool guest_ipv6_source_allowed(const Ipv6Fields& ip, const std::optional<Ipv6Prefix64>& own_prefix) {
+bool guest_ipv6_source_allowed(const Ipv6Fields& ip, const std::optional<Ipv6Prefix64>& own_prefix,
+                               std::span<const Ipv6Address> gateway) {
   const auto& s = ip.source;
+  if (std::find(gateway.begin(), gateway.end(), s) != gateway.end()) return false;
   // fe80::/64 exactly: fe80:0:0:0 in the top 64 bits (fe80::/10 beyond /64
   // is reserved by RFC 4291 and no guest uses it).
   constexpr Ipv6Prefix64 kLinkLocal = {0xFE, 0x80, 0, 0, 0, 0, 0, 0};
@@ -17,7 +19,8 @@ bool guest_ipv6_source_allowed(const Ipv6Fields& ip, const std::optional<Ipv6Pre
 }
 
 std::optional<DropReason> ipv6_guest_refusal(const Ipv6Fields& ip,
-                                             const std::optional<Ipv6Prefix64>& own_prefix) {
+                                             const std::optional<Ipv6Prefix64>& own_prefix,
+                                             std::span<const Ipv6Address> gateway) {
   switch (ip.oddity) {
     case Ipv6Oddity::none:
       break;
@@ -30,7 +33,7 @@ std::optional<DropReason> ipv6_guest_refusal(const Ipv6Fields& ip,
     case Ipv6Oddity::unhandled_next_header:
       return DropReason::frame_ipv6_next_header;
   }
-  if (!guest_ipv6_source_allowed(ip, own_prefix)) return DropReason::frame_ipv6_spoofed;
+  if (!guest_ipv6_source_allowed(ip, own_prefix, gateway)) return DropReason::frame_ipv6_spoofed;
   return std::nullopt;
 }
 

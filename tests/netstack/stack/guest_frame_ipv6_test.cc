@@ -304,6 +304,17 @@ TEST(Ipv6GuestChecksTest, OnlyTheGuestsOwnSourcesPass) {
   EXPECT_FALSE(allowed(address({}, 1), kUdp, u, own));
   EXPECT_FALSE(allowed(address({0xFF, 0x02}, 1), kUdp, u, own));
   EXPECT_FALSE(allowed(address({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 2}, 15), kUdp, u, own));
+  // The gateway's own addresses in those prefixes are never the guest's.
+  const Ipv6Address gateway[] = {address({0xFE, 0x80}, 1), address({0xFD, 0x12, 0x34, 0x56, 0x78, 0x9A}, 1)};
+  auto allowed_beside_gateway = [&](const Address& src) {
+    return guest_ipv6_source_allowed(fields(ipv6_frame(kUdp, u, src)), own, gateway);
+  };
+  EXPECT_FALSE(allowed_beside_gateway(gateway[0]));
+  EXPECT_FALSE(allowed_beside_gateway(gateway[1]));
+  EXPECT_TRUE(allowed_beside_gateway(address({0xFE, 0x80}, 2)));
+  EXPECT_TRUE(allowed_beside_gateway(address({0xFD, 0x12, 0x34, 0x56, 0x78, 0x9A}, 2)));
+  EXPECT_EQ(ipv6_guest_refusal(fields(ipv6_frame(kUdp, u, gateway[1])), own, gateway),
+            DropReason::frame_ipv6_spoofed);
   // The unspecified address: ICMPv6 only (DAD, router solicitation, MLD).
   EXPECT_TRUE(allowed(Address{}, kIcmpv6, icmpv6(135, 0, 20), own));
   EXPECT_FALSE(allowed(Address{}, kUdp, u, own));
