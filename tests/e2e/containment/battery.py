@@ -1171,6 +1171,12 @@ def client_frames(which, *args):
                 / (MARK + f"spoof6 {tag}".encode()))
         add("spoofed_ipv6", eth / inet6.IPv6(src="2606:4700::15", dst=V6WEB6)
             / TCP(sport=40032, dport=80, flags="S"))
+    elif which == "spoof6gw":
+        # the gateway's own addresses as the source: its address in the instance's /64 and its link-local one
+        prefix = args[0]
+        for src, tag in ((prefix + "1", "gateway"), (args[1], "gateway_ll")):
+            add("spoofed_ipv6_gateway", eth / inet6.IPv6(src=src, dst=V6WEB6) / UDP(sport=40033, dport=UDP6_PORT)
+                / (MARK + f"spoof6 {tag}".encode()))
     elif which == "ndp":
         # issue 21: a router advertisement from the guest (a prefix, a default route, an RDNSS of its own),
         # then a neighbour discovery flood: solicitations for random targets, for the gateway, and
@@ -2358,6 +2364,31 @@ def _spoof6_marks(t):
     recs = t.spied(lambda r: ("echo" in r or r.get("v") == 6) and "x" in r)
     texts = [bytes.fromhex(r["x"]).decode(errors="replace") for r in recs]
     return {x.split()[-1] for x in texts if "spoof6 " in x}
+
+
+@case("frames_dropped_spoofed")
+def ipv6_gateways_own_addresses_as_source(t):
+    """Issue 21: a datagram to v6web's admitted echo from the gateway's own
+    addresses (PREFIX::1, where the DNS gate answers, and fe80::1), as the
+    IPv4 spoof case sends one from 10.0.2.2: ipv6_guest_checks.h calls every
+    address of the instance's /64 and of fe80::/64 the guest's, the
+    gateway's own included. The kernel router forwards the PREFIX::1 one
+    (its own address as a source is not checked); a link-local source is
+    never forwarded, so that one proves something only against abox-net."""
+    g = t.guest6()
+    t.udp6_works()
+    before = t.counters() if not t.control else {}
+    sent = t.client("frames", "spoof6gw", g["prefix"], g["gw_ll"])
+    assert "error" not in sent, sent
+    time.sleep(0.3)
+    marks = _spoof6_marks(t)
+    t.attack("datagrams from the gateway's own IPv6 addresses", not marks, "gateway" in marks,
+             f"arrived: {sorted(marks)}")
+    if not t.control:
+        d = t.counters()["frames_dropped_spoofed"] - before["frames_dropped_spoofed"]
+        assert d >= sent["frames"], f"{sent['frames']} frames from the gateway's addresses, {d} counted as spoofed"
+    t.udp6_works()
+    return f"arrived in inet: {sorted(marks) or 'none'}"
 
 
 @case("frames_dropped_ipv6_extension", "frames_dropped_fragment")
