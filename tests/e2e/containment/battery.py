@@ -20,6 +20,12 @@ flow (fragments, spoofed sources, SYNs, DNS queries with their bytes, UDP to
 anything but the allowed echo port, ICMP), and the echo servers, which log
 every marked datagram they get.
 
+IPv6 (issue 21): abox-net runs with --ipv6 on; the guest takes its address
+by SLAAC from abox-net's router advertisement (through the kernel router, a
+fixed ULA /64); the fake internet has IPv6 server addresses (public-looking
+and reserved ones), --serve answers HTTP and UDP echo there and its spy
+watches IPv6 as it watches IPv4.
+
 Usage:
   battery.py PATH/TO/abox-net [--only WORD[,WORD]] [--keep]
   battery.py --control [--only ...]   every case through a plain kernel router
@@ -83,6 +89,26 @@ ECHO_PORTS = (UDP_PORT, UDP_OTHER_PORT, nr.STREAM_PORT)  # UDP 9000 too: that po
 ECHO_ADDRS = [WEB_ADDR, TOOLS_ADDR, SECRET_ADDR, TTL_ADDR]
 MARK = b"ABOXMARK "  # the echo servers log every datagram that starts with it
 
+# IPv6 (issue 21): a /64 on the outside<->inet link and public-looking server
+# addresses on inet's lo, which exist only inside the rig's namespaces.
+# v6web is allowed (TCP 80, UDP 9007) and answered only with an AAAA; secret
+# (never allowed) has an AAAA too; PROXY6 is another resolver reachable over
+# IPv6 (the same relay to nsd); UNANSWERED6 is in no answer at all. The
+# --serve servers answer HTTP on port 80 of every IPv6 address in inet and
+# echo UDP (9007 and 9006) on V6WEB6, SECRET6 and UNANSWERED6; the spy logs every IPv6 packet that is not part of a
+# legitimate flow, as it does for IPv4.
+OUTSIDE_LINK6, INET_LINK6 = "2a00:1450:4001:81a::1", "2a00:1450:4001:81a::2"
+V6WEB = nr.fqdn("v6web")
+V6WEB6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
+SECRET6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2d"
+UNANSWERED6 = "2606:2800:21f:cb07:6820:80da:af6b:8b2e"
+PROXY6 = "2606:2800:21f:cb07::53"
+UDP6_PORT = 9007  # UDP echo on V6WEB6: 9007 allowed for v6web, 9006 for nobody
+INDEX6_HEAD = "abox battery: http over ipv6"  # + the run's TOKEN (INDEX6, made below TOKEN)
+# The control's kernel router gives the guest a fixed ULA /64 (abox-net gives
+# its instance's own, by router advertisement).
+CONTROL_PREFIX6 = "fd0c:ab0c:b0c5:1::"
+
 # Rebinding: an allowed name whose upstream answer is a reserved address.
 # Routable ones also exist in the fake internet (a /32 on inet's lo, nginx on
 # it), so a leak would reach a real server, and --control proves it does.
@@ -96,22 +122,22 @@ REBIND = [  # (short name, type, address, routable)
     ("rb-multicast", "A", "224.0.0.1", False),
     ("rb-zero", "A", "0.0.0.0", False),
     ("rb-mapped", "AAAA", "::ffff:10.99.0.1", False),
-    ("rb-nat64", "AAAA", "64:ff9b::a63:1", False),
-    ("rb-ula", "AAAA", "fd00::1", False),
+    ("rb-nat64", "AAAA", "64:ff9b::a63:1", True),
+    ("rb-ula", "AAAA", "fd00::1", True),
     # issue 21: every other reserved IPv6 range as an AAAA answer
     ("rb-v6-loopback", "AAAA", "::1", False),
     ("rb-v6-unspecified", "AAAA", "::", False),
     ("rb-v6-linklocal", "AAAA", "fe80::1", False),
-    ("rb-v6-sitelocal", "AAAA", "fec0::1", False),
+    ("rb-v6-sitelocal", "AAAA", "fec0::1", True),
     ("rb-v6-multicast", "AAAA", "ff02::1", False),
-    ("rb-v6-doc", "AAAA", "2001:db8::1", False),
-    ("rb-v6-doc3fff", "AAAA", "3fff::1", False),
-    ("rb-v6-discard", "AAAA", "100::1", False),
+    ("rb-v6-doc", "AAAA", "2001:db8::1", True),
+    ("rb-v6-doc3fff", "AAAA", "3fff::1", True),
+    ("rb-v6-discard", "AAAA", "100::1", True),
     ("rb-v6-compat", "AAAA", "::a63:1", False),
-    ("rb-v6-nat64local", "AAAA", "64:ff9b:1::a63:1", False),
-    ("rb-v6-6to4", "AAAA", "2002:a63:1::1", False),
-    ("rb-v6-teredo", "AAAA", "2001:0:4136:e378:8000:63bf:3fff:fdd2", False),
-    ("rb-v6-metadata", "AAAA", "fd00:ec2::254", False),
+    ("rb-v6-nat64local", "AAAA", "64:ff9b:1::a63:1", True),
+    ("rb-v6-6to4", "AAAA", "2002:a63:1::1", True),
+    ("rb-v6-teredo", "AAAA", "2001:0:4136:e378:8000:63bf:3fff:fdd2", True),
+    ("rb-v6-metadata", "AAAA", "fd00:ec2::254", True),
 ]
 RB_MIXED, RB_CNAME = nr.fqdn("rb-mixed"), nr.fqdn("rb-cname")  # public + private; a CNAME to a private one
 # Addresses of the namespace abox-net runs in (outside), each public-looking,
@@ -123,21 +149,26 @@ HOST_NAMES = {nr.fqdn("rb-host-veth"): nr.OUTSIDE_LINK, nr.fqdn("rb-host-lo"): H
               nr.fqdn("rb-host-late"): HOST_LATE_ADDR}
 HOST_SERVICE_PORT = 80
 HOST_SERVICE_PAGE = "abox battery: a service of the host abox-net runs on\n"
-PRIVATE_SERVERS = sorted({a for _, t, a, routable in REBIND if routable})
+PRIVATE_SERVERS = sorted({a for _, t, a, routable in REBIND if routable and t == "A"})
+PRIVATE_SERVERS6 = sorted({a for _, t, a, routable in REBIND if routable and t == "AAAA"})
 
 ZONE_RECORDS = ([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()]
                 + [f"ttl {TTL} IN A {TTL_ADDR}", f"*.flood IN A {FLOOD_ADDR}", f"*.hang IN A {FLOOD_ADDR}"]
                 + [f"{short} IN {rtype} {addr}" for short, rtype, addr, _ in REBIND]
                 + [f"rb-mixed IN A {WEB_ADDR}", "rb-mixed IN A 10.99.0.1", "rb-cname IN CNAME rb-private10"]
-                + [f"{name.split('.')[0]} IN A {addr}" for name, addr in HOST_NAMES.items()])
+                + [f"{name.split('.')[0]} IN A {addr}" for name, addr in HOST_NAMES.items()]
+                + [f"v6web IN AAAA {V6WEB6}", f"secret IN AAAA {SECRET6}"])
 
 # Where legitimate flows go: the spy logs everything else.
 ALLOWED_TCP = {(WEB_ADDR, 80), (WEB_ADDR, 443), (TTL_ADDR, 80), (FLOOD_ADDR, 80),
                *((TOOLS_ADDR, p) for p in (nr.STREAM_PORT, nr.RESET_PORT, nr.HALFCLOSE_PORT))}
 ALLOWED_UDP = {(TOOLS_ADDR, UDP_PORT), (TTL_ADDR, UDP_PORT)}
+ALLOWED_TCP6, ALLOWED_UDP6 = {(V6WEB6, 80)}, {(V6WEB6, UDP6_PORT)}
 # No admit event may ever name these.
 FORBIDDEN_ADDRS = {SECRET_ADDR, NS_ADDR, PROXY_ADDR, DOH_ADDR, nr.GATEWAY, "127.0.0.1",
-                   *(a for _, t, a, _r in REBIND if t == "A"), *HOST_NAMES.values()}
+                   *(a for _, t, a, _r in REBIND if t == "A"), *HOST_NAMES.values(),
+                   SECRET6, UNANSWERED6, PROXY6,
+                   *(str(ipaddress.ip_address(a)) for _, t, a, _r in REBIND if t == "AAAA")}
 
 LIMITS = dict(flows=256, half_open=32, dns_in_flight=64, answer_entries=1024)
 # A published port (abox-net run --publish): 127.0.0.1:PUB_HOST on the host,
@@ -202,6 +233,15 @@ ports = [80, 443]
 names = ["*.{FLOOD_SUFFIX}", "*.{HANG_SUFFIX}"]
 ports = [80]
 
+[[allow]]
+names = ["{V6WEB}"]
+ports = [80]
+
+[[allow]]
+names = ["{V6WEB}"]
+ports = [{UDP6_PORT}]
+protocols = ["udp"]
+
 [limits]
 flow_buffer_bytes = {FLOW_BUFFER_BYTES}
 flows = {LIMITS['flows']}
@@ -213,11 +253,12 @@ answer_entries = {LIMITS['answer_entries']}
 connect_ms = 3000
 peek_ms = {PEEK_MS}
 """
-ALLOWED_EXACT = {WEB, TOOLS, TTL_NAME, RB_MIXED, RB_CNAME, *(nr.fqdn(s) for s, *_ in REBIND), *HOST_NAMES}
+ALLOWED_EXACT = {WEB, TOOLS, TTL_NAME, RB_MIXED, V6WEB, RB_CNAME, *(nr.fqdn(s) for s, *_ in REBIND), *HOST_NAMES}
 ALLOWED_WILD = (FLOOD_SUFFIX, HANG_SUFFIX)
 
 TOKEN = os.urandom(8).hex()
 INDEX = {WEB: f"abox battery: {WEB} {TOKEN}\n", OTHER: f"abox battery: {OTHER} {TOKEN}\n"}
+INDEX6 = f"{INDEX6_HEAD} {TOKEN}\n"  # --serve's page over IPv6 (it gets the text in its config)
 BIG_BYTES = 16 << 20  # what each slow reader asks for
 
 
@@ -392,6 +433,54 @@ def client_probe(spec):
         finally:
             s.close()
         out.append({"host": host, "addr": addr, "port": port, "outcome": outcome,
+                    "elapsed": time.monotonic() - start})
+    return {"results": out}
+
+
+def client_probe6(spec):
+    """TCP connects over IPv6, one after another: [[host or address, port],
+    ...] -> outcomes (a name is resolved to its AAAA)."""
+    out = []
+    for host, port in json.loads(spec):
+        start = time.monotonic()
+        try:
+            addr = socket.getaddrinfo(host, None, socket.AF_INET6, socket.SOCK_STREAM)[0][4][0]
+        except OSError as e:
+            out.append({"host": host, "port": port, "outcome": f"resolve {e}", "elapsed": 0})
+            continue
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        s.settimeout(4)
+        try:
+            s.connect((addr, int(port)))
+            outcome = "connected"
+        except OSError as e:
+            outcome = _outcome(e)
+        finally:
+            s.close()
+        out.append({"host": host, "addr": addr, "port": port, "outcome": outcome,
+                    "elapsed": time.monotonic() - start})
+    return {"results": out}
+
+
+def client_udp6(spec):
+    """One datagram over IPv6 to each [host or address, port, text], one
+    after another; echo / error (an ICMPv6 error: EACCES for administratively
+    prohibited) / timeout, waiting at most 1.5 s each."""
+    out = []
+    for host, port, text in json.loads(spec):
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.settimeout(1.5)
+        start = time.monotonic()
+        try:
+            addr = socket.getaddrinfo(host, None, socket.AF_INET6, socket.SOCK_DGRAM)[0][4][0]
+            s.connect((addr, int(port)))
+            s.send(text.encode())
+            outcome = "echo" if s.recv(65535) == text.encode() else "other"
+        except OSError as e:
+            outcome = f"error {_outcome(e)}" if not isinstance(e, socket.timeout) else "timeout"
+        finally:
+            s.close()
+        out.append({"host": host, "port": port, "text": text, "outcome": outcome,
                     "elapsed": time.monotonic() - start})
     return {"results": out}
 
@@ -938,9 +1027,26 @@ def _scapy():
     return inet, inet6, l2, packet
 
 
-def client_frames(which):
+def _count_ndp_answers(s, src):
+    """Neighbour and router advertisements from `src` queued on the raw
+    socket s (opened before the solicitations went out)."""
+    na = ra = 0
+    s.setblocking(False)
+    want = socket.inet_pton(socket.AF_INET6, src)
+    while True:
+        try:
+            data = s.recv(65535)
+        except BlockingIOError:
+            return na, ra
+        if len(data) >= 14 + 41 and data[12:14] == b"\x86\xdd" and data[14 + 6] == 58 and data[22:38] == want:
+            t = data[14 + 40]
+            na, ra = na + (t == 136), ra + (t == 134)
+
+
+def client_frames(which, *args):
     """Hand-made frames from the guest's interface (scapy): which = fragments,
-    spoof or reserved. Prints what was sent, by kind."""
+    spoof, reserved, ipv6, ndp GATEWAY_LL, ext6 OWN_ADDR or spoof6 PREFIX.
+    Prints what was sent, by kind."""
     inet, inet6, l2, packet = _scapy()
     IP, UDP, TCP, ICMP, Raw = inet.IP, inet.UDP, inet.TCP, inet.ICMP, packet.Raw
     iface, own_mac, gw_mac = _guest_link()
@@ -1033,8 +1139,8 @@ def client_frames(which):
             add("syn", eth / IP(src=g, dst=dst) / TCP(sport=40020, dport=80, flags="S"))
             add("udp", eth / IP(src=g, dst=dst) / UDP(sport=40021, dport=UDP_PORT) / (MARK + f"to {dst}".encode()))
     elif which == "ipv6":
-        # IPv6 is not carried yet: dropped, whatever it is for (NAT64 of web's address, ULA, a global one),
-        # from a ULA that is not the guest's (spoofed) and from its link-local address (issue 21)
+        # IPv6 to addresses no answer named (NAT64 of web's address, ULA, a global one), from a ULA that is
+        # not the guest's (spoofed) and from a link-local address (refused: no answer named them) (issue 21)
         for src in ("fd00::15", "fe80::15"):
             for dst in ("64:ff9b::5db8:d70e", "fd00::1", "2606:4700::1111"):
                 add("ipv6_udp", eth / inet6.IPv6(src=src, dst=dst) / inet.UDP(sport=40022, dport=UDP_PORT)
@@ -1048,6 +1154,34 @@ def client_frames(which):
         add("ipv6_fragment_hiding_tcp", eth / inet6.IPv6(src="fe80::15", dst=dst)
             / inet6.IPv6ExtHdrFragment(nh=6, offset=0, m=1, id=7) / bytes(syn)[:8])
         add("ipv6_unknown_next_header", eth / inet6.IPv6(src="fe80::15", dst=dst, nh=253) / bytes(syn))
+    elif which == "ext6":
+        # issue 21: extension-header tricks from the guest's own address to an admitted destination
+        # (v6web's address, port 80): a routing header type 0, a first fragment hiding the TCP header
+        # (RFC 7112), an unknown next header before TCP
+        own, dst = args[0], V6WEB6
+        syn = inet.TCP(sport=40030, dport=80, flags="S", seq=1000)
+        tcp = bytes(inet6.IPv6(src=own, dst=dst) / syn)[40:]  # with its checksum over the real pair
+        add("ipv6_routing0", eth / inet6.IPv6(src=own, dst=dst)
+            / inet6.IPv6ExtHdrRouting(type=0, addresses=["2606:4700::1001"]) / syn)
+        add("ipv6_fragment_hiding_tcp", eth / inet6.IPv6(src=own, dst=dst)
+            / inet6.IPv6ExtHdrFragment(nh=6, offset=0, m=1, id=0xab0c) / Raw(tcp[:8]))
+        add("ipv6_unknown_next_header", eth / inet6.IPv6(src=own, dst=dst, nh=253) / Raw(tcp))
+    elif which == "spoof6":
+        # issue 21: UDP (and a SYN) from IPv6 sources that are not the guest's, to v6web's echo
+        prefix = args[0]
+        for src, tag in (("fd00::15", "other_ula"), ("2606:4700::15", "public"), ("fd0c:ab0c:b0c5:2::15",
+                         "another_ula_64"), ("::1", "loopback"), ("ff02::1", "multicast"), ("::ffff:10.0.2.15",
+                         "mapped")):
+            add("spoofed_ipv6", eth / inet6.IPv6(src=src, dst=V6WEB6) / UDP(sport=40031, dport=UDP6_PORT)
+                / (MARK + f"spoof6 {tag}".encode()))
+        add("spoofed_ipv6", eth / inet6.IPv6(src="2606:4700::15", dst=V6WEB6)
+            / TCP(sport=40032, dport=80, flags="S"))
+    elif which == "spoof6gw":
+        # the gateway's own addresses as the source: its address in the instance's /64 and its link-local one
+        prefix = args[0]
+        for src, tag in ((prefix + "1", "gateway"), (args[1], "gateway_ll")):
+            add("spoofed_ipv6_gateway", eth / inet6.IPv6(src=src, dst=V6WEB6) / UDP(sport=40033, dport=UDP6_PORT)
+                / (MARK + f"spoof6 {tag}".encode()))
     elif which == "ndp":
         # issue 21: a router advertisement from the guest (a prefix, a default route, an RDNSS of its own),
         # then a neighbour discovery flood: solicitations for random targets, for the gateway, and
@@ -1063,8 +1197,11 @@ def client_frames(which):
             add("ns_random_target", l2.Ether(src=own_mac, dst=inet6.in6_getnsmac(sn))
                 / inet6.IPv6(src=ll, dst=inet6.inet_ntop(socket.AF_INET6, sn), hlim=255)
                 / inet6.ICMPv6ND_NS(tgt=tgt) / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
-        ns_gw = (l2.Ether(src=own_mac, dst="33:33:ff:00:00:01") / inet6.IPv6(src=ll, dst="ff02::1:ff00:1", hlim=255)
-                 / inet6.ICMPv6ND_NS(tgt="fe80::1") / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
+        gw_ll = args[0]  # abox-net's fe80::1, or the control router's own link-local address
+        gw_sn = inet6.in6_getnsma(inet6.inet_pton(socket.AF_INET6, gw_ll))
+        ns_gw = (l2.Ether(src=own_mac, dst=inet6.in6_getnsmac(gw_sn))
+                 / inet6.IPv6(src=ll, dst=inet6.inet_ntop(socket.AF_INET6, gw_sn), hlim=255)
+                 / inet6.ICMPv6ND_NS(tgt=gw_ll) / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
         rs = (l2.Ether(src=own_mac, dst="33:33:00:00:00:02") / inet6.IPv6(src=ll, dst="ff02::2", hlim=255)
               / inet6.ICMPv6ND_RS() / inet6.ICMPv6NDOptSrcLLAddr(lladdr=own_mac))
         for _ in range(2000):
@@ -1073,6 +1210,12 @@ def client_frames(which):
             add("rs", rs)
     else:
         return {"error": f"unknown frames {which}"}
+    listen = None
+    if which == "ndp":  # what comes back: opened before the first solicitation
+        listen = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86DD))
+        with contextlib.suppress(OSError):
+            listen.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)  # SO_RCVBUFFORCE
+        listen.bind((iface, 0))
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
     s.bind((iface, 0))
     errors = 0
@@ -1083,7 +1226,12 @@ def client_frames(which):
             errors += 1
             time.sleep(0.002)
     s.close()
-    return {"kinds": kinds, "frames": len(frames), "errors": errors, "iface": iface}
+    out = {"kinds": kinds, "frames": len(frames), "errors": errors, "iface": iface}
+    if listen is not None:
+        time.sleep(0.5)
+        out["na"], out["ra"] = _count_ndp_answers(listen, args[0])
+        listen.close()
+    return out
 
 
 def client_raw(spec):
@@ -1251,7 +1399,8 @@ def client_inbound_flood(n, seconds):
     return {"made": len(socks), "closed": closed, "live": live}
 
 
-CLIENTS = {"raw": client_raw, "probe": client_probe, "udp": client_udp, "icmp": client_icmp, "dns": client_dns, "dot": client_dot,
+CLIENTS = {"raw": client_raw, "probe": client_probe, "probe6": client_probe6, "udp6": client_udp6,
+           "udp": client_udp, "icmp": client_icmp, "dns": client_dns, "dot": client_dot,
            "doh": client_doh, "tools": client_tools, "expiry": client_expiry, "legit": client_legit,
            "slow": client_slow, "flows": client_flows, "dnsflood": client_dnsflood, "synflood": client_synflood,
            "frames": client_frames, "published": client_published, "inbound_flood": client_inbound_flood}
@@ -1315,11 +1464,79 @@ def serve(config_path):
             if keep:
                 write(rec)
 
+    def spy6():
+        """The same for IPv6: every packet that is not part of a legitimate
+        flow from abox-net's outside address (extension headers, spoofed
+        sources, SYNs, UDP to anything but the allowed echo, ICMPv6 other
+        than the link's own neighbour discovery)."""
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x86DD))
+        with contextlib.suppress(OSError):
+            s.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE
+        s.bind((cfg["veth"], 0))
+        allowed_tcp6 = {(a, p) for a, p in cfg["allowed_tcp6"]}
+        allowed_udp6 = {(a, p) for a, p in cfg["allowed_udp6"]}
+        while True:
+            data, addr = s.recvfrom(65535)
+            if addr[2] == 4 or len(data) < 40:
+                continue
+            nh = data[6]
+            if data[24] == 0xFF and data[25] & 0x0F == 2:
+                continue  # link-scope multicast (MLD reports, ND of the link's own ends): no router forwards it
+            src, dst = socket.inet_ntop(socket.AF_INET6, data[8:24]), socket.inet_ntop(socket.AF_INET6, data[24:40])
+            rec = {"t": time.time(), "v": 6, "s": src, "d": dst, "p": nh}
+            l4 = data[40:]
+            keep = src != OUTSIDE_LINK6
+            if nh == 6 and len(l4) >= 20:
+                sp, dp, _, _, doff, flags = struct.unpack("!HHIIBB", l4[:14])
+                rec.update(sp=sp, dp=dp, f=flags)
+                keep = keep or (flags & 0x12) == 0x02 or (dst, dp) not in allowed_tcp6
+            elif nh == 17 and len(l4) >= 8:
+                sp, dp = struct.unpack("!HH", l4[:4])
+                pay = l4[8:]
+                rec.update(sp=sp, dp=dp)
+                if pay.startswith(MARK):
+                    rec["x"] = pay[:80].hex()
+                keep = keep or (dst, dp) not in allowed_udp6 or pay.startswith(MARK)
+            elif nh == 58 and l4:
+                rec["it"] = l4[0]
+                keep = l4[0] not in (133, 134, 135, 136, 143)  # the link's own ND and MLD
+            else:
+                keep = True  # an extension header, a fragment, anything else
+            if keep:
+                write(rec)
+
+    def http6():
+        """HTTP on port 80 of every IPv6 address in inet (nginx has IPv4's):
+        one page per connection, each connection logged."""
+        ls = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        ls.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("::", 80))
+        ls.listen(64)
+
+        def one(c, peer):
+            with c:
+                write({"t": time.time(), "http6": c.getsockname()[0], "from": peer[0]})
+                with contextlib.suppress(OSError):
+                    c.settimeout(3)
+                    c.recv(65536)
+                    body = cfg["index6"].encode()
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+                              + body)
+        while True:
+            c, peer = ls.accept()
+            threading.Thread(target=one, args=(c, peer), daemon=True).start()
+
     def echo():
         socks = []
         for a in cfg["echo_addrs"]:
             for p in cfg["echo_ports"]:
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.bind((a, p))
+                socks.append(s)
+        for a in (V6WEB6, SECRET6, UNANSWERED6):
+            for p in (UDP6_PORT, UDP_OTHER_PORT):
+                s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
                 s.bind((a, p))
                 socks.append(s)
         while True:
@@ -1328,7 +1545,7 @@ def serve(config_path):
                 with contextlib.suppress(OSError):
                     data, peer = s.recvfrom(65535)
                     if data.startswith(MARK):
-                        write({"t": time.time(), "echo": "%s:%d" % s.getsockname(), "from": peer[0],
+                        write({"t": time.time(), "echo": "%s:%d" % s.getsockname()[:2], "from": peer[0],
                                "x": data[:80].hex()})
                     s.sendto(data, peer)
 
@@ -1354,7 +1571,7 @@ def serve(config_path):
             c.close()
 
     def tcp_listener(addr, port, tls_ctx=None):
-        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         ls.bind((addr, port))
         ls.listen(64)
@@ -1362,10 +1579,11 @@ def serve(config_path):
             c, _ = ls.accept()
             threading.Thread(target=relay_tcp, args=(c, tls_ctx), daemon=True).start()
 
-    def proxy_udp():
-        """abox-net's upstream: relays to nsd, drops every *.hang question."""
-        ls = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        ls.bind((cfg["proxy"], 53))
+    def proxy_udp(listen):
+        """abox-net's upstream: relays to nsd, drops every *.hang question.
+        (Also on PROXY6: another resolver, over IPv6.)"""
+        ls = socket.socket(socket.AF_INET6 if ":" in listen else socket.AF_INET, socket.SOCK_DGRAM)
+        ls.bind((listen, 53))
         us = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         us.connect(ns_up)
         pending, next_id = {}, 0
@@ -1388,7 +1606,8 @@ def serve(config_path):
 
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cfg["dot_cert"], cfg["dot_key"])
-    for target, args in ((spy, ()), (echo, ()), (proxy_udp, ()), (tcp_listener, (cfg["proxy"], 53)),
+    for target, args in ((spy, ()), (spy6, ()), (echo, ()), (http6, ()), (proxy_udp, (cfg["proxy"],)),
+                         (proxy_udp, (PROXY6,)), (tcp_listener, (cfg["proxy"], 53)), (tcp_listener, (PROXY6, 53)),
                          (tcp_listener, ("0.0.0.0", 853, tls))):
         threading.Thread(target=target, args=args, daemon=True).start()
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
@@ -1460,6 +1679,14 @@ class RssSampler:
                 self.peak = max(self.peak, rss_kb(self.pid))
                 self.samples += 1
             self.stop.wait(0.05)
+
+
+def _canon(addr):
+    """An address in one spelling (IPv6 has many); anything else as it is."""
+    try:
+        return str(ipaddress.ip_address(addr))
+    except (ValueError, TypeError):
+        return addr
 
 
 def rss_kb(pid):
@@ -1639,8 +1866,42 @@ class Battery:
         return [r for r in self.spy.since(self.case_start) if pred(r)]
 
     def reached(self, addr, port=None, proto=None):
-        return self.spied(lambda r: r.get("d") == addr and (port is None or r.get("dp") == port)
+        want = _canon(addr)
+        return self.spied(lambda r: _canon(r.get("d")) == want and (port is None or r.get("dp") == port)
                           and (proto is None or r.get("p") == proto))
+
+    def guest6(self):
+        """The guest's IPv6 side: its address, its /64 (as "PREFIX::"), the
+        gateway's DNS address and link-local address. With abox-net: by SLAAC
+        from its router advertisement (waited for, 15 s at most); through
+        the kernel router: the static ones control_router_ipv6() made."""
+        if getattr(self, "_guest6", None):
+            return self._guest6
+        if self.control:
+            ll, deadline = None, time.monotonic() + 10
+            while ll is None and time.monotonic() < deadline:  # its link-local address, once DAD is done
+                got = self.rig.run(["ip", "-6", "-j", "addr", "show", "dev", f"{self.rig.outside}c"],
+                                   ns=self.rig.outside, timeout=5)
+                for a in (json.loads(got.stdout or "[]") or [{}])[0].get("addr_info", []):
+                    if a.get("scope") == "link" and not a.get("tentative") and a.get("local"):
+                        ll = a["local"]
+                time.sleep(0.0 if ll else 0.2)
+            assert ll, "the control router's veth has no link-local address"
+            self._guest6 = {"addr": CONTROL_PREFIX6 + "2", "prefix": CONTROL_PREFIX6, "dns": None, "gw_ll": ll}
+            return self._guest6
+        deadline, addrs = time.monotonic() + 15, []
+        while time.monotonic() < deadline:
+            got = self.rig.run(["ip", "-6", "-o", "addr", "show", "scope", "global"], ns=self.ns, timeout=5)
+            addrs = [line.split()[3] for line in got.stdout.splitlines() if "tentative" not in line]
+            route = self.rig.run(["ip", "-6", "route", "show", "default"], ns=self.ns, timeout=5).stdout
+            if addrs and "via fe80::1" in route:
+                break
+            time.sleep(0.2)
+        assert addrs, "the guest got no IPv6 address by SLAAC from abox-net within 15 s"
+        net = ipaddress.ip_network(addrs[0], strict=False)
+        self._guest6 = {"addr": addrs[0].split("/")[0], "prefix": str(net.network_address),
+                        "dns": str(net.network_address + 1), "gw_ll": "fe80::1"}
+        return self._guest6
 
     # -- legitimate flows
     def web_works(self, scheme="https", name=WEB):
@@ -1650,6 +1911,14 @@ class Battery:
     def dns_works(self, proto="udp"):
         r = self.dig(nr.GATEWAY, WEB, *(["+tcp"] if proto == "tcp" else []))
         assert r.out.split() == [WEB_ADDR], f"legitimate DNS over {proto} broke: {r}"
+
+    def web6_works(self):
+        r = self.curl(f"http://{V6WEB}/index.html", "-6")
+        assert r.rc == 0 and r.out == INDEX6, f"legitimate http over IPv6 to {V6WEB} broke: {r}"
+
+    def udp6_works(self):
+        r = self.client("udp6", json.dumps([[V6WEB, UDP6_PORT, f"legit6 {TOKEN}"]]))["results"][0]
+        assert r["outcome"] == "echo", f"legitimate UDP over IPv6 to {V6WEB}:{UDP6_PORT} broke: {r}"
 
     def udp_works(self):
         r = self.client("udp", json.dumps([[TOOLS, UDP_PORT, f"legit {TOKEN}"]]))["results"][0]
@@ -1848,10 +2117,12 @@ def rebinding_targets_never_answered_nor_admitted(t):
         t.attack(f"{name} {rtype} answered with {addr}", not _ip_in(addr, lines), _ip_in(addr, lines), r)
         if name == RB_MIXED:  # the public address of a mixed answer stays
             assert _ip_in(WEB_ADDR, lines), f"{name}: the public address was dropped too: {r}"
-        if routable:
-            c = t.curl(f"http://{addr}/index.html", "-H", f"Host: {name}")
+        if routable:  # a server listens there (nginx; over IPv6 --serve's http6)
+            v6 = ":" in addr
+            c = t.curl(f"http://[{addr}]/index.html" if v6 else f"http://{addr}/index.html", "-g",
+                       "-H", f"Host: {name}")
             t.attack(f"http to {addr} (Host {name})", c.rc == 7 and c.elapsed < FAST,
-                     c.rc == 0 and c.out == INDEX[WEB], c)
+                     c.rc == 0 and c.out == (INDEX6 if v6 else INDEX[WEB]), c)
     if not t.control:
         # Past any resolver: raw frames to reserved addresses, abox-net's own loopback included.
         sent = t.client("frames", "reserved")
@@ -1859,7 +2130,7 @@ def rebinding_targets_never_answered_nor_admitted(t):
         time.sleep(0.5)
         notes.append(f"{sent['frames']} raw frames to reserved addresses")
         for _, _, addr, _ in targets:
-            if ":" not in addr and t.reached(addr):
+            if t.reached(addr):
                 raise AssertionError(f"something reached {addr}: {t.reached(addr)[:3]}")
         ev = [e for e in read_events(t) if e.get("kind") == "rebinding"]
         named = {e.get("name", "").lower().rstrip(".") for e in ev}
@@ -2095,31 +2366,190 @@ def udp_and_icmp_to_anything_not_admitted(t):
         sent = t.client("frames", "ipv6")
         assert "error" not in sent, sent
         after = t.counters()
-        keys = ("frames_dropped_ipv6", "frames_dropped_spoofed", "frames_dropped_ipv6_extension")
+        # with --ipv6 on, UDP from the guest's link-local address to an unanswered address is refused as a
+        # flow (and answered with an ICMPv6 unreachable), an echo request to one dropped
+        keys = ("frames_dropped_ipv6", "frames_dropped_spoofed", "frames_dropped_ipv6_extension", "udp_refused",
+                "icmp_not_for_gateway")
         d = {k: after[k] - before[k] for k in keys}
         assert sum(d.values()) >= sent["frames"], f"{sent['frames']} IPv6 frames sent, counted as dropped: {d}"
         assert d["frames_dropped_ipv6_extension"] >= 3 and d["frames_dropped_spoofed"] >= 6, d
         t.saw = "ICMP: no counter (lwIP's icmp_not_for_netif is not among the SIGUSR1 counters)"
         r = t.client("udp", json.dumps([[nr.GATEWAY, 9999, "udp to the gateway, no service"]]))["results"][0]
         assert r["outcome"] != "echo", r
-        got = t.spied(lambda r: r.get("p") == 1 or (r.get("p") == 17 and r.get("dp") != 53))
+        got = t.spied(lambda r: r.get("p") in (1, 58) or (r.get("p") == 17 and r.get("dp") != 53))
         assert not got, f"abox-net let through: {got[:3]}"
     t.udp_works()
     t.web_works()
 
 
-@case("ndp_guest_router_advertisements", "ndp_not_for_gateway", "ndp_rate_limited", abox_only=True)
+@case("tcp_refused", "udp_refused")
+def ipv6_direct_addresses(t):
+    """Issue 21: IPv6 addresses no answer named (secret's, which the gate
+    never gives; one in no answer at all; another resolver's), over TCP and
+    UDP, and v6web's address on a port it does not allow."""
+    t.guest6()
+    t.web6_works()  # v6web answered: its address is admitted on port 80 (and UDP 9007) only
+    for addr in (SECRET6, UNANSWERED6, PROXY6):
+        r = t.curl(f"http://[{addr}]/index.html", "-g")
+        t.attack(f"http to [{addr}]", r.rc == 7 and r.elapsed < FAST, r.rc == 0 and r.out == INDEX6, r)
+    for r in t.client("probe6", json.dumps([[SECRET6, 80], [UNANSWERED6, 80], [PROXY6, 53]]))["results"]:
+        t.attack(f"tcp to [{r['addr']}]:{r['port']}", r["outcome"] == "refused" and r["elapsed"] < FAST,
+                 r["outcome"] == "connected", r)
+    udp = [[SECRET6, UDP6_PORT, "udp6 to secret"], [V6WEB, UDP_OTHER_PORT, "udp6 to v6web 9006"],
+           [UNANSWERED6, UDP6_PORT, "udp6 to an unanswered address"]]
+    for r in t.client("udp6", json.dumps(udp))["results"]:
+        # abox-net answers a refused datagram with an ICMPv6 unreachable (EACCES), at once
+        t.attack(r["text"], r["outcome"] == "error errno 13" and r["elapsed"] < FAST, r["outcome"] == "echo", r)
+    if not t.control:
+        for addr in (SECRET6, UNANSWERED6, PROXY6):
+            got = t.reached(addr)
+            assert not got, f"abox-net reached {addr}: {got[:3]}"
+        got = t.reached(V6WEB6, UDP_OTHER_PORT)
+        assert not got, f"abox-net reached [{V6WEB6}]:{UDP_OTHER_PORT}: {got[:3]}"
+    t.web6_works()
+    t.udp6_works()
+    t.web_works("http")
+
+
+@case("udp_refused", "tcp_refused", "dns_denied")
+def ipv6_dns_to_another_resolver(t):
+    """Issue 21: DNS over IPv6 to a resolver the guest was never given (UDP
+    and TCP), for an allowed name and for one the gate refuses."""
+    g = t.guest6()
+    for proto, extra in (("udp", []), ("tcp", ["+tcp"])):
+        for name, addr in ((V6WEB, V6WEB6), (SECRET, SECRET6)):
+            r = t.dig(PROXY6, name, *extra, rtype="AAAA")
+            t.attack(f"DNS over IPv6 ({proto}) to [{PROXY6}] for {name}", not _ip_in(addr, r.out.split())
+                     and r.elapsed < FAST + 2, _ip_in(addr, r.out.split()), r)
+    if not t.control:
+        got = t.reached(PROXY6, 53)
+        assert not got, f"abox-net reached [{PROXY6}]:53: {got[:3]}"
+        # the gate itself, over IPv6, at the address the router advertisement's RDNSS names
+        r = t.dig(g["dns"], V6WEB, rtype="AAAA")
+        assert r.out.split() == [V6WEB6], f"the DNS gate over IPv6 at {g['dns']}: {r}"
+        r = t.dig(g["dns"], SECRET, rtype="AAAA")
+        assert not r.out.split(), f"the gate over IPv6 answered a name it must refuse: {r}"
+    t.dns_works()
+    t.web6_works()
+
+
+@case("frames_dropped_spoofed")
+def ipv6_spoofed_sources(t):
+    """Issue 21: UDP and a SYN to v6web's admitted echo from IPv6 sources that
+    are not the guest's: another ULA, another /64 of the same /48, a public
+    address, loopback, multicast, an IPv4-mapped address. (Any address in the
+    guest's own /64 is its own: SLAAC privacy addresses pick any interface
+    identifier.) The kernel router forwards the first three kinds (IPv6 has
+    no reverse-path filter of its own); it drops the others itself, so those
+    prove something only against abox-net."""
+    g = t.guest6()
+    t.udp6_works()  # v6web answered and its echo admitted: only the source is wrong below
+    before = t.counters() if not t.control else {}
+    sent = t.client("frames", "spoof6", g["prefix"])
+    assert "error" not in sent, sent
+    time.sleep(0.3)
+    marks = _spoof6_marks(t)
+    through = {"other_ula", "public", "another_ula_64"}
+    t.attack(f"{sent['frames']} spoofed IPv6 datagrams", not marks, through <= marks, f"arrived: {sorted(marks)}")
+    if not t.control:
+        after = t.counters()
+        d = after["frames_dropped_spoofed"] - before["frames_dropped_spoofed"]
+        assert d >= sent["frames"], f"{sent['frames']} spoofed IPv6 frames sent, {d} counted as spoofed"
+        got = t.spied(lambda r: r.get("v") == 6 and r.get("s") != OUTSIDE_LINK6 and _canon(r.get("d")) == V6WEB6)
+        assert not got, f"abox-net let a spoofed IPv6 source through: {got[:3]}"
+    t.udp6_works()
+    t.web6_works()
+    return f"{sent['frames']} frames; arrived in inet: {sorted(marks) or 'none'}"
+
+
+def _spoof6_marks(t):
+    """The tags of the spoof6 datagrams that reached the fake internet (at
+    the echo server or the spy)."""
+    recs = t.spied(lambda r: ("echo" in r or r.get("v") == 6) and "x" in r)
+    texts = [bytes.fromhex(r["x"]).decode(errors="replace") for r in recs]
+    return {x.split()[-1] for x in texts if "spoof6 " in x}
+
+
+@case("frames_dropped_spoofed")
+def ipv6_gateways_own_addresses_as_source(t):
+    """Issue 21: a datagram to v6web's admitted echo from the gateway's own
+    addresses (PREFIX::1, where the DNS gate answers, and fe80::1), as the
+    IPv4 spoof case sends one from 10.0.2.2: ipv6_guest_checks.h calls every
+    address of the instance's /64 and of fe80::/64 the guest's, the
+    gateway's own included. The kernel router forwards the PREFIX::1 one
+    (its own address as a source is not checked); a link-local source is
+    never forwarded, so that one proves something only against abox-net."""
+    g = t.guest6()
+    t.udp6_works()
+    before = t.counters() if not t.control else {}
+    sent = t.client("frames", "spoof6gw", g["prefix"], g["gw_ll"])
+    assert "error" not in sent, sent
+    time.sleep(0.3)
+    marks = _spoof6_marks(t)
+    t.attack("datagrams from the gateway's own IPv6 addresses", not marks, "gateway" in marks,
+             f"arrived: {sorted(marks)}")
+    if not t.control:
+        d = t.counters()["frames_dropped_spoofed"] - before["frames_dropped_spoofed"]
+        assert d >= sent["frames"], f"{sent['frames']} frames from the gateway's addresses, {d} counted as spoofed"
+    t.udp6_works()
+    return f"arrived in inet: {sorted(marks) or 'none'}"
+
+
+@case("frames_dropped_ipv6_extension", "frames_dropped_fragment")
+def ipv6_extension_header_and_fragment_tricks(t):
+    """Issue 21: from the guest's own address to v6web's admitted address and
+    port, a SYN behind a routing header type 0, a first fragment that hides
+    the TCP header, and a SYN behind an unknown next header (253): a kernel
+    router forwards all three untouched (it is not their destination, so it
+    reads no routing header, and reassembles nothing)."""
+    g = t.guest6()
+    t.web6_works()
+    before = t.counters() if not t.control else {}
+    sent = t.client("frames", "ext6", g["addr"])
+    assert "error" not in sent, sent
+    got = t.spied(lambda r: r.get("v") == 6 and _canon(r.get("d")) == V6WEB6 and r.get("p") in (43, 44, 253))
+    kinds = sorted({r["p"] for r in got})
+    t.attack(f"{sent['kinds']}", not got, kinds == [43, 44, 253], f"arrived with next header {kinds}: {got[:3]}")
+    if not t.control:
+        after = t.counters()
+        d = {k: after[k] - before[k] for k in ("frames_dropped_ipv6_extension", "frames_dropped_fragment")}
+        assert sum(d.values()) >= 3, f"3 frames with header tricks, counted: {d}"
+        t.saw = f"{d}"
+    t.web6_works()
+    return f"{sent['frames']} frames; arrived in inet with next header {kinds or 'none'}"
+
+
+@case("ndp_guest_router_advertisements", "ndp_not_for_gateway", "ndp_rate_limited")
 def ndp_flood_and_router_advertisement_from_the_guest(t):
-    """Issue 21 (abox-net runs with --ipv6 nd): the guest is no router, and a
-    neighbour discovery flood gets at most the token bucket's answers and
-    holds nothing."""
-    before = t.counters()
+    """Issue 21: the guest is no router, and a neighbour discovery flood gets
+    at most the token bucket's answers and holds nothing. The control: the
+    kernel router answers every solicitation for its own address (no
+    bucket); and a kernel that takes router advertisements on that link
+    (accept_ra 2, what a host does; a forwarding router ignores them by
+    default, so it is set for this case and undone after) takes the guest's
+    prefix and default route, which abox-net ignores."""
+    g = t.guest6()
+    vr = f"{t.rig.outside}c"
+    if t.control:
+        t.rig.run(["sysctl", "-qw", f"net.ipv6.conf.{vr}.accept_ra=2"], ns=t.rig.outside, check=True)
+    before = t.counters() if not t.control else {}
     with t.rss_bound("ndp flood", 0, "nothing is kept per solicitation"):
         started = time.monotonic()
-        sent = t.client("frames", "ndp", timeout=120)
+        sent = t.client("frames", "ndp", g["gw_ll"], timeout=120)
         assert "error" not in sent, sent
         time.sleep(0.5)
         took = time.monotonic() - started
+    if t.control:
+        routes = t.rig.run(["ip", "-6", "route", "show", "dev", vr], ns=t.rig.outside, timeout=5).stdout
+        addrs = t.rig.run(["ip", "-6", "addr", "show", "dev", vr], ns=t.rig.outside, timeout=5).stdout
+        t.rig.run(["sysctl", "-qw", f"net.ipv6.conf.{vr}.accept_ra=0"], ns=t.rig.outside, check=True)
+        for what in (["route", "flush", "dev", vr, "proto", "ra"], ["addr", "flush", "dev", vr, "dynamic"]):
+            t.rig.run(["ip", "-6", *what], ns=t.rig.outside, timeout=5)
+        took_ra = "2001:db8:bad:" in addrs and "default via fe80::15" in routes
+        assert took_ra, f"the kernel did not take the guest's router advertisement: {routes} {addrs}"
+        assert sent["na"] >= 2000 * 0.9, f"the kernel router answered {sent['na']} of 2000 solicitations"
+        t.web6_works()
+        return f"{sent['frames']} frames in {took:.1f}s; the kernel took the guest's RA, answered {sent['na']} NS"
     after = t.counters()
     d = {k: after[k] - before[k] for k in after if k.startswith("ndp_")}
     assert d["ndp_guest_router_advertisements"] >= 1, d
@@ -2128,10 +2558,15 @@ def ndp_flood_and_router_advertisement_from_the_guest(t):
     answers = d["ndp_neighbour_advertisements"] + d["ndp_router_advertisements"]
     assert answers <= 32 + 64 * (took + 1), f"{answers} answers in {took:.1f}s: the bucket did not hold: {d}"
     assert d["ndp_rate_limited"] >= 1000, d
+    assert sent["na"] + sent["ra"] <= answers + 4, f"the guest saw {sent['na']} NA and {sent['ra']} RA, " \
+        f"abox-net counted {answers}"
+    route = t.rig.run(["ip", "-6", "route", "show", "default"], ns=t.ns, timeout=5).stdout
+    assert "via fe80::1" in route, f"the guest lost its IPv6 default route: {route}"
     t.alive()
     t.dns_works()
     t.web_works()
-    return f"{sent['frames']} frames {sent['kinds']} in {took:.1f}s; {answers} answered"
+    t.web6_works()
+    return f"{sent['frames']} frames {sent['kinds']} in {took:.1f}s; {answers} answered ({sent['na']} NA seen)"
 
 
 @case("frames_in")
@@ -2462,9 +2897,11 @@ def events_name_refusals_and_admit_nothing_forbidden(t):
             continue
         dst = str(e.get("dst", ""))
         addr, _, port = dst.rpartition(":")
+        addr = _canon(addr.strip("[]"))
         port = int(port) if port.isdigit() else None
         proto = str(e.get("proto", ""))
-        ok = ((proto == "tcp" and (addr, port) in ALLOWED_TCP) or (proto == "udp" and (addr, port) in ALLOWED_UDP))
+        ok = ((proto == "tcp" and (addr, port) in ALLOWED_TCP | ALLOWED_TCP6)
+              or (proto == "udp" and (addr, port) in ALLOWED_UDP | ALLOWED_UDP6))
         if not ok or addr in FORBIDDEN_ADDRS:
             wrong.append(e)
     assert not wrong, f"admitted: {wrong[:5]}"
@@ -2487,10 +2924,24 @@ def read_events(t):
 
 # -- setup and the run ------------------------------------------------------------------
 
+def add_ipv6_internet(rig):
+    """A /64 on the outside<->inet veth (no DAD: usable at once), the IPv6
+    server addresses (and the routable reserved rebinding targets) as /128s
+    on inet's lo, a route to each in outside."""
+    for ns in (rig.outside, rig.inet):
+        rig.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0"], ns=ns, check=True)
+    rig.ip("-6", "addr", "add", f"{OUTSIDE_LINK6}/64", "dev", rig.outside_veth, "nodad", ns=rig.outside)
+    rig.ip("-6", "addr", "add", f"{INET_LINK6}/64", "dev", rig.inet_veth, "nodad", ns=rig.inet)
+    for a in [V6WEB6, SECRET6, UNANSWERED6, PROXY6] + PRIVATE_SERVERS6:
+        rig.ip("-6", "addr", "add", f"{a}/128", "dev", "lo", "nodad", ns=rig.inet)
+        rig.ip("-6", "route", "add", f"{a}/128", "via", INET_LINK6, ns=rig.outside)
+
+
 def build_servers(rig):
     rig.build_internet()
     for a in EXTRA_PUBLIC + PRIVATE_SERVERS:
         rig.add_server_address(a)
+    add_ipv6_internet(rig)
     rig.make_ca([WEB, OTHER, DOT_NAME])
     rig.start_nsd(ZONE_RECORDS)
     big = os.urandom(1 << 20) * (BIG_BYTES >> 20)
@@ -2500,13 +2951,14 @@ def build_servers(rig):
     cfg = {"log": rig.path("servers.jsonl"), "veth": rig.inet_veth, "proxy": PROXY_ADDR,
            "echo_addrs": ECHO_ADDRS, "echo_ports": list(ECHO_PORTS),
            "allowed_tcp": sorted(ALLOWED_TCP), "allowed_udp": sorted(ALLOWED_UDP),
+           "allowed_tcp6": sorted(ALLOWED_TCP6), "allowed_udp6": sorted(ALLOWED_UDP6), "index6": INDEX6,
            "dot_cert": rig.ca[DOT_NAME][0], "dot_key": rig.ca[DOT_NAME][1]}
     with open(rig.path("servers.json"), "w") as f:
         json.dump(cfg, f)
     p = rig.spawn("servers", [sys.executable, os.path.abspath(__file__), "--serve", rig.path("servers.json")],
                   ns=rig.inet)
-    rig.wait_for("battery servers", lambda: rig.listening(rig.inet, 853) and rig.listening(rig.inet, 53, "u"),
-                 proc=p, log="servers")
+    rig.wait_for("battery servers", lambda: rig.listening(rig.inet, 853) and rig.listening(rig.inet, 53, "u")
+                 and rig.listening(rig.inet, UDP6_PORT, "u"), proc=p, log="servers")
 
     def proxy_answers():
         r = rig.run(["dig", f"@{PROXY_ADDR}", WEB, "+time=1", "+tries=1", "+short"], ns=rig.outside, timeout=5)
@@ -2532,8 +2984,8 @@ def hardening_of(pid):
 
 
 def start_abox_net(rig, abox):
-    # --ipv6 nd: the IPv6 cases meet the gateway's neighbour discovery (issue 21)
-    p = rig.start_abox_net(abox, POLICY, "--ipv6", "nd", "--publish", f"{PUB_HOST}:{PUB_GUEST}",
+    # --ipv6 on: the guest gets the instance's ULA /64 by SLAAC and IPv6 flows (issue 21)
+    p = rig.start_abox_net(abox, POLICY, "--ipv6", "on", "--publish", f"{PUB_HOST}:{PUB_GUEST}",
                            "--publish-max-connections", str(PUB_MAX))
     exe = os.path.realpath(f"/proc/{p.pid}/exe")
     if os.path.basename(exe) != os.path.basename(abox):
@@ -2622,6 +3074,21 @@ def setup(rig, mode):
     rig.add_guest()
     if mode == "control":
         rig.build_kernel_router()
+        control_router_ipv6(rig)
+
+
+def control_router_ipv6(rig):
+    """The kernel router carries IPv6 as well: a fixed ULA /64 on its veth to
+    the guest (static, no DAD), the guest's default route through it,
+    forwarding on, and the fake internet's route back to that /64."""
+    vg, vr = f"{rig.guest}c", f"{rig.outside}c"
+    for ns in (rig.guest, rig.outside):
+        rig.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0"], ns=ns, check=True)
+    rig.ip("-6", "addr", "add", f"{CONTROL_PREFIX6}2/64", "dev", vg, "nodad", ns=rig.guest)
+    rig.ip("-6", "addr", "add", f"{CONTROL_PREFIX6}1/64", "dev", vr, "nodad", ns=rig.outside)
+    rig.ip("-6", "route", "add", "default", "via", f"{CONTROL_PREFIX6}1", ns=rig.guest)
+    rig.run(["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"], ns=rig.outside, check=True)
+    rig.ip("-6", "route", "add", f"{CONTROL_PREFIX6}/64", "via", OUTSIDE_LINK6, ns=rig.inet)
 
 
 def main(argv):
