@@ -50,6 +50,7 @@
 #include "io/event_loop.h"
 #include "io/ring_writer.h"
 #include "netstack/gateway/dhcp_server.h"
+#include "netstack/gateway/dhcpv6_server.h"
 #include "netstack/gateway/ndp_responder.h"
 #include "netstack/link/link.h"
 #include "netstack/stack/drop_reason.h"
@@ -112,6 +113,7 @@ class GuestStack final : public FlowServices {
   const dns::AnswerTable& table() const { return table_; }
   const GuestDns& dns() const { return *dns_; }
   const NdpCounters& ndp_counters() const { return ndp_.counters(); }
+  const Dhcpv6Counters& dhcpv6_counters() const { return dhcpv6_.counters(); }
   // The addresses of the host abox-net runs on: reserved for the DNS gate
   // and admission (policy/host_addresses.h). Empty until its owner fills it
   // (abox-net run: a HostAddressWatch); the stack only reads it.
@@ -348,6 +350,7 @@ class GuestStack final : public FlowServices {
   dns::AnswerTable table_;
   DhcpServer dhcp_;
   NdpResponder ndp_;
+  Dhcpv6Server dhcpv6_;  // after ndp_: built from its addresses
   std::unique_ptr<netif> netif_;
   std::unique_ptr<LinkWatcher> link_watcher_;
   std::unique_ptr<LinkReader> ring_reader_;  // set when the link is read on the ring
