@@ -65,7 +65,7 @@ bool Dhcpv6Server::take_token(base::MonoTime now) {
 }
 
 Dhcpv6Result Dhcpv6Server::handle(std::span<const std::uint8_t> frame, const GuestFrame& view,
-                                  base::MonoTime now) {
+                                  base::MonoTime now, bool checksum_trusted) {
   const Ipv6Fields& ip = view.ipv6();
   const std::span<const std::uint8_t> payload = view.transport().udp_payload;
   // The datagram is the upper layer up to the UDP length (GuestFrame checked
@@ -76,7 +76,8 @@ Dhcpv6Result Dhcpv6Server::handle(std::span<const std::uint8_t> frame, const Gue
     return Dhcpv6Result{Dhcpv6Outcome::malformed, {}};
   }
   const std::span<const std::uint8_t> datagram = ip.upper_layer.first(datagram_size);
-  if ((datagram[6] == 0 && datagram[7] == 0) || fold_checksum(udp6_sum(ip.source, ip.destination, datagram)) != 0) {
+  if (!checksum_trusted && ((datagram[6] == 0 && datagram[7] == 0) ||
+                            fold_checksum(udp6_sum(ip.source, ip.destination, datagram)) != 0)) {
     ++counters_.malformed;
     return Dhcpv6Result{Dhcpv6Outcome::malformed, {}};
   }

@@ -6,7 +6,7 @@
 //
 // What it answers: an Information-Request (11) from the guest's link-local
 // address, port 546, to All_DHCP_Relay_Agents_and_Servers (ff02::1:2) port
-// 547, with a right UDP checksum, no IA option, and no server identifier or
+// 547, with a right UDP checksum (unless the link vouches for it), no IA option, and no server identifier or
 // the gateway's own (RFC 8415 section 16.12) gets a Reply (7), unicast from
 // the gateway's link-local address (fe80::1) port 547 to the client's
 // address port 546, holding the transaction id, the server identifier (a
@@ -78,8 +78,11 @@ class Dhcpv6Server {
 
   // One datagram for the server: `frame` is the whole Ethernet frame and
   // `view` its GuestFrame (is_for_server(), a source the guest may use: the
-  // caller has checked both).
-  Dhcpv6Result handle(std::span<const std::uint8_t> frame, const GuestFrame& view, base::MonoTime now);
+  // caller has checked both). `checksum_trusted`: the link says the guest's
+  // kernel verified the UDP checksum or left it partial for us (a tap's
+  // vnet header; Link::last_frame_checksum_trusted()), so it is not checked.
+  Dhcpv6Result handle(std::span<const std::uint8_t> frame, const GuestFrame& view, base::MonoTime now,
+                      bool checksum_trusted = false);
 
   const Dhcpv6Counters& counters() const { return counters_; }
 

@@ -64,7 +64,8 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
   // The one multicast UDP carried: a DHCPv6 client asking ff02::1:2 for
   // the DNS server (dhcpv6_server.h), answered by the gateway itself.
   if (ndp_on && config_.ipv6_flows && Dhcpv6Server::is_for_server(frame)) {
-    const Dhcpv6Result r = dhcpv6_.handle(bytes, frame, loop_.now());
+    // A tap's guest kernel leaves the UDP checksum partial: the link says so.
+    const Dhcpv6Result r = dhcpv6_.handle(bytes, frame, loop_.now(), link_.last_frame_checksum_trusted());
     if (!r.reply.empty()) (void)link_.send(r.reply);  // a full link loses it; the client asks again
     return;
   }
