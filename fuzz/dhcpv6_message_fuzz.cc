@@ -47,19 +47,25 @@ std::uint32_t pseudo_sum(const Address& src, const Address& dst, std::size_t len
 std::vector<std::uint8_t> wrap(std::span<const std::uint8_t> payload) {
   std::vector<std::uint8_t> f = {0x33, 0x33, 0, 1, 0, 2, 0x02, 0x02, 0x02, 0x02, 0x02, 0x02, 0x86, 0xDD};
   const std::size_t udp_length = 8 + payload.size();
-  const std::uint8_t ip[8] = {0x60, 0, 0, 0, static_cast<std::uint8_t>(udp_length >> 8),
-                              static_cast<std::uint8_t>(udp_length), 17, 1};
+  const std::uint8_t ip[8] = {
+      0x60, 0, 0, 0, static_cast<std::uint8_t>(udp_length >> 8), static_cast<std::uint8_t>(udp_length),
+      17,   1};
   f.insert(f.end(), ip, ip + 8);
   f.insert(f.end(), kClient.begin(), kClient.end());
   f.insert(f.end(), Dhcpv6Server::kAllServers.begin(), Dhcpv6Server::kAllServers.end());
   const std::size_t udp_at = f.size();
-  const std::uint8_t udp[8] = {
-      0x02, 0x22, 0x02, 0x23, static_cast<std::uint8_t>(udp_length >> 8), static_cast<std::uint8_t>(udp_length), 0,
-      0};
+  const std::uint8_t udp[8] = {0x02,
+                               0x22,
+                               0x02,
+                               0x23,
+                               static_cast<std::uint8_t>(udp_length >> 8),
+                               static_cast<std::uint8_t>(udp_length),
+                               0,
+                               0};
   f.insert(f.end(), udp, udp + 8);
   f.insert(f.end(), payload.begin(), payload.end());
-  std::uint16_t c = fold_checksum(
-      sum16(std::span<const std::uint8_t>(f).subspan(udp_at), pseudo_sum(kClient, Dhcpv6Server::kAllServers, udp_length)));
+  std::uint16_t c = fold_checksum(sum16(std::span<const std::uint8_t>(f).subspan(udp_at),
+                                        pseudo_sum(kClient, Dhcpv6Server::kAllServers, udp_length)));
   if (c == 0) c = 0xFFFF;
   f[udp_at + 6] = static_cast<std::uint8_t>(c >> 8);
   f[udp_at + 7] = static_cast<std::uint8_t>(c);
@@ -78,7 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto parsed = parse_dhcpv6_client_message(input);
   if (parsed.ok()) {
     check(size >= 4);
-    check(parsed->transaction_id == ((std::uint32_t{data[1]} << 16) | (std::uint32_t{data[2]} << 8) | data[3]));
+    check(parsed->transaction_id ==
+          ((std::uint32_t{data[1]} << 16) | (std::uint32_t{data[2]} << 8) | data[3]));
     for (const auto id : {parsed->client_id, parsed->server_id}) {
       check(id.size() <= kDhcpv6MaxDuid);
       if (!id.empty()) check(id.data() >= data && id.data() + id.size() <= data + size);

@@ -56,21 +56,21 @@ inline constexpr std::size_t kDhcpv6MaxDuid = 130;
 
 struct Dhcpv6ClientMessage {
   Dhcpv6MessageType type = Dhcpv6MessageType::solicit;
-  std::uint32_t transaction_id = 0;      // 24 bits
+  std::uint32_t transaction_id = 0;         // 24 bits
   std::span<const std::uint8_t> client_id;  // the DUID, empty when absent
   std::span<const std::uint8_t> server_id;  // the DUID, empty when absent
-  bool requests_dns_servers = false;     // option 6 names 23
-  bool has_identity_association = false;  // IA_NA, IA_TA or IA_PD
+  bool requests_dns_servers = false;        // option 6 names 23
+  bool has_identity_association = false;    // IA_NA, IA_TA or IA_PD
   std::optional<std::uint16_t> elapsed_centiseconds;
 };
 
 enum class Dhcpv6ParseError : std::uint8_t {
-  truncated_header,      // shorter than type and transaction id
-  not_a_client_type,     // a server's, a relay's or an undefined type
+  truncated_header,         // shorter than type and transaction id
+  not_a_client_type,        // a server's, a relay's or an undefined type
   option_header_truncated,  // fewer than 4 bytes left for an option's code and length
-  option_runs_past_end,  // an option's length goes past the message
-  duplicate_option,      // 1, 2, 6 or 8 appears twice
-  bad_option_length,     // an identifier of 0 or over 130 bytes, 6 odd, 8 not 2
+  option_runs_past_end,     // an option's length goes past the message
+  duplicate_option,         // 1, 2, 6 or 8 appears twice
+  bad_option_length,        // an identifier of 0 or over 130 bytes, 6 odd, 8 not 2
 };
 
 // What an error value means, as a short phrase for logs and tests.

@@ -14,14 +14,17 @@ using Address = std::array<std::uint8_t, 16>;
 constexpr std::uint8_t kHopLimit = 64;
 constexpr std::size_t kUdpHeader = 8;
 
-bool is_link_local(const Address& a) { return a[0] == 0xFE && (a[1] & 0xC0) == 0x80; }
+bool is_link_local(const Address& a) {
+  return a[0] == 0xFE && (a[1] & 0xC0) == 0x80;
+}
 
 // The UDP checksum's sum over the pseudo-header (RFC 8200 section 8.1) and
 // the datagram.
 std::uint32_t udp6_sum(const Address& src, const Address& dst, std::span<const std::uint8_t> datagram) {
   std::uint32_t sum = sum16(src);
   sum = sum16(dst, sum);
-  sum += static_cast<std::uint32_t>(datagram.size() >> 16) + static_cast<std::uint32_t>(datagram.size() & 0xFFFF);
+  sum += static_cast<std::uint32_t>(datagram.size() >> 16) +
+         static_cast<std::uint32_t>(datagram.size() & 0xFFFF);
   sum += GuestFrame::kProtoUdp;
   return sum16(datagram, sum);
 }
@@ -89,8 +92,9 @@ Dhcpv6Result Dhcpv6Server::handle(std::span<const std::uint8_t> frame, const Gue
   // RFC 8415 sections 16.12 and 18.4: a client speaks from its link-local
   // address; an Information-Request with an IA, or for another server, is
   // discarded.
-  const bool ours = message->server_id.empty() ||
-                    std::equal(message->server_id.begin(), message->server_id.end(), duid_.begin(), duid_.end());
+  const bool ours =
+      message->server_id.empty() ||
+      std::equal(message->server_id.begin(), message->server_id.end(), duid_.begin(), duid_.end());
   if (message->type != Dhcpv6MessageType::information_request || !is_link_local(ip.source) ||
       message->has_identity_association || !ours) {
     ++counters_.ignored;

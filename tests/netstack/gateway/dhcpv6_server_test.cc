@@ -78,7 +78,8 @@ TEST_F(Dhcpv6ServerTest, AnInformationRequestGetsAReplyNamingTheDnsServer) {
 TEST_F(Dhcpv6ServerTest, EverythingButAnInformationRequestIsIgnored) {
   const Bytes id = option(1, kClientDuid);
   for (const int t : {1, 3, 4, 5, 6, 8, 9})
-    EXPECT_EQ(handle(frame(message(static_cast<std::uint8_t>(t), {id}))).outcome, Dhcpv6Outcome::ignored) << t;
+    EXPECT_EQ(handle(frame(message(static_cast<std::uint8_t>(t), {id}))).outcome, Dhcpv6Outcome::ignored)
+        << t;
   // RFC 8415 section 16.12: with an IA, or for another server: discarded.
   EXPECT_EQ(handle(frame(message(11, {id, option(3, Bytes(12, 0))}))).outcome, Dhcpv6Outcome::ignored);
   EXPECT_EQ(handle(frame(message(11, {id, option(2, kClientDuid)}))).outcome, Dhcpv6Outcome::ignored);

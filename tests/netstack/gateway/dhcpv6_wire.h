@@ -46,10 +46,14 @@ inline Bytes frame(const Bytes& payload, const Address& src = ipv6_wire::kLinkLo
   // The header written in place, not by ipv6_wire::udp(): GCC 12's
   // -Wstringop-overread misreads its push_backs into an empty vector here.
   const std::size_t length = 8 + payload.size();
-  Bytes u = {static_cast<std::uint8_t>(sport >> 8), static_cast<std::uint8_t>(sport),
-             static_cast<std::uint8_t>(dport >> 8), static_cast<std::uint8_t>(dport),
-             static_cast<std::uint8_t>(length >> 8), static_cast<std::uint8_t>(length),
-             0,                                        0};
+  Bytes u = {static_cast<std::uint8_t>(sport >> 8),
+             static_cast<std::uint8_t>(sport),
+             static_cast<std::uint8_t>(dport >> 8),
+             static_cast<std::uint8_t>(dport),
+             static_cast<std::uint8_t>(length >> 8),
+             static_cast<std::uint8_t>(length),
+             0,
+             0};
   u.insert(u.end(), payload.begin(), payload.end());
   std::uint32_t sum = sum16(src);
   sum = sum16(dst, sum);
