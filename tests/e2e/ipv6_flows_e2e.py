@@ -31,7 +31,7 @@ gate on 10.0.2.2. Cases:
     kernel UDP socket on port 546 sends scapy-built messages to ff02::1:2
     port 547): an Information-Request gets a Reply from fe80::1 with the
     transaction id, the client id echoed and DNS servers = PREFIX::1; a
-    Solicit gets nothing;
+    Solicit gets nothing; the router advertisement sets O, not M;
   - abox-net's counters at exit: 2 TCP flows refused, 2 failed connects;
     1 UDP flow admitted, 3 refused, 3 unreachables sent; 1 DHCPv6 answer,
     1 ignored.
@@ -208,6 +208,27 @@ dns = r[DHCP6OptDNSServers].dnsservers if DHCP6OptDNSServers in r else []
 echoed = DHCP6OptClientId in r and bytes(r[DHCP6OptClientId].duid) == bytes(duid)
 print(f"reply from {peer[0].split('%')[0]} type {data[0]} xid {r.trid:x} dns {','.join(dns)} client_id_echoed {echoed}")
 """
+# A router solicitation from the guest's raw ICMPv6 socket (hop limit 255,
+# the kernel sums it), and the M and O flags of the advertisement it drew:
+# "flags M0 O1", or "none".
+RA_FLAGS_PROBE = r"""
+import socket, time
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+s.settimeout(1)
+s.sendto(bytes([133, 0, 0, 0, 0, 0, 0, 0]), ("ff02::2", 0, 0, socket.if_nametoindex("eth0")))
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    try:
+        data, peer = s.recvfrom(2048)
+    except socket.timeout:
+        continue
+    if data[0] == 134 and len(data) >= 16:
+        print(f"flags M{data[5] >> 7} O{(data[5] >> 6) & 1}")
+        break
+else:
+    print("none")
+"""
 ECHO_SERVER = r"""
 import socket
 s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
@@ -316,6 +337,9 @@ def cases(rig, abox_net, r):
 
     # Stateless DHCPv6: the DNS server for a client that asks (the router
     # advertisement's O flag says to).
+    probe = rig.run(["/usr/bin/python3", "-c", RA_FLAGS_PROBE], ns=rig.guest, timeout=30)
+    r.case("the router advertisement sets O (other configuration by DHCPv6), not M",
+           probe.stdout.strip() == "flags M0 O1", (probe.stdout.strip() or probe.stderr.strip())[-300:])
     probe = rig.run(["/usr/bin/python3", "-c", DHCPV6_PROBE, "info"], ns=rig.guest, timeout=30)
     r.case("DHCPv6 Information-Request: a Reply from fe80::1 naming PREFIX::1, the ids echoed",
            probe.stdout.strip() == f"reply from fe80::1 type 7 xid 5a5a5a dns {gateway6} client_id_echoed True",
