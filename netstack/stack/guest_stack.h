@@ -13,7 +13,9 @@
 //             ──▶ lwIP (its ND resolves the guest's MAC); with IPv6
 //             flows on, TCP, unicast UDP and echo requests without
 //             extension headers ──▶ lwIP, as IPv4's below (the DNS gate
-//             also on PREFIX::1); the rest counted, dropped, logged once
+//             also on PREFIX::1), and UDP 546 to ff02::1:2 port 547 to
+//             Dhcpv6Server (stateless: the DNS server), its reply straight
+//             to the Link; the rest counted, dropped, logged once
 //             (take_ipv6())
 //     anything not IPv4/ARP/IPv6 ── counted, dropped
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
