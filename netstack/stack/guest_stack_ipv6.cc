@@ -56,7 +56,7 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
   // DNS gate's own pcb when it is to PREFIX::1 port 53); echo requests,
   // which lwIP answers for the gateway's addresses only (the IPv6 input
   // hook eats the rest, counted). Multicast UDP (mDNS, LLMNR, SSDP) stays
-  // on the link: dropped as not carried (DHCPv6 to the server above aside).
+  // on the link: dropped as not carried (but DHCPv6 to ff02::1:2, next).
   // Only a packet without extension headers: the IPv6 input hook reads the
   // fixed header alone, and lwIP would answer options it does not know with
   // ICMPv6 errors from the destination's address.
