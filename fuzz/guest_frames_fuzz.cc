@@ -11,7 +11,9 @@
 // The link offers checksum offload, so every frame lwIP sends goes through
 // the stack's checksum-offload path too. The stack lives across inputs (like a long-running
 // instance); lwIP's timers run between inputs. DNS questions for the one
-// allowed name go to 127.0.0.1:9, where nothing answers.
+// allowed name go to 127.0.0.1:9, where nothing answers. IPv6 flows are on,
+// so a DHCPv6 message to ff02::1:2 port 547 reaches the Dhcpv6Server (seed
+// ipv6_dhcpv6_information_request: one frame checksummed, one trusted).
 #include <sys/eventfd.h>
 #include <unistd.h>
 

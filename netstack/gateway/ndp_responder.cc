@@ -172,7 +172,9 @@ NdpResult NdpResponder::answer_router_solicitation(std::span<const std::uint8_t>
   icmp_.clear();
   append(icmp_, {kRouterAdvertisement, 0, 0, 0});
   icmp_.push_back(64);  // current hop limit
-  icmp_.push_back(0);   // no M, no O: addresses by SLAAC, DNS by RDNSS
+  // No M: addresses by SLAAC. O: DNS by DHCPv6 too, for a guest that does
+  // not read RDNSS.
+  icmp_.push_back(config_.other_configuration ? 0x40 : 0);
   put16(icmp_, config_.router_lifetime_seconds);
   put32(icmp_, 0);  // reachable time: unspecified
   put32(icmp_, 0);  // retrans timer: unspecified

@@ -23,8 +23,9 @@
 //                             from the frames it sends, and keeps no cache
 //                             a guest could poison), counted;
 //   redirect                → ignored and counted.
-// A router advertisement carries: current hop limit 64, no M/O flags (the
-// DNS server comes in RDNSS), router lifetime (router_lifetime_seconds; 0
+// A router advertisement carries: current hop limit 64, no M flag, the O
+// flag when other_configuration (the DNS server comes in RDNSS, and from the
+// stateless DHCPv6 server for a guest that asks), router lifetime (router_lifetime_seconds; 0
 // makes the gateway no default router, for an instance that carries no IPv6
 // flows yet), the source link-layer address, the MTU, the prefix (on-link,
 // autonomous, valid 1 day, preferred 4 hours) and RDNSS naming PREFIX::1
@@ -67,6 +68,9 @@ struct NdpConfig {
   // The RDNSS option's lifetime: 0 names no DNS server over IPv6 (for an
   // instance that does not carry the DNS gate over IPv6).
   std::uint32_t rdnss_lifetime_seconds = 1800;
+  // The O flag, "other configuration" (RFC 4861 section 4.2): set when the
+  // stateless DHCPv6 server (dhcpv6_server.h) answers.
+  bool other_configuration = false;
 };
 
 enum class NdpOutcome : std::uint8_t {

@@ -204,6 +204,13 @@ std::string run_stats_json(const RunStatsSources& from) {
   w.field("inbound_accepted", c.inbound_accepted)
       .field("inbound_refused_limit", c.inbound_refused_limit)
       .field("inbound_refused_guest", c.inbound_refused_guest);
+  // The stateless DHCPv6 server (dhcpv6_server.h; added at the end; all 0
+  // unless --ipv6 on).
+  const Dhcpv6Counters& d6 = s.dhcpv6_counters();
+  w.field("dhcpv6_answered", d6.answered)
+      .field("dhcpv6_ignored", d6.ignored)
+      .field("dhcpv6_malformed", d6.malformed)
+      .field("dhcpv6_rate_limited", d6.rate_limited);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

@@ -138,7 +138,11 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
                      // A default route and an IPv6 DNS server (the gate on
                      // PREFIX::1) only when IPv6 flows are carried.
                      .router_lifetime_seconds = static_cast<std::uint16_t>(config.ipv6_flows ? 1800 : 0),
-                     .rdnss_lifetime_seconds = config.ipv6_flows ? 1800u : 0u}),
+                     .rdnss_lifetime_seconds = config.ipv6_flows ? 1800u : 0u,
+                     .other_configuration = config.ipv6_flows}),
+      dhcpv6_({.gateway_mac = config.gateway_mac,
+               .gateway_link_local = ndp_.link_local(),
+               .dns_server = ndp_.global()}),
       netif_(std::make_unique<netif>()),
       rx_size_(static_cast<std::uint16_t>(std::min<std::size_t>(link.max_receive_size(), 0xFFFF))) {
   if (g_stack != nullptr) throw std::runtime_error("one GuestStack per process");

@@ -13,7 +13,9 @@
 //             ──▶ lwIP (its ND resolves the guest's MAC); with IPv6
 //             flows on, TCP, unicast UDP and echo requests without
 //             extension headers ──▶ lwIP, as IPv4's below (the DNS gate
-//             also on PREFIX::1); the rest counted, dropped, logged once
+//             also on PREFIX::1), and UDP 546 to ff02::1:2 port 547 to
+//             Dhcpv6Server (stateless: the DNS server), its reply straight
+//             to the Link; the rest counted, dropped, logged once
 //             (take_ipv6())
 //     anything not IPv4/ARP/IPv6 ── counted, dropped
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
@@ -50,6 +52,7 @@
 #include "io/event_loop.h"
 #include "io/ring_writer.h"
 #include "netstack/gateway/dhcp_server.h"
+#include "netstack/gateway/dhcpv6_server.h"
 #include "netstack/gateway/ndp_responder.h"
 #include "netstack/link/link.h"
 #include "netstack/stack/drop_reason.h"
@@ -112,6 +115,7 @@ class GuestStack final : public FlowServices {
   const dns::AnswerTable& table() const { return table_; }
   const GuestDns& dns() const { return *dns_; }
   const NdpCounters& ndp_counters() const { return ndp_.counters(); }
+  const Dhcpv6Counters& dhcpv6_counters() const { return dhcpv6_.counters(); }
   // The addresses of the host abox-net runs on: reserved for the DNS gate
   // and admission (policy/host_addresses.h). Empty until its owner fills it
   // (abox-net run: a HostAddressWatch); the stack only reads it.
@@ -348,6 +352,7 @@ class GuestStack final : public FlowServices {
   dns::AnswerTable table_;
   DhcpServer dhcp_;
   NdpResponder ndp_;
+  Dhcpv6Server dhcpv6_;  // after ndp_: built from its addresses
   std::unique_ptr<netif> netif_;
   std::unique_ptr<LinkWatcher> link_watcher_;
   std::unique_ptr<LinkReader> ring_reader_;  // set when the link is read on the ring

@@ -8,7 +8,8 @@
 // it when the option is off) is dropped as not carried yet. lwIP (built with
 // IPv6, lwipopts.h) sees the guest's neighbour advertisements to the gateway,
 // for its ND, and with GuestConfig::ipv6_flows the guest's TCP, unicast UDP
-// and echo requests; never a packet with extension headers.
+// and echo requests; never a packet with extension headers. A DHCPv6
+// Information-Request (to ff02::1:2 port 547) goes to the Dhcpv6Server.
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -56,11 +57,19 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
   // DNS gate's own pcb when it is to PREFIX::1 port 53); echo requests,
   // which lwIP answers for the gateway's addresses only (the IPv6 input
   // hook eats the rest, counted). Multicast UDP (mDNS, LLMNR, SSDP) stays
-  // on the link: dropped as not carried.
+  // on the link: dropped as not carried (but DHCPv6 to ff02::1:2, next).
   // Only a packet without extension headers: the IPv6 input hook reads the
   // fixed header alone, and lwIP would answer options it does not know with
   // ICMPv6 errors from the destination's address.
   const Ipv6Fields& ip = frame.ipv6();
+  // The one multicast UDP carried: a DHCPv6 client asking ff02::1:2 for
+  // the DNS server (dhcpv6_server.h), answered by the gateway itself.
+  if (ndp_on && config_.ipv6_flows && Dhcpv6Server::is_for_server(frame)) {
+    // A tap's guest kernel leaves the UDP checksum partial: the link says so.
+    const Dhcpv6Result r = dhcpv6_.handle(bytes, frame, loop_.now(), link_.last_frame_checksum_trusted());
+    if (!r.reply.empty()) (void)link_.send(r.reply);  // a full link loses it; the client asks again
+    return;
+  }
   const bool carried =
       ip.upper_protocol == GuestFrame::kProtoTcp ||
       (ip.upper_protocol == GuestFrame::kProtoUdp && frame.is_udp() && ip.destination[0] != kMulticastByte) ||

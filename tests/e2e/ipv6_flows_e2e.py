@@ -27,8 +27,14 @@ gate on 10.0.2.2. Cases:
     host has no IPv6 route there), `curl -6` is refused at its SYN (exit 7,
     a "no route" deny event), not reset after connecting or timed out, `curl -4` still works, and plain curl falls back to IPv4 at
     once;
+  - stateless DHCPv6 (no DHCPv6 client is installed here, so the guest's
+    kernel UDP socket on port 546 sends scapy-built messages to ff02::1:2
+    port 547): an Information-Request gets a Reply from fe80::1 with the
+    transaction id, the client id echoed and DNS servers = PREFIX::1; a
+    Solicit gets nothing; the router advertisement sets O, not M;
   - abox-net's counters at exit: 2 TCP flows refused, 2 failed connects;
-    1 UDP flow admitted, 3 refused, 3 unreachables sent.
+    1 UDP flow admitted, 3 refused, 3 unreachables sent; 1 DHCPv6 answer,
+    1 ignored.
 Usage: ipv6_flows_e2e.py PATH/TO/abox-net [--keep]
 Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
 Every wait is bounded; every process and namespace the test makes is
@@ -177,6 +183,52 @@ elif ICMPv6DestUnreach in r:
 else:
     print("other " + r.summary())
 """
+# A DHCPv6 exchange from the guest's own UDP socket on port 546 (the kernel
+# picks eth0's link-local source), the message built and the answer read by
+# scapy: "reply from ADDR xid XID dns A,B client_id_echoed BOOL", or "none".
+DHCPV6_PROBE = r"""
+import socket, sys
+from scapy.layers.dhcp6 import (DHCP6_InfoRequest, DHCP6_Solicit, DHCP6_Reply, DHCP6OptClientId,
+                                DHCP6OptOptReq, DHCP6OptElapsedTime, DHCP6OptDNSServers, DUID_LL)
+duid = DUID_LL(lladdr="02:02:02:02:02:02")
+kind = DHCP6_InfoRequest if sys.argv[1] == "info" else DHCP6_Solicit
+msg = kind(trid=0x5A5A5A) / DHCP6OptClientId(duid=duid) / DHCP6OptOptReq(reqopts=[23, 24]) / DHCP6OptElapsedTime()
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::", 546))
+s.settimeout(2)
+s.sendto(bytes(msg), ("ff02::1:2", 547, 0, socket.if_nametoindex("eth0")))
+try:
+    data, peer = s.recvfrom(2048)
+except socket.timeout:
+    print("none")
+    sys.exit(0)
+r = DHCP6_Reply(data)
+dns = r[DHCP6OptDNSServers].dnsservers if DHCP6OptDNSServers in r else []
+echoed = DHCP6OptClientId in r and bytes(r[DHCP6OptClientId].duid) == bytes(duid)
+print(f"reply from {peer[0].split('%')[0]} type {data[0]} xid {r.trid:x} dns {','.join(dns)} client_id_echoed {echoed}")
+"""
+# A router solicitation from the guest's raw ICMPv6 socket (hop limit 255,
+# the kernel sums it), and the M and O flags of the advertisement it drew:
+# "flags M0 O1", or "none".
+RA_FLAGS_PROBE = r"""
+import socket, time
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+s.settimeout(1)
+s.sendto(bytes([133, 0, 0, 0, 0, 0, 0, 0]), ("ff02::2", 0, 0, socket.if_nametoindex("eth0")))
+deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    try:
+        data, peer = s.recvfrom(2048)
+    except socket.timeout:
+        continue
+    if data[0] == 134 and len(data) >= 16:
+        print(f"flags M{data[5] >> 7} O{(data[5] >> 6) & 1}")
+        break
+else:
+    print("none")
+"""
 ECHO_SERVER = r"""
 import socket
 s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
@@ -283,6 +335,19 @@ def cases(rig, abox_net, r):
     status, answers, out = dig6(rig, gateway6, SECRET)
     r.case("dig -6 of the not-allowed name is refused", status == "REFUSED" and not answers, out[-300:])
 
+    # Stateless DHCPv6: the DNS server for a client that asks (the router
+    # advertisement's O flag says to).
+    probe = rig.run(["/usr/bin/python3", "-c", RA_FLAGS_PROBE], ns=rig.guest, timeout=30)
+    r.case("the router advertisement sets O (other configuration by DHCPv6), not M",
+           probe.stdout.strip() == "flags M0 O1", (probe.stdout.strip() or probe.stderr.strip())[-300:])
+    probe = rig.run(["/usr/bin/python3", "-c", DHCPV6_PROBE, "info"], ns=rig.guest, timeout=30)
+    r.case("DHCPv6 Information-Request: a Reply from fe80::1 naming PREFIX::1, the ids echoed",
+           probe.stdout.strip() == f"reply from fe80::1 type 7 xid 5a5a5a dns {gateway6} client_id_echoed True",
+           (probe.stdout.strip() or probe.stderr.strip())[-300:])
+    probe = rig.run(["/usr/bin/python3", "-c", DHCPV6_PROBE, "solicit"], ns=rig.guest, timeout=30)
+    r.case("DHCPv6 Solicit: no answer (no addresses to lease)", probe.stdout.strip() == "none",
+           (probe.stdout.strip() or probe.stderr.strip())[-300:])
+
     # UDP over IPv6: the allowed name's AAAA on its UDP port reaches the echo
     # server; a direct address, and the allowed name on another port, get an
     # ICMPv6 unreachable (administratively prohibited) at once.
@@ -359,6 +424,11 @@ def cases(rig, abox_net, r):
            c.get("icmp_unreachable_sent") == 3 and c.get("icmp_unreachable_limited") == 0,
            str({k: (c or {}).get(k) for k in ("udp_admitted", "udp_refused", "icmp_unreachable_sent",
                                                "icmp_unreachable_limited")}))
+    r.case("counters: 1 DHCPv6 answer, 1 ignored (the Solicit), none malformed or rate-limited",
+           c is not None and c.get("dhcpv6_answered") == 1 and c.get("dhcpv6_ignored") == 1 and
+           c.get("dhcpv6_malformed") == 0 and c.get("dhcpv6_rate_limited") == 0,
+           str({k: (c or {}).get(k) for k in ("dhcpv6_answered", "dhcpv6_ignored", "dhcpv6_malformed",
+                                               "dhcpv6_rate_limited")}))
 
 
 def main():

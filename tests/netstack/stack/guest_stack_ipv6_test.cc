@@ -17,6 +17,7 @@
 
 #include "netstack/gateway/guest_dns.h"
 #include "netstack/stack/guest_stack.h"
+#include "tests/netstack/gateway/dhcpv6_wire.h"
 #include "tests/netstack/stack/guest_wire.h"
 #include "tests/netstack/stack/ipv6_wire.h"
 #include "tests/netstack/stack/stream_stack_support.h"
@@ -376,6 +377,58 @@ TEST_F(GuestStackIpv6TcpTest, TheDnsGateAnswersOnTheGatewaysUlaAddress) {
   ASSERT_EQ(synack.size(), 1u);
   EXPECT_EQ(synack[0].upper_layer[13] & 0x12, 0x12);  // SYN, ACK
   EXPECT_EQ(stack_->counters().syn_reset, 0u);
+}
+
+// With IPv6 flows on, the stateless DHCPv6 server (dhcpv6_server.h): the
+// router advertisement sets O, an Information-Request to ff02::1:2 gets a
+// Reply from fe80::1 naming PREFIX::1 (the DNS gate), a Solicit nothing.
+TEST_F(GuestStackIpv6TcpTest, AnInformationRequestGetsTheDnsServerAndASolicitNothing) {
+  const Ipv6Prefix64 prefix = instance_ula_prefix("ipv6-test");
+  Address gateway_global{};
+  std::copy(prefix.begin(), prefix.end(), gateway_global.begin());
+  gateway_global[15] = 1;
+  const Address gateway_link_local = {0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+
+  send(ndp(133, Bytes(4, 0), kLinkLocal, {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}));
+  auto back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  ASSERT_EQ(back[0].icmp_type, 134);
+  EXPECT_EQ(back[0].upper_layer[5] & 0xC0, 0x40);  // O, not M
+
+  send(dhcpv6_wire::frame(dhcpv6_wire::information_request()));
+  back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].upper_protocol, kUdp);
+  EXPECT_EQ(back[0].source, gateway_link_local);
+  EXPECT_EQ(back[0].destination, kLinkLocal);
+  const auto udp_bytes = back[0].upper_layer;
+  ASSERT_GE(udp_bytes.size(), 8u + 4 + 20);
+  EXPECT_EQ(udp_bytes[8], 7);  // Reply
+  EXPECT_EQ(udp_bytes[9], 0xAB);
+  // The last option: DNS recursive name servers (23), 16 bytes, PREFIX::1.
+  const auto dns = udp_bytes.last(20);
+  EXPECT_EQ(dns[1], 23);
+  EXPECT_EQ(dns[3], 16);
+  EXPECT_TRUE(std::equal(gateway_global.begin(), gateway_global.end(), dns.begin() + 4));
+  EXPECT_EQ(stack_->dhcpv6_counters().answered, 1u);
+
+  send(dhcpv6_wire::frame(dhcpv6_wire::message(1, {dhcpv6_wire::option(1, dhcpv6_wire::kClientDuid)})));
+  EXPECT_TRUE(ipv6_sent_back().empty());
+  EXPECT_EQ(stack_->dhcpv6_counters().ignored, 1u);
+  EXPECT_EQ(stack_->counters().frames_dropped_ipv6, 0u);
+}
+
+// With neighbour discovery alone (--ipv6 nd), no DHCPv6: the request is
+// dropped as not carried, and the router advertisement has no O flag.
+TEST_F(GuestStackNdpTest, NoDhcpv6WithoutIpv6Flows) {
+  send(ndp(133, Bytes(4, 0), kLinkLocal, {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}));
+  auto back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].upper_layer[5], 0);
+  send(dhcpv6_wire::frame(dhcpv6_wire::information_request()));
+  EXPECT_TRUE(ipv6_sent_back().empty());
+  EXPECT_EQ(stack_->counters().frames_dropped_ipv6, 1u);
+  EXPECT_EQ(stack_->dhcpv6_counters().answered + stack_->dhcpv6_counters().ignored, 0u);
 }
 
 }  // namespace
