@@ -52,21 +52,6 @@ bool Dhcpv6Server::is_for_server(const GuestFrame& view) {
          view.transport().destination_port == kServerPort;
 }
 
-bool Dhcpv6Server::take_token(base::MonoTime now) {
-  if (!refilled_once_) {
-    refilled_once_ = true;
-    last_refill_ = now;
-  }
-  if (now > last_refill_) {
-    const double elapsed = std::chrono::duration<double>(now - last_refill_).count();
-    tokens_ = std::min<double>(kBurst, tokens_ + elapsed * kPerSecond);
-    last_refill_ = now;
-  }
-  if (tokens_ < 1) return false;
-  tokens_ -= 1;
-  return true;
-}
-
 Dhcpv6Result Dhcpv6Server::handle(std::span<const std::uint8_t> frame, const GuestFrame& view,
                                   base::MonoTime now, bool checksum_trusted) {
   const Ipv6Fields& ip = view.ipv6();
@@ -100,7 +85,7 @@ Dhcpv6Result Dhcpv6Server::handle(std::span<const std::uint8_t> frame, const Gue
     ++counters_.ignored;
     return Dhcpv6Result{Dhcpv6Outcome::ignored, {}};
   }
-  if (!take_token(now)) {
+  if (!answers_.take(now)) {
     ++counters_.rate_limited;
     return Dhcpv6Result{Dhcpv6Outcome::rate_limited, {}};
   }

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/token_bucket.h"
 #include "netstack/stack/guest_frame.h"
 
 namespace abox::netstack {
@@ -87,13 +88,9 @@ class Dhcpv6Server {
   const Dhcpv6Counters& counters() const { return counters_; }
 
  private:
-  bool take_token(base::MonoTime now);
-
   Dhcpv6ServerConfig config_;
   std::array<std::uint8_t, 10> duid_{};
-  double tokens_ = kBurst;
-  base::MonoTime last_refill_{};
-  bool refilled_once_ = false;
+  base::TokenBucket answers_{kPerSecond, kBurst};
   Dhcpv6Counters counters_;
   std::vector<std::uint8_t> message_;  // the Reply being built
   std::vector<std::uint8_t> reply_;    // the frame handed back

@@ -106,21 +106,6 @@ NdpResponder::NdpResponder(const NdpConfig& config) : config_(config) {
   reply_.reserve(14 + 40 + 128);
 }
 
-bool NdpResponder::take_token(base::MonoTime now) {
-  if (!refilled_once_) {
-    refilled_once_ = true;
-    last_refill_ = now;
-  }
-  if (now > last_refill_) {
-    const double elapsed = std::chrono::duration<double>(now - last_refill_).count();
-    tokens_ = std::min<double>(kBurst, tokens_ + elapsed * kPerSecond);
-    last_refill_ = now;
-  }
-  if (tokens_ < 1) return false;
-  tokens_ -= 1;
-  return true;
-}
-
 NdpResult NdpResponder::handle(std::span<const std::uint8_t> frame, const GuestFrame& view,
                                base::MonoTime now) {
   const Ipv6Fields& ip = view.ipv6();
@@ -152,7 +137,7 @@ NdpResult NdpResponder::handle(std::span<const std::uint8_t> frame, const GuestF
   if (result.outcome == NdpOutcome::malformed) ++counters_.malformed;
   if (result.outcome == NdpOutcome::not_for_gateway) ++counters_.not_for_gateway;
   if (result.reply.empty()) return result;
-  if (!take_token(now)) {
+  if (!answers_.take(now)) {
     ++counters_.rate_limited;
     return NdpResult{NdpOutcome::rate_limited, {}};
   }

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/token_bucket.h"
 #include "netstack/stack/guest_frame.h"
 #include "netstack/stack/ipv6_guest_checks.h"
 
@@ -121,7 +122,6 @@ class NdpResponder {
  private:
   NdpResult answer_router_solicitation(std::span<const std::uint8_t> frame, const Ipv6Fields& ip);
   NdpResult answer_neighbour_solicitation(std::span<const std::uint8_t> frame, const Ipv6Fields& ip);
-  bool take_token(base::MonoTime now);
   // Ethernet + IPv6 (hop limit 255, ICMPv6) + `icmp` with its checksum, into reply_.
   std::span<const std::uint8_t> build(std::span<const std::uint8_t, 6> dst_mac,
                                       const std::array<std::uint8_t, 16>& src,
@@ -131,9 +131,7 @@ class NdpResponder {
   NdpConfig config_;
   std::array<std::uint8_t, 16> link_local_{};
   std::array<std::uint8_t, 16> global_{};
-  double tokens_ = kBurst;
-  base::MonoTime last_refill_{};
-  bool refilled_once_ = false;
+  base::TokenBucket answers_{kPerSecond, kBurst};
   NdpCounters counters_;
   std::vector<std::uint8_t> icmp_;   // the message being built
   std::vector<std::uint8_t> reply_;  // the frame handed back

@@ -946,7 +946,7 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     // ICMP "communication administratively prohibited" (type 3, code 13),
     // or ICMPv6 destination unreachable, "administratively prohibited"
     // (type 1, code 1), quoting the datagram: move back over the UDP and IP
-    // headers first. Bounded (IcmpErrorBudget): the rest only counted.
+    // headers first. Bounded (icmp_errors_, a token bucket): the rest only counted.
     if (!icmp_errors_.take(loop_.now())) {
       ++counters_.icmp_unreachable_limited;
     } else if (pbuf_header_force(p, static_cast<s16_t>(ip_current_header_tot_len() + 8)) == 0) {

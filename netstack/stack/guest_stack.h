@@ -23,7 +23,7 @@
 //        UDP ──▶ on_udp():  gateway:53 → GuestDns (the DNS gate)
 //                           else       → admission → UdpFlow (a host UDP socket),
 //                                        or refused with an ICMP(v6) unreachable
-//                                        (IcmpErrorBudget bounds them)
+//                                        (a base::TokenBucket bounds them)
 //        TCP SYN ──▶ on_syn(): gateway:53 → GuestDns's listener (an ordinary lwIP listener)
 //                              else       → limits, admission → accept or RST
 //        TCP accepted ──▶ TcpFlow (peek SNI/Host if the rule asks, then a host socket)
@@ -48,6 +48,7 @@
 
 #include "base/event_log.h"
 #include "base/random.h"
+#include "base/token_bucket.h"
 #include "dns/answer_table.h"
 #include "io/event_loop.h"
 #include "io/ring_writer.h"
@@ -58,7 +59,6 @@
 #include "netstack/stack/drop_reason.h"
 #include "netstack/stack/flow_services.h"
 #include "netstack/stack/guest_config.h"
-#include "netstack/stack/icmp_error_budget.h"
 #include "netstack/stack/route_cache.h"
 #include "netstack/stack/stack_counters.h"
 #include "netstack/stack/udp_flow.h"
@@ -399,7 +399,7 @@ class GuestStack final : public FlowServices {
   std::array<bool, kDropReasons> logged_once_{};  // DropLog::once reasons already logged
   StackCounters counters_;
   // ICMP(v6) unreachables for refused UDP: 20 at once, then 10 a second.
-  IcmpErrorBudget icmp_errors_{10, 20};
+  base::TokenBucket icmp_errors_{10, 20};
   RouteCache routes_;
   // Last: unregistered first, while what their callbacks use is still whole.
   io::EventLoop::Registration lwip_timers_;

@@ -55,8 +55,8 @@ struct StackCounters {
   std::uint64_t budget_refused = 0;
   std::uint64_t budget_cut = 0;
   // ICMP and ICMPv6 destination unreachable (administratively prohibited)
-  // sent to the guest for refused UDP datagrams, and those IcmpErrorBudget
-  // held back (icmp_error_budget.h).
+  // sent to the guest for refused UDP datagrams, and those the token bucket
+  // held back (base/token_bucket.h).
   std::uint64_t icmp_unreachable_sent = 0;
   std::uint64_t icmp_unreachable_limited = 0;
   // Published ports (inbound_ports.h): host connections taken and relayed

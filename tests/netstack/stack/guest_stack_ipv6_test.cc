@@ -320,7 +320,7 @@ TEST_F(GuestStackIpv6TcpTest, RefusedUdpGetsAnIcmpv6AdministrativelyProhibited) 
 }
 
 // A guest spraying refused datagrams gets a burst of unreachables, then
-// none until the budget refills (IcmpErrorBudget: 20, then 10 a second):
+// none until the budget refills (the token bucket: 20, then 10 a second):
 // every datagram is still refused and counted.
 TEST_F(GuestStackIpv6TcpTest, UnreachablesForRefusedUdpAreRateLimited) {
   const Address gateway_link_local = {0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};

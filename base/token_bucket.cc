@@ -1,15 +1,15 @@
-#include "netstack/stack/icmp_error_budget.h"
+#include "base/token_bucket.h"
 
 #include <algorithm>
 
-namespace abox::netstack {
+namespace abox::base {
 
-IcmpErrorBudget::IcmpErrorBudget(std::uint32_t per_second, std::uint32_t burst)
+TokenBucket::TokenBucket(std::uint32_t per_second, std::uint32_t burst)
     : interval_(std::chrono::nanoseconds(std::chrono::seconds(1)) / std::max<std::uint32_t>(per_second, 1)),
       burst_(std::max<std::uint32_t>(burst, 1)),
       tokens_(burst_) {}
 
-bool IcmpErrorBudget::take(base::MonoTime now) {
+bool TokenBucket::take(base::MonoTime now) {
   if (tokens_ == burst_) {
     // Full: time spent full earns nothing.
     refilled_until_ = now;
@@ -29,4 +29,4 @@ bool IcmpErrorBudget::take(base::MonoTime now) {
   return true;
 }
 
-}  // namespace abox::netstack
+}  // namespace abox::base

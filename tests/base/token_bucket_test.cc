@@ -1,16 +1,16 @@
-#include "netstack/stack/icmp_error_budget.h"
+#include "base/token_bucket.h"
 
 #include <gtest/gtest.h>
 
-namespace abox::netstack {
+namespace abox::base {
 namespace {
 
 using std::chrono::milliseconds;
 
 const base::MonoTime kStart = base::MonoTime{} + std::chrono::hours(1);
 
-TEST(IcmpErrorBudget, BurstThenOnePerInterval) {
-  IcmpErrorBudget b(10, 3);  // one every 100 ms
+TEST(TokenBucket, BurstThenOnePerInterval) {
+  TokenBucket b(10, 3);  // one every 100 ms
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(b.take(kStart));
   EXPECT_FALSE(b.take(kStart));
   EXPECT_FALSE(b.take(kStart + milliseconds(99)));
@@ -20,8 +20,8 @@ TEST(IcmpErrorBudget, BurstThenOnePerInterval) {
   EXPECT_TRUE(b.take(kStart + milliseconds(200)));
 }
 
-TEST(IcmpErrorBudget, RefillsToBurstAndNoFurther) {
-  IcmpErrorBudget b(10, 3);
+TEST(TokenBucket, RefillsToBurstAndNoFurther) {
+  TokenBucket b(10, 3);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(b.take(kStart));
   // An hour idle earns 3, not 36000.
   const base::MonoTime later = kStart + std::chrono::hours(1);
@@ -29,28 +29,28 @@ TEST(IcmpErrorBudget, RefillsToBurstAndNoFurther) {
   EXPECT_FALSE(b.take(later));
 }
 
-TEST(IcmpErrorBudget, TimeFullEarnsNothing) {
-  IcmpErrorBudget b(1, 2);
+TEST(TokenBucket, TimeFullEarnsNothing) {
+  TokenBucket b(1, 2);
   EXPECT_TRUE(b.take(kStart));                      // 1 left
   EXPECT_TRUE(b.take(kStart + milliseconds(999)));  // 0 left: 999 ms earned no whole token
   EXPECT_FALSE(b.take(kStart + milliseconds(999)));
   EXPECT_TRUE(b.take(kStart + milliseconds(1000)));
 }
 
-TEST(IcmpErrorBudget, ClockGoingBackEarnsNothing) {
-  IcmpErrorBudget b(10, 1);
+TEST(TokenBucket, ClockGoingBackEarnsNothing) {
+  TokenBucket b(10, 1);
   EXPECT_TRUE(b.take(kStart));
   EXPECT_FALSE(b.take(kStart - std::chrono::seconds(5)));
   EXPECT_FALSE(b.take(kStart + milliseconds(50)));
   EXPECT_TRUE(b.take(kStart + milliseconds(100)));
 }
 
-TEST(IcmpErrorBudget, ZeroRatesAreRaisedToOne) {
-  IcmpErrorBudget b(0, 0);
+TEST(TokenBucket, ZeroRatesAreRaisedToOne) {
+  TokenBucket b(0, 0);
   EXPECT_TRUE(b.take(kStart));
   EXPECT_FALSE(b.take(kStart + milliseconds(500)));
   EXPECT_TRUE(b.take(kStart + std::chrono::seconds(1)));
 }
 
 }  // namespace
-}  // namespace abox::netstack
+}  // namespace abox::base

@@ -1,9 +1,10 @@
-// IcmpErrorBudget: how many ICMP(v6) errors the stack may send the guest
-// now (a destination unreachable for a refused UDP datagram). A token
-// bucket: `burst` at once, then one every 1/per_second; what is over is not
-// sent (the caller counts it). RFC 4443 section 2.4(f) asks every IPv6 node
-// to bound its error rate; the same bucket bounds IPv4's, so a guest that
-// sprays refused datagrams makes the stack answer a few, not each one.
+// TokenBucket: how many answers abox-net may send the guest now, for what
+// the guest can ask for as fast as it likes: ICMP(v6) errors for refused
+// datagrams (RFC 4443 section 2.4(f) asks every IPv6 node to bound its
+// error rate; IPv4's are bounded the same way), neighbour discovery and
+// DHCPv6 answers. `burst` at once, then one every 1/per_second; what is
+// over is not sent (the caller counts it), so a guest that floods gets a
+// few answers, not one each.
 //
 // Invariants: tokens() <= burst; per_second >= 1 (one a second at least:
 // an error that never comes would turn every refusal into a timeout).
@@ -14,11 +15,11 @@
 
 #include "base/clock.h"
 
-namespace abox::netstack {
+namespace abox::base {
 
-class IcmpErrorBudget {
+class TokenBucket {
  public:
-  IcmpErrorBudget(std::uint32_t per_second, std::uint32_t burst);
+  TokenBucket(std::uint32_t per_second, std::uint32_t burst);
 
   // True (one token spent) when an error may be sent at `now`.
   bool take(base::MonoTime now);
@@ -31,4 +32,4 @@ class IcmpErrorBudget {
   base::MonoTime refilled_until_{};  // the tokens stand for the time up to here
 };
 
-}  // namespace abox::netstack
+}  // namespace abox::base
