@@ -326,7 +326,7 @@ int run_reload(std::span<const std::string_view> args, std::ostream& out, std::o
     return kExitFailed;
   }
   std::string error;
-  auto reply = ask_control_socket(socket, "reload " + file, *text, error);
+  auto reply = ask_control_socket(socket, "reload " + file, *text, error, std::chrono::seconds(10));
   if (!reply) {
     err << kCommand << ": " << error << '\n';
     return kExitFailed;

@@ -1,12 +1,6 @@
-// ask_control_socket(): one request to a running abox-net's stats socket
-// (netstack/program/stats_server.h) or a broker's control socket
-// (broker/control_socket.h); both speak the same protocol: one request
-// line, an optional body (a policy's text), a half-close, then the reply
-// until the server closes.
-//
-// Blocking, bounded: connect, send and every read wait at most `timeout`;
-// the reply is at most 1 MiB. For the CLI (`abox policy apply`,
-// `abox broker reload`), never the daemon's loop.
+// What `abox policy apply` and `abox broker reload` send to a running
+// abox-net or broker (the request itself: base/control_client.h): a
+// policy's text, and the reload reply read back.
 #pragma once
 
 #include <chrono>
@@ -14,15 +8,13 @@
 #include <string>
 #include <string_view>
 
+#include "base/control_client.h"
 #include "base/result.h"
 
 namespace abox::engine {
 
-// nullopt with a message in error when nothing answers (no such socket,
-// nobody listening, a timeout, a reply cut short by an error).
-std::optional<std::string> ask_control_socket(const std::string& path, std::string_view line,
-                                              std::string_view body, std::string& error,
-                                              std::chrono::milliseconds timeout = std::chrono::seconds(10));
+// One request and its reply: base/control_client.h.
+using base::ask_control_socket;
 
 // The text of a policy file to send (at most 4 MiB, load_policy()'s own
 // bound). Err: a message (no such file, not a regular file, too large).

@@ -84,7 +84,7 @@ PartReply ask_reload(const std::string& socket, const std::string& source, std::
   PartReply r;
   r.asked = true;
   std::string error;
-  auto reply = ask_control_socket(socket, "reload " + source, text, error);
+  auto reply = ask_control_socket(socket, "reload " + source, text, error, std::chrono::seconds(10));
   if (!reply) {
     r.text = error;
     return r;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/command_line.h"
+#include "base/control_client.h"
 #include "base/json.h"
 #include "netstack/program/stats_command.h"
 #include "netstack/stack/admission.h"
@@ -198,7 +199,7 @@ int run_explain_command(std::span<const std::string_view> args) {
   }
   request += " " + target;
   std::string error;
-  auto reply = ask_abox_net(socket, request, error);
+  auto reply = base::ask_control_socket(socket, request, {}, error);
   if (!reply) {
     std::cerr << kCommand << ": " << error << '\n';
     return 3;

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "base/command_line.h"
+#include "base/control_client.h"
 #include "netstack/program/stats_command.h"
 #include "netstack/stack/guest_stack.h"
 #include "policy/policy_file.h"
@@ -180,7 +181,7 @@ int run_reload_command(std::span<const std::string_view> args) {
     return 3;
   }
   std::string reply_error;
-  auto reply = ask_abox_net(socket, "reload " + file, reply_error, *text);
+  auto reply = base::ask_control_socket(socket, "reload " + file, *text, reply_error);
   if (!reply) {
     std::cerr << "abox-net reload: " << reply_error << '\n';
     return 3;

@@ -1,0 +1,27 @@
+// ask_control_socket(): one request to a running abox-net's stats socket
+// (netstack/program/stats_server.h) or a broker's control socket
+// (broker/control_socket.h). Both speak the same protocol: one request
+// line, an optional body (a policy's text), a half-close (always: it ends
+// the body), then the reply until the server closes.
+//
+// Blocking and bounded: connect, send and every read wait at most
+// `timeout`; the reply is at most 1 MiB. For command-line clients
+// (abox-net stats/explain/reload, abox policy apply, abox broker reload),
+// never an event loop.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace abox::base {
+
+// nullopt with a message in `error` when nothing answers: no socket at path,
+// a socket file nobody listens on (left by a process that has exited), a
+// timeout, an error before any reply.
+std::optional<std::string> ask_control_socket(const std::string& path, std::string_view line,
+                                              std::string_view body, std::string& error,
+                                              std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+}  // namespace abox::base
