@@ -123,7 +123,9 @@ class TapLink final : public Link {
   // dropped_oversize (pass a buffer of max_frame_size() bytes); one shorter
   // than an Ethernet header is dropped and counted in dropped_runt(). Drops
   // do not end the call: it goes on to the next frame until one is
-  // delivered or the tap is empty, so 0 really means "nothing waiting".
+  // delivered or the tap is empty, so 0 means "nothing waiting", but for a
+  // frame over the MTU (not a GSO packet): the call ends there and
+  // last_oversize_head() gives its head (link.h), min(its length, buf) bytes.
   base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) override;
   // The same frame checks for a read the ring made (see link.h); a tap that
   // is gone completes the read with EBADFD, which is returned.
@@ -143,6 +145,7 @@ class TapLink final : public Link {
                                               std::span<std::uint8_t, kRingSendHeaderMax> header) override;
   base::Result<void, int> finish_ring_send(int res, std::size_t frame_size) override;
   bool last_frame_checksum_trusted() const override { return last_checksum_trusted_; }
+  std::optional<OversizeHead> last_oversize_head() const override { return oversize_head_; }
   bool tx_checksum_offload() const override { return vnet_; }
   bool tx_tso() const override { return vnet_; }
   // 65535 with the vnet header (TSO frames), else max_frame_size().
@@ -163,9 +166,11 @@ class TapLink final : public Link {
 
  private:
   TapLink(base::UniqueFd fd, std::size_t mtu, std::string ifname);
-  // What a read of n bytes (vnet header included) with `room` for the frame
-  // delivered: its length, or 0 when it was dropped and counted.
-  std::size_t accept_read(std::size_t n, std::size_t room, const std::uint8_t* vnet_header);
+  // What a read of n bytes (vnet header included) into `frame`, with `room`
+  // for it, delivered: its length, or 0 when it was dropped and counted
+  // (and oversize_head_ set for a frame over the MTU).
+  std::size_t accept_read(std::size_t n, const std::uint8_t* frame, std::size_t room,
+                          const std::uint8_t* vnet_header);
   // send_frame()'s checks; false: dropped and counted. Fills the vnet header.
   bool prepare_send(const OutFrame& frame, std::uint8_t* vnet_header);
   // Counts a write's result (bytes, or -errno) as send_frame() returns it.
@@ -182,12 +187,14 @@ class TapLink final : public Link {
   std::uint64_t dropped_runt_ = 0;
   bool vnet_ = false;  // frames carry a virtio_net_hdr; checksum offload on
   bool last_checksum_trusted_ = false;
+  std::optional<OversizeHead> oversize_head_;  // the last receive call's (link.h)
   // The ring read's own storage (ring_receive_iovecs()): vnet header, the
   // spill byte that shows an overlong frame, the iovecs, the frame's room.
   std::array<std::uint8_t, 10> ring_vnet_{};
   std::uint8_t ring_spill_ = 0;
   std::array<iovec, 3> ring_iov_{};
   std::size_t ring_room_ = 0;
+  const std::uint8_t* ring_frame_ = nullptr;
   std::vector<std::uint8_t> gather_;  // send_frame() with more pieces than one writev takes
 };
 
