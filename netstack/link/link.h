@@ -50,7 +50,8 @@
 // costs nothing on the normal path: the bytes are where the read put them
 // (a stream link copies them as it copies a frame), and no call reads more
 // than it did before. A link that keeps no head keeps the default (nullopt);
-// any call that receives clears it.
+// one that does clears it in every receive call, receive_buffered() too
+// (else a caller would take the same head twice).
 #pragma once
 
 #include <sys/uio.h>

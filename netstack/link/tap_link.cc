@@ -403,9 +403,9 @@ bool TapLink::netns_alive() const {
 // offered and is dropped as oversize, as is a plain frame over the MTU.
 base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
   const std::size_t room = std::min(buf.size(), max_receive_size());
-  std::uint8_t spill = 0;  // a read that reaches this byte was too long
   VnetHeader header{};
-  std::array<iovec, 3> iov = {{{&header, sizeof header}, {buf.data(), room}, {&spill, 1}}};
+  // A read that reaches the spill was too long (see spill_).
+  std::array<iovec, 3> iov = {{{&header, sizeof header}, {buf.data(), room}, {spill_.get(), kSpillBytes}}};
   iovec* first = vnet_ ? &iov[0] : &iov[1];
   const int count = vnet_ ? 3 : 2;
   last_checksum_trusted_ = false;
@@ -427,7 +427,8 @@ base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
 std::span<const iovec> TapLink::ring_receive_iovecs(std::span<std::uint8_t> buf) {
   ring_room_ = std::min(buf.size(), max_receive_size());
   ring_frame_ = buf.data();
-  ring_iov_ = {{{ring_vnet_.data(), ring_vnet_.size()}, {buf.data(), ring_room_}, {&ring_spill_, 1}}};
+  ring_iov_ = {
+      {{ring_vnet_.data(), ring_vnet_.size()}, {buf.data(), ring_room_}, {spill_.get(), kSpillBytes}}};
   return vnet_ ? std::span<const iovec>(ring_iov_) : std::span<const iovec>(ring_iov_).subspan(1);
 }
 
@@ -441,10 +442,9 @@ base::Result<std::size_t, int> TapLink::finish_ring_receive(int res) {
   return accept_read(static_cast<std::size_t>(res), ring_frame_, ring_room_, ring_vnet_.data());
 }
 
-// A read returns the frame's whole length even when the buffer took only
-// its start (the tap driver's tun_put_user() returns what the frame was, and
-// copies what fits): an oversize frame's real length is known, and its head
-// is in `frame` already.
+// The tap driver copies what fits and returns what it copied: the spill
+// (kSpillBytes, more than any frame's rest) takes the rest of an oversize
+// frame, so n is its real length, and its head is in `frame` already.
 std::size_t TapLink::accept_read(std::size_t n, const std::uint8_t* frame, std::size_t room,
                                  const std::uint8_t* vnet_header) {
   const std::size_t header_size = vnet_ ? sizeof(VnetHeader) : 0;
