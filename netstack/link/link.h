@@ -48,8 +48,10 @@
 // min(frame length, kOversizeHeadBytes, the buffer) bytes, or there is none
 // (a stream link that has only part of it: it never waits for more). It
 // costs nothing on the normal path: the bytes are where the read put them
-// (a stream link copies them as it copies a frame), and no call reads more
-// than it did before. A link that keeps no head keeps the default (nullopt);
+// (a stream link copies them as it copies a frame; a tap's read spills the
+// rest of the frame into scratch storage, to learn its length), and no call
+// makes a system call more than before. A link that keeps no head keeps the
+// default (nullopt);
 // one that does clears it in every receive call, receive_buffered() too
 // (else a caller would take the same head twice).
 #pragma once
