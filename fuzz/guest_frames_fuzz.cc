@@ -14,6 +14,11 @@
 // allowed name go to 127.0.0.1:9, where nothing answers. IPv6 flows are on,
 // so a DHCPv6 message to ff02::1:2 port 547 reaches the Dhcpv6Server (seed
 // ipv6_dhcpv6_information_request: one frame checksummed, one trusted).
+// A frame longer than the MTU allows (1514 bytes; the length field goes to
+// 32767) is dropped by the link as a real one drops it, which hands the
+// stack its head (Link::last_oversize_head(): the first bytes that fit the
+// buffer, and the real length), so the ICMP "packet too big" path is
+// fuzzed too (seeds ipv6_too_big, ipv4_too_big_df).
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -22,6 +27,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/byte_reader.h"
@@ -42,6 +48,7 @@ class MemoryLink final : public netstack::Link {
     // An empty frame is skipped, as a real link drops a runt and goes on:
     // returning 0 for it would mean "nothing waiting" and strand the frames
     // behind it (the queue then grew with every input).
+    head_.reset();
     while (!in_.empty() && in_.front().bytes.empty()) in_.pop_front();
     if (in_.empty()) return std::size_t{0};
     auto f = std::move(in_.front().bytes);
@@ -49,8 +56,14 @@ class MemoryLink final : public netstack::Link {
     in_.pop_front();
     std::size_t n = std::min(f.size(), buf.size());
     if (n > 0) std::memcpy(buf.data(), f.data(), n);
+    if (f.size() > mtu() + 14) {  // dropped, counted, its head kept (link.h)
+      ++counters_.dropped_oversize;
+      head_ = netstack::OversizeHead{buf.first(n), f.size()};
+      return std::size_t{0};
+    }
     return n;
   }
+  std::optional<netstack::OversizeHead> last_oversize_head() const override { return head_; }
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override {
     ++counters_.frames_out;
     counters_.bytes_out += frame.size();
@@ -68,6 +81,7 @@ class MemoryLink final : public netstack::Link {
  private:
   int fd_;
   bool last_trusted_ = false;
+  std::optional<netstack::OversizeHead> head_;
   netstack::LinkCounters counters_;
 };
 
@@ -123,6 +137,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   world->loop.run_once(abox::base::Millis(0));
   // Nothing was ever answered, so nothing may have been admitted.
   if (world->stack.counters().tcp_admitted != 0 || world->stack.counters().udp_admitted != 0)
+    __builtin_trap();
+  // At most one "packet too big" per frame the link dropped as oversize.
+  if (world->stack.counters().icmp_packet_too_big_sent > world->link.counters().dropped_oversize)
     __builtin_trap();
   return 0;
 }

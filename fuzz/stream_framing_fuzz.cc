@@ -10,7 +10,10 @@
 // frame was handed out, a torn one never. The link's input buffer is the
 // smallest it allows (four records of the largest frame, not 256 KiB): each
 // input costs little to set up, and frames straddle the buffer's refills
-// (make_room()) every few reads.
+// (make_room()) every few reads. Every oversize frame whose head the link
+// hands over (Link::last_oversize_head()) is one the parse found, in order,
+// with its real length and exactly its first bytes (as many as the head
+// should hold); a head the link does not keep (cut by a read) is allowed.
 // Input: byte 0 = MTU (bit 0: 68, else 1500) and read size (1 + byte0 / 2),
 // then the stream bytes. Seeds: fuzz/corpus/stream_framing/.
 #include <sys/socket.h>
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/unique_fd.h"
@@ -40,6 +44,9 @@ void check(bool ok) {
 struct Expected {
   std::vector<Bytes> frames;
   std::uint64_t oversize = 0, runts = 0, zero = 0;
+  // Records over the maximum: where each frame starts in the stream, and
+  // its length.
+  std::vector<std::pair<std::size_t, std::uint64_t>> oversize_at;
 };
 Expected parse(std::span<const std::uint8_t> s, std::size_t max_frame) {
   Expected e;
@@ -54,6 +61,7 @@ Expected parse(std::span<const std::uint8_t> s, std::size_t max_frame) {
     }
     if (len < 14 || len > max_frame) {
       ++(len < 14 ? e.runts : e.oversize);
+      if (len > max_frame) e.oversize_at.emplace_back(at, len);
       at += static_cast<std::size_t>(std::min<std::uint64_t>(len, s.size() - at));
       continue;
     }
@@ -82,11 +90,34 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   Bytes buf(link.max_receive_size());
   std::vector<Bytes> got;
+  std::size_t next_oversize = 0;  // the first of want.oversize_at a head may be of
+  auto take_head = [&] {
+    const auto head = link.last_oversize_head();
+    if (!head) return false;
+    check(head->head.data() == buf.data());
+    // The next expected one it is (a head not kept is skipped over): the
+    // same length, its size, its bytes.
+    auto is_this = [&](const std::pair<std::size_t, std::uint64_t>& o) {
+      const auto wanted =
+          static_cast<std::size_t>(std::min<std::uint64_t>(o.second, Link::kOversizeHeadBytes));
+      return o.second == head->frame_size && head->head.size() == std::min(wanted, buf.size()) &&
+             o.first + head->head.size() <= stream.size() &&
+             std::equal(head->head.begin(), head->head.end(), stream.begin() + static_cast<long>(o.first));
+    };
+    std::size_t i = next_oversize;
+    while (i < want.oversize_at.size() && !is_this(want.oversize_at[i])) ++i;
+    check(i < want.oversize_at.size());
+    next_oversize = i + 1;
+    return true;
+  };
   auto take = [&](abox::base::Result<std::size_t, int> r) {
-    for (int i = 0; r.ok() && *r != 0; ++i) {
+    for (int i = 0; r.ok() && (*r != 0 || take_head()); ++i) {
       check(i < 100000);
-      check(*r >= 14 && *r <= link.max_frame_size());
-      got.emplace_back(buf.begin(), buf.begin() + static_cast<long>(*r));
+      if (*r != 0) {
+        check(*r >= 14 && *r <= link.max_frame_size());
+        check(!link.last_oversize_head());
+        got.emplace_back(buf.begin(), buf.begin() + static_cast<long>(*r));
+      }
       r = link.receive_buffered(buf);
     }
     return r;

@@ -36,6 +36,24 @@
 // EAGAIN. After every finish_ring_receive() the stack calls
 // receive_buffered() until it returns 0, then posts the next read. A link
 // read one frame per read keeps receive_buffered()'s default (0).
+//
+// The head of a frame over the MTU (optional): a frame too large is still
+// dropped and counted (dropped_oversize), but a link may keep its start so
+// that the stack can tell the guest (an ICMP "packet too big", RFC 4443 and
+// 1191). Such a link returns 0 from the receive() (or finish_ring_receive(),
+// receive_buffered()) that dropped it, without going on to the next frame,
+// and last_oversize_head() then gives the frame's first bytes, in the buffer
+// that call was given, and its real length. That 0 does not mean "nothing
+// waiting": a caller that takes heads calls again. The head is at least
+// min(frame length, kOversizeHeadBytes, the buffer) bytes, or there is none
+// (a stream link that has only part of it: it never waits for more). It
+// costs nothing on the normal path: the bytes are where the read put them
+// (a stream link copies them as it copies a frame; a tap's read spills the
+// rest of the frame into scratch storage, to learn its length), and no call
+// makes a system call more than before. A link that keeps no head keeps the
+// default (nullopt);
+// one that does clears it in every receive call, receive_buffered() too
+// (else a caller would take the same head twice).
 #pragma once
 
 #include <sys/uio.h>
@@ -86,6 +104,13 @@ inline void gather_frame(const OutFrame& frame, std::vector<std::uint8_t>& out) 
 inline bool send_error_ends_link(int err) {
   return err != EAGAIN && err != EMSGSIZE;
 }
+
+// The start of a frame the link dropped as over the MTU (see the top of
+// this file).
+struct OversizeHead {
+  std::span<const std::uint8_t> head;  // the frame's first bytes, in the caller's buffer
+  std::size_t frame_size = 0;          // the frame's real length (> head.size() when cut)
+};
 
 struct LinkCounters {
   std::uint64_t frames_in = 0;
@@ -168,6 +193,14 @@ class Link {
   virtual base::Result<void, int> finish_ring_send(int res, std::size_t /*frame_size*/) {
     return res < 0 ? base::Result<void, int>(base::Err{-res}) : base::Result<void, int>();
   }
+
+  // The most of an oversize frame a link needs to keep (see the top of this
+  // file): its Ethernet header and the first 1280 bytes of its IP packet, all
+  // that an ICMPv6 error may quote (RFC 4443 section 2.4 (c)).
+  static constexpr std::size_t kOversizeHeadBytes = 14 + 1280;
+  // After a receive call returned 0: the head of the oversize frame it
+  // dropped, when the link kept one; valid until the next receive call.
+  virtual std::optional<OversizeHead> last_oversize_head() const { return std::nullopt; }
 
   // True when the frame receive() returned last need not have its TCP/UDP
   // checksums checked: the sending kernel verified them or leaves them to

@@ -67,6 +67,9 @@ class RecordingLink final : public Link {
                                               std::span<std::uint8_t, kRingSendHeaderMax> header) override;
   base::Result<void, int> finish_ring_send(int res, std::size_t frame_size) override;
   bool last_frame_checksum_trusted() const override { return inner_.last_frame_checksum_trusted(); }
+  // An oversize frame's head passes through unrecorded: the frame never
+  // reached the stack (it is in dropped_oversize, not frames_in).
+  std::optional<OversizeHead> last_oversize_head() const override { return inner_.last_oversize_head(); }
   bool tx_checksum_offload() const override { return inner_.tx_checksum_offload(); }
   bool tx_tso() const override { return inner_.tx_tso(); }
   // Output a stream link held back is the inner link's to flush: without

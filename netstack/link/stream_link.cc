@@ -92,6 +92,7 @@ base::Result<std::size_t, int> StreamLink::fill() {
 // Parses only the length prefixes, through a ByteReader over the buffered
 // bytes; the frame's own bytes are the netstack's to parse.
 std::size_t StreamLink::next_frame(std::span<std::uint8_t> buf) {
+  oversize_head_.reset();
   for (;;) {
     if (skipping_ > 0) {
       const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(skipping_, in_tail_ - in_head_));
@@ -115,6 +116,9 @@ std::size_t StreamLink::next_frame(std::span<std::uint8_t> buf) {
       }
       in_head_ += kLengthPrefix;
       skipping_ = *length;
+      // Over the MTU (not merely over a short buf): its head, when the
+      // buffer holds it already, and the skip goes on at the next call.
+      if (*length > max_frame_size() && keep_oversize_head(buf, *length)) return 0;
       continue;
     }
     const auto frame = reader.bytes(*length);
@@ -127,9 +131,24 @@ std::size_t StreamLink::next_frame(std::span<std::uint8_t> buf) {
   }
 }
 
+// The head of a frame over the MTU whose length prefix was just taken:
+// copied into buf as a frame is, but only when what was read already holds
+// all of it (min(length, kOversizeHeadBytes, buf) bytes); a head cut by the
+// end of what arrived is not kept (link.h: the link never waits for it).
+bool StreamLink::keep_oversize_head(std::span<std::uint8_t> buf, std::uint64_t length) {
+  const auto wanted =
+      static_cast<std::size_t>(std::min<std::uint64_t>(length, std::min(kOversizeHeadBytes, buf.size())));
+  base::ByteReader reader(std::span<const std::uint8_t>(in_).subspan(in_head_, in_tail_ - in_head_));
+  const auto head = reader.bytes(wanted);
+  if (!head) return false;
+  std::copy(head->begin(), head->end(), buf.begin());
+  oversize_head_ = OversizeHead{buf.first(wanted), static_cast<std::size_t>(length)};
+  return true;
+}
+
 base::Result<std::size_t, int> StreamLink::receive(std::span<std::uint8_t> buf) {
   for (;;) {
-    if (const std::size_t n = next_frame(buf); n != 0) return n;
+    if (const std::size_t n = next_frame(buf); n != 0 || oversize_head_) return n;
     auto r = fill();
     if (!r.ok()) return Err{r.error()};
     if (*r == 0) return std::size_t{0};

@@ -24,7 +24,11 @@
 // below 14 is never buffered: the link enters a skip state that discards
 // that many bytes as they arrive (a 4 GiB length costs no memory) and counts
 // the frame (dropped_oversize, dropped_runt()); a zero length is counted
-// (dropped_zero_length()) and skipped.
+// (dropped_zero_length()) and skipped. For a length above mtu() + 14 whose
+// first bytes (Link::kOversizeHeadBytes, or the whole frame when shorter)
+// are in the buffer already, those are copied out as a frame would be and
+// the call returns 0 with last_oversize_head() set (link.h); a head cut by
+// the end of a read is not kept. The skip goes on at the next call.
 //
 // Life of a frame to the guest: send_frame() (and send()) copies length +
 // frame into one output queue, bounded to kMaxQueued bytes; a frame that
@@ -55,6 +59,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -108,6 +113,7 @@ class StreamLink final : public Link {
   std::span<const iovec> ring_receive_iovecs(std::span<std::uint8_t> buf) override;
   base::Result<std::size_t, int> finish_ring_receive(int res) override;
   base::Result<std::size_t, int> receive_buffered(std::span<std::uint8_t> buf) override;
+  std::optional<OversizeHead> last_oversize_head() const override { return oversize_head_; }
   // Queues the frame (see the top of this file). A frame longer than
   // max_frame_size() is dropped (dropped_oversize), one shorter than an
   // Ethernet header too (dropped_send): both return EMSGSIZE (the link is
@@ -156,6 +162,9 @@ class StreamLink final : public Link {
   // The next whole frame already in the input buffer, copied into buf
   // (with every check of the top of this file); 0: none is whole.
   std::size_t next_frame(std::span<std::uint8_t> buf);
+  // Copies the head of an oversize frame of `length` bytes (its prefix just
+  // taken) into buf when the buffer holds it; sets oversize_head_.
+  bool keep_oversize_head(std::span<std::uint8_t> buf, std::uint64_t length);
 
   base::UniqueFd fd_;
   std::size_t mtu_;
@@ -168,6 +177,7 @@ class StreamLink final : public Link {
   std::span<std::uint8_t> ring_buf_;
   // Bytes of a refused frame still to discard as they arrive.
   std::uint64_t skipping_ = 0;
+  std::optional<OversizeHead> oversize_head_;  // the last receive call's (link.h)
   // Output not written yet, at most kMaxQueued bytes: what the socket did
   // not take, then [batch_start_, end) queued since the last flush().
   std::vector<std::uint8_t> out_;

@@ -403,12 +403,13 @@ bool TapLink::netns_alive() const {
 // offered and is dropped as oversize, as is a plain frame over the MTU.
 base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
   const std::size_t room = std::min(buf.size(), max_receive_size());
-  std::uint8_t spill = 0;  // a read that reaches this byte was too long
   VnetHeader header{};
-  std::array<iovec, 3> iov = {{{&header, sizeof header}, {buf.data(), room}, {&spill, 1}}};
+  // A read that reaches the spill was too long (see spill_).
+  std::array<iovec, 3> iov = {{{&header, sizeof header}, {buf.data(), room}, {spill_.get(), kSpillBytes}}};
   iovec* first = vnet_ ? &iov[0] : &iov[1];
   const int count = vnet_ ? 3 : 2;
   last_checksum_trusted_ = false;
+  oversize_head_.reset();
   for (;;) {
     const ssize_t n = ::readv(fd_.get(), first, count);
     if (n < 0) {
@@ -416,29 +417,36 @@ base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
       if (errno == EAGAIN) return std::size_t{0};
       return Err{errno};  // EBADFD: the tap device is gone
     }
-    if (std::size_t len =
-            accept_read(static_cast<std::size_t>(n), room, reinterpret_cast<std::uint8_t*>(&header));
-        len != 0)
-      return len;
+    if (std::size_t len = accept_read(static_cast<std::size_t>(n), buf.data(), room,
+                                      reinterpret_cast<std::uint8_t*>(&header));
+        len != 0 || oversize_head_)
+      return len;  // a frame, or the head of one over the MTU: the caller's turn
   }
 }
 
 std::span<const iovec> TapLink::ring_receive_iovecs(std::span<std::uint8_t> buf) {
   ring_room_ = std::min(buf.size(), max_receive_size());
-  ring_iov_ = {{{ring_vnet_.data(), ring_vnet_.size()}, {buf.data(), ring_room_}, {&ring_spill_, 1}}};
+  ring_frame_ = buf.data();
+  ring_iov_ = {
+      {{ring_vnet_.data(), ring_vnet_.size()}, {buf.data(), ring_room_}, {spill_.get(), kSpillBytes}}};
   return vnet_ ? std::span<const iovec>(ring_iov_) : std::span<const iovec>(ring_iov_).subspan(1);
 }
 
 base::Result<std::size_t, int> TapLink::finish_ring_receive(int res) {
   last_checksum_trusted_ = false;
+  oversize_head_.reset();
   if (res < 0) {
     if (res == -EAGAIN || res == -EINTR) return std::size_t{0};  // nothing read: read again
     return Err{-res};
   }
-  return accept_read(static_cast<std::size_t>(res), ring_room_, ring_vnet_.data());
+  return accept_read(static_cast<std::size_t>(res), ring_frame_, ring_room_, ring_vnet_.data());
 }
 
-std::size_t TapLink::accept_read(std::size_t n, std::size_t room, const std::uint8_t* vnet_header) {
+// The tap driver copies what fits and returns what it copied: the spill
+// (kSpillBytes, more than any frame's rest) takes the rest of an oversize
+// frame, so n is its real length, and its head is in `frame` already.
+std::size_t TapLink::accept_read(std::size_t n, const std::uint8_t* frame, std::size_t room,
+                                 const std::uint8_t* vnet_header) {
   const std::size_t header_size = vnet_ ? sizeof(VnetHeader) : 0;
   if (n < header_size + kEthernetHeader) {
     ++dropped_runt_;
@@ -451,6 +459,9 @@ std::size_t TapLink::accept_read(std::size_t n, std::size_t room, const std::uin
   const std::size_t limit = gso == kVnetGsoTcpv4 ? room : std::min(room, max_frame_size());
   if (len > limit || (gso != kVnetGsoNone && gso != kVnetGsoTcpv4)) {
     ++counters_.dropped_oversize;
+    // A frame the guest's kernel sent whole (not a GSO packet) over the MTU:
+    // its head, for the guest's path MTU (link.h).
+    if (gso == kVnetGsoNone) oversize_head_ = OversizeHead{{frame, std::min(len, room)}, len};
     return 0;
   }
   ++counters_.frames_in;

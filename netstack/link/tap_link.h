@@ -12,11 +12,12 @@
 // the TapLink) removes eth0 from the namespace.
 //
 // Life of one frame: receive() reads exactly one frame per read (the tap
-// keeps frame boundaries). The buffer gets mtu() + 14 bytes and one more
-// byte goes to a scratch iovec, so a frame longer than the MTU allows shows
-// as a read that spilled into the scratch byte: it is dropped and counted,
-// never delivered truncated. send_frame() writes one frame per writev, its
-// pieces as they are.
+// keeps frame boundaries). The buffer gets mtu() + 14 bytes and a scratch
+// iovec (the spill, 64 KiB, never touched by a frame that fits) takes the
+// rest, so a frame longer than the MTU allows shows as a read that spilled:
+// it is dropped and counted, never delivered truncated, and its head (in
+// the buffer) and real length (the read's) go to last_oversize_head(). send_frame() writes one frame per
+// writev, its pieces as they are.
 //
 // The vnet header (create_in_netns only): the tap is IFF_VNET_HDR with
 // checksum offload (TUN_F_CSUM), so every frame either way carries a
@@ -123,7 +124,9 @@ class TapLink final : public Link {
   // dropped_oversize (pass a buffer of max_frame_size() bytes); one shorter
   // than an Ethernet header is dropped and counted in dropped_runt(). Drops
   // do not end the call: it goes on to the next frame until one is
-  // delivered or the tap is empty, so 0 really means "nothing waiting".
+  // delivered or the tap is empty, so 0 means "nothing waiting", but for a
+  // frame over the MTU (not a GSO packet): the call ends there and
+  // last_oversize_head() gives its head (link.h), min(its length, buf) bytes.
   base::Result<std::size_t, int> receive(std::span<std::uint8_t> buf) override;
   // The same frame checks for a read the ring made (see link.h); a tap that
   // is gone completes the read with EBADFD, which is returned.
@@ -143,6 +146,13 @@ class TapLink final : public Link {
                                               std::span<std::uint8_t, kRingSendHeaderMax> header) override;
   base::Result<void, int> finish_ring_send(int res, std::size_t frame_size) override;
   bool last_frame_checksum_trusted() const override { return last_checksum_trusted_; }
+  std::optional<OversizeHead> last_oversize_head() const override { return oversize_head_; }
+  // A tap reads one frame per read: nothing is ever buffered, but the call
+  // clears the last head, as every receive call does (link.h).
+  base::Result<std::size_t, int> receive_buffered(std::span<std::uint8_t> /*buf*/) override {
+    oversize_head_.reset();
+    return std::size_t{0};
+  }
   bool tx_checksum_offload() const override { return vnet_; }
   bool tx_tso() const override { return vnet_; }
   // 65535 with the vnet header (TSO frames), else max_frame_size().
@@ -163,9 +173,11 @@ class TapLink final : public Link {
 
  private:
   TapLink(base::UniqueFd fd, std::size_t mtu, std::string ifname);
-  // What a read of n bytes (vnet header included) with `room` for the frame
-  // delivered: its length, or 0 when it was dropped and counted.
-  std::size_t accept_read(std::size_t n, std::size_t room, const std::uint8_t* vnet_header);
+  // What a read of n bytes (vnet header included) into `frame`, with `room`
+  // for it, delivered: its length, or 0 when it was dropped and counted
+  // (and oversize_head_ set for a frame over the MTU).
+  std::size_t accept_read(std::size_t n, const std::uint8_t* frame, std::size_t room,
+                          const std::uint8_t* vnet_header);
   // send_frame()'s checks; false: dropped and counted. Fills the vnet header.
   bool prepare_send(const OutFrame& frame, std::uint8_t* vnet_header);
   // Counts a write's result (bytes, or -errno) as send_frame() returns it.
@@ -182,12 +194,19 @@ class TapLink final : public Link {
   std::uint64_t dropped_runt_ = 0;
   bool vnet_ = false;  // frames carry a virtio_net_hdr; checksum offload on
   bool last_checksum_trusted_ = false;
+  std::optional<OversizeHead> oversize_head_;  // the last receive call's (link.h)
+  // The spill of every read, receive()'s and the ring's (one at a time):
+  // where the rest of a frame longer than the buffer goes, so that the read
+  // says its real length. Not initialised: its pages are touched only by
+  // oversize frames.
+  static constexpr std::size_t kSpillBytes = 65536;
+  std::unique_ptr<std::uint8_t[]> spill_ = std::make_unique_for_overwrite<std::uint8_t[]>(kSpillBytes);
   // The ring read's own storage (ring_receive_iovecs()): vnet header, the
-  // spill byte that shows an overlong frame, the iovecs, the frame's room.
+  // iovecs, the frame's room.
   std::array<std::uint8_t, 10> ring_vnet_{};
-  std::uint8_t ring_spill_ = 0;
   std::array<iovec, 3> ring_iov_{};
   std::size_t ring_room_ = 0;
+  const std::uint8_t* ring_frame_ = nullptr;
   std::vector<std::uint8_t> gather_;  // send_frame() with more pieces than one writev takes
 };
 

@@ -211,6 +211,17 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("dhcpv6_ignored", d6.ignored)
       .field("dhcpv6_malformed", d6.malformed)
       .field("dhcpv6_rate_limited", d6.rate_limited);
+  // ICMP(v6) "packet too big" for guest frames over the MTU (packet_too_big.h;
+  // added at the end).
+  w.field("icmp_packet_too_big_sent", c.icmp_packet_too_big_sent)
+      .field("icmp_packet_too_big_limited", c.icmp_packet_too_big_limited);
+  // The IPv6 route cache (route_cache.h; added at the end): answers from
+  // the table, kernel lookups, route changes that emptied it.
+  const RouteCache& rc = s.routes();
+  w.field("route_cache_hits", rc.hits())
+      .field("route_cache_misses", rc.misses())
+      .field("route_cache_invalidations", rc.invalidations())
+      .field("route_cache_entries", u64(rc.size()));
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

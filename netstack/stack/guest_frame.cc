@@ -1,6 +1,7 @@
 // GuestFrame (see guest_frame.h for what is checked).
 #include "netstack/stack/guest_frame.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -14,6 +15,7 @@ constexpr std::uint16_t kEtherArp = 0x0806;
 constexpr std::uint16_t kEtherIpv6 = 0x86DD;  // parsed in guest_frame_ipv6.cc
 constexpr std::size_t kArpHeader = 28;        // IPv4 over Ethernet
 constexpr std::size_t kIpv4Header = 20;
+constexpr std::size_t kIpv6Header = 40;
 constexpr std::size_t kUdpHeader = 8;
 constexpr std::size_t kTcpHeader = 20;
 
@@ -60,6 +62,53 @@ std::uint16_t fold_checksum(std::uint32_t sum) {
 }
 
 base::Result<GuestFrame, FrameRefusal> GuestFrame::parse(std::span<const std::uint8_t> frame) {
+  return parse_checked(frame, 0);
+}
+
+base::Result<OversizeFrame, FrameRefusal> GuestFrame::parse_head(std::span<const std::uint8_t> head,
+                                                                 std::size_t frame_size) {
+  using base::Err;
+  if (frame_size < head.size()) return Err{FrameRefusal::ethernet_short};  // a link's bug: nothing to trust
+  auto view = parse_checked(head, frame_size - head.size());
+  if (!view.ok()) return Err{view.error()};
+  OversizeFrame out{*view};
+  base::ByteReader eth(head);
+  const bool destination_mac = eth.skip(6);
+  const auto source_mac = eth.bytes(6);
+  const bool ethertype = eth.skip(2);
+  if (!destination_mac || !source_mac || !ethertype) return Err{FrameRefusal::ethernet_short};
+  std::memcpy(out.source_mac.data(), source_mac->data(), 6);
+  const std::span<const std::uint8_t> ip = eth.rest();
+  base::ByteReader fields(ip);
+  switch (out.view.kind()) {
+    case EtherKind::ipv4: {
+      // parse_checked() read these already: the header is in the head.
+      const std::uint8_t version_ihl = fields.u8().value_or(0);
+      (void)fields.skip(1);
+      out.packet_size = fields.u16be().value_or(0);
+      const std::size_t header_length = std::size_t{version_ihl & 0x0Fu} * 4;
+      if (out.view.ipv4().protocol == kProtoIcmp && !out.view.ipv4().fragment) {
+        base::ByteReader icmp(ip.subspan(std::min(header_length, ip.size())));
+        out.ipv4_icmp_type = icmp.u8().value_or(0);
+      }
+      break;
+    }
+    case EtherKind::ipv6: {
+      (void)fields.skip(4);
+      out.packet_size = kIpv6Header + fields.u16be().value_or(0);
+      break;
+    }
+    case EtherKind::arp:
+    case EtherKind::other:
+      out.packet_size = ip.size();
+      break;
+  }
+  out.packet_head = ip.first(std::min(out.packet_size, ip.size()));
+  return out;
+}
+
+base::Result<GuestFrame, FrameRefusal> GuestFrame::parse_checked(std::span<const std::uint8_t> frame,
+                                                                 std::size_t missing) {
   using base::Err;
   GuestFrame view;
   base::ByteReader eth(frame);
@@ -72,7 +121,7 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse(std::span<const std::ui
       view.kind_ = EtherKind::arp;
       return view;
     case kEtherIpv6:
-      return parse_ipv6(eth.rest());
+      return parse_ipv6(eth.rest(), missing);
     case kEtherIpv4:
       view.kind_ = EtherKind::ipv4;
       break;
@@ -100,9 +149,10 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse(std::span<const std::ui
   const std::size_t header_length = std::size_t{version_ihl & 0x0Fu} * 4;
   if (header_length < kIpv4Header || header_length > after_ethernet.size())
     return Err{FrameRefusal::ipv4_header_length};
-  if (total_length < header_length || total_length > after_ethernet.size())
+  if (total_length < header_length || total_length > after_ethernet.size() + missing)
     return Err{FrameRefusal::ipv4_total_length};
-  const std::span<const std::uint8_t> packet = after_ethernet.first(total_length);
+  const std::span<const std::uint8_t> packet =
+      after_ethernet.first(std::min<std::size_t>(total_length, after_ethernet.size()));
   if (fold_checksum(sum16(packet.first(header_length))) != 0) return Err{FrameRefusal::ipv4_checksum};
 
   // Network order, as the bytes stand (each a checked 4-byte sub-span).
@@ -110,7 +160,8 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse(std::span<const std::ui
   std::memcpy(&view.ipv4_.destination_net, destination->data(), 4);
   view.ipv4_.protocol = protocol;
   view.ipv4_.fragment = (fragment & 0x3FFF) != 0;
-  if (view.ipv4_.fragment || (protocol != kProtoTcp && protocol != kProtoUdp)) return view;
+  view.ipv4_.dont_fragment = (fragment & 0x4000) != 0;
+  if (view.ipv4_.fragment || (protocol != kProtoTcp && protocol != kProtoUdp) || missing != 0) return view;
   if (auto t = view.parse_transport(protocol, packet.subspan(header_length)); !t.ok()) return Err{t.error()};
   return view;
 }

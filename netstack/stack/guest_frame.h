@@ -36,6 +36,14 @@
 // A frame that fails one check is refused with the first check it failed
 // (FrameRefusal); the stack drops it, counted, and lwIP never sees it.
 //
+// parse_head() reads the start of a frame the link dropped as over the MTU
+// (Link::last_oversize_head()), for the ICMP "packet too big" the stack
+// answers it with: the same checks, but the IP lengths are checked against
+// the frame's real length, the transport header is not read (is_tcp() and
+// is_udp() are false; upper_protocol and protocol say what it is), and an
+// IPv6 extension header chain must end inside the head (else
+// ipv6_extension_short).
+//
 // The view refers to the frame's bytes (the UDP payload is a sub-span): the
 // bytes must outlive it. It allocates nothing.
 #pragma once
@@ -82,7 +90,8 @@ struct Ipv4Fields {
   std::uint32_t source_net = 0;
   std::uint32_t destination_net = 0;
   std::uint8_t protocol = 0;
-  bool fragment = false;  // MF set or a non-zero offset
+  bool fragment = false;       // MF set or a non-zero offset
+  bool dont_fragment = false;  // DF set
 };
 
 // Extension headers walked before the upper layer; a real guest sends at most
@@ -128,8 +137,11 @@ struct TransportFields {
   std::span<const std::uint8_t> udp_payload = {};  // UDP only: exactly the UDP length's bytes
 };
 
+struct OversizeFrame;
+
 class GuestFrame {
  public:
+  static constexpr std::uint8_t kProtoIcmp = 1;
   static constexpr std::uint8_t kProtoTcp = 6;
   static constexpr std::uint8_t kProtoUdp = 17;
   static constexpr std::uint8_t kProtoIcmpv6 = 58;
@@ -139,6 +151,10 @@ class GuestFrame {
 
   // Validates `frame` (see the top of this file).
   static base::Result<GuestFrame, FrameRefusal> parse(std::span<const std::uint8_t> frame);
+  // Validates `head`, the first bytes of a frame of frame_size bytes that
+  // the link dropped as over the MTU (see the top of this file).
+  static base::Result<OversizeFrame, FrameRefusal> parse_head(std::span<const std::uint8_t> head,
+                                                              std::size_t frame_size);
 
   EtherKind kind() const { return kind_; }
   bool is_ipv4() const { return kind_ == EtherKind::ipv4; }
@@ -157,8 +173,13 @@ class GuestFrame {
 
  private:
   GuestFrame() = default;
+  // parse() and parse_head(): `missing` is how many bytes of the frame are
+  // not in `frame` (0: it is whole).
+  static base::Result<GuestFrame, FrameRefusal> parse_checked(std::span<const std::uint8_t> frame,
+                                                              std::size_t missing);
   // The IPv6 part of parse(), after the Ethernet header (guest_frame_ipv6.cc).
-  static base::Result<GuestFrame, FrameRefusal> parse_ipv6(std::span<const std::uint8_t> after_ethernet);
+  static base::Result<GuestFrame, FrameRefusal> parse_ipv6(std::span<const std::uint8_t> after_ethernet,
+                                                           std::size_t missing);
   // The TCP or UDP header at the start of `segment` (which runs to the end
   // of the IP packet), into transport_.
   base::Result<void, FrameRefusal> parse_transport(std::uint8_t protocol,
@@ -170,6 +191,18 @@ class GuestFrame {
   Ipv4Fields ipv4_;
   Ipv6Fields ipv6_;
   TransportFields transport_;
+};
+
+// What GuestFrame::parse_head() found in the head of an oversize frame.
+struct OversizeFrame {
+  GuestFrame view;
+  std::array<std::uint8_t, 6> source_mac{};  // the Ethernet source: the guest's interface
+  // The IP packet's first bytes (from its header on, never past its own
+  // length), and that length (its header's, which the frame holds).
+  std::span<const std::uint8_t> packet_head = {};
+  std::size_t packet_size = 0;
+  // IPv4 ICMP (protocol 1) only, when the head holds it: the message type.
+  std::uint8_t ipv4_icmp_type = 0;
 };
 
 // The ones' complement sum of big-endian 16-bit words (an odd last byte

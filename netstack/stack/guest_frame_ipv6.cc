@@ -15,6 +15,7 @@
 // next header the filter cannot see past. Inside a first fragment, a chain
 // that runs past the packet is that last oddity, not a refusal: the rest is
 // in the fragments that follow.
+#include <algorithm>
 #include <cstring>
 
 #include "base/byte_reader.h"
@@ -58,7 +59,8 @@ bool is_upper_layer(std::uint8_t next) {
 
 }  // namespace
 
-base::Result<GuestFrame, FrameRefusal> GuestFrame::parse_ipv6(std::span<const std::uint8_t> after_ethernet) {
+base::Result<GuestFrame, FrameRefusal> GuestFrame::parse_ipv6(std::span<const std::uint8_t> after_ethernet,
+                                                              std::size_t missing) {
   using base::Err;
   GuestFrame view;
   view.kind_ = EtherKind::ipv6;
@@ -77,12 +79,15 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse_ipv6(std::span<const st
   // A payload length of 0 with a Hop-by-Hop jumbo option means a jumbogram
   // (RFC 2675); on a link of at most 64 KiB frames there is none, and the
   // walk below finds its chain past the 40 bytes and refuses it.
-  if (*payload_length > fixed.remaining()) return Err{FrameRefusal::ipv6_payload_length};
+  if (*payload_length > fixed.remaining() + missing) return Err{FrameRefusal::ipv6_payload_length};
   std::memcpy(ip.source.data(), source->data(), 16);
   std::memcpy(ip.destination.data(), destination->data(), 16);
   ip.hop_limit = *hop_limit;
 
-  const std::span<const std::uint8_t> packet = after_ethernet.first(kIpv6Header + *payload_length);
+  // A head (missing != 0) is walked as far as it goes: a chain that runs
+  // past it is short, as one that runs past a whole packet.
+  const std::span<const std::uint8_t> packet =
+      after_ethernet.first(std::min(kIpv6Header + *payload_length, after_ethernet.size()));
   std::size_t at = kIpv6Header;  // where the header named by `next` starts
   std::uint8_t next = *next_header;
   bool first_fragment = false;  // inside a fragment whose offset is 0
@@ -169,7 +174,7 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse_ipv6(std::span<const st
     ip.icmp_code = *code;
     return view;
   }
-  if (next == kProtoTcp || next == kProtoUdp) {
+  if ((next == kProtoTcp || next == kProtoUdp) && missing == 0) {
     if (auto t = view.parse_transport(next, upper); !t.ok()) return Err{t.error()};
   }
   return view;

@@ -28,6 +28,7 @@
 #include "netstack/stack/admission.h"
 #include "netstack/stack/guest_frame.h"
 #include "netstack/stack/lwip_address.h"
+#include "netstack/stack/packet_too_big.h"
 #include "netstack/stack/tcp_flow.h"
 #include "netstack/stack/udp_flow.h"
 
@@ -340,7 +341,10 @@ void GuestStack::receive_ready_frames() {
       link_failed(r.error());
       return;
     }
-    if (*r == 0) return;
+    if (*r == 0) {
+      if (take_oversize_head()) continue;
+      return;
+    }
     take_frame(*r);
   }
   loop_.wake_next_turn(link_handle_);
@@ -385,7 +389,11 @@ void GuestStack::on_link_read(int res) {
     link_failed(r.error());
     return;
   }
-  if (*r != 0) take_frame(*r);
+  if (*r != 0) {
+    take_frame(*r);
+  } else {
+    (void)take_oversize_head();
+  }
   take_buffered_frames();
   post_link_read();
 }
@@ -401,9 +409,57 @@ void GuestStack::take_buffered_frames() {
       link_failed(r.error());
       return;
     }
-    if (*r == 0) return;
+    if (*r == 0) {
+      if (take_oversize_head()) continue;
+      return;
+    }
     take_frame(*r);
   }
+}
+
+// Checked as any frame is (GuestFrame::parse_head(), then the family's own
+// checks); the head is in rx_pbuf_, which stays ours: the answer is built
+// in a buffer of its own.
+bool GuestStack::take_oversize_head() {
+  const std::optional<OversizeHead> head = link_.last_oversize_head();
+  if (!head) return false;
+  const auto parsed = GuestFrame::parse_head(head->head, head->frame_size);
+  if (!parsed.ok()) return true;
+  if (parsed->view.is_ipv4()) answer_oversize_ipv4(*parsed);
+  if (parsed->view.is_ipv6()) answer_oversize_ipv6(*parsed);
+  return true;
+}
+
+// Only what drop_before_lwip() and lwIP would have let through, with DF
+// set: a datagram without DF the guest's kernel would have fragmented had
+// it known the MTU, so it is dropped as before (RFC 1191: no answer is
+// asked for). lwIP answers ICMP only for the gateway (the input hook eats
+// the rest), and an ICMP error never gets one (RFC 1122 3.2.2).
+void GuestStack::answer_oversize_ipv4(const OversizeFrame& frame) {
+  constexpr std::uint8_t kEchoRequest = 8;
+  const Ipv4Fields& ip = frame.view.ipv4();
+  if (!ip.dont_fragment || ip.fragment || ip.source_net != to_net(config_.guest)) return;
+  std::array<std::uint8_t, 4> destination{};  // network order: the bytes as they stand
+  std::memcpy(destination.data(), &ip.destination_net, 4);
+  const bool multicast_or_broadcast = (destination[0] >> 4) == 0xE || ip.destination_net == 0xFFFF'FFFF;
+  const bool to_gateway = ip.destination_net == to_net(config_.gateway);
+  const bool carried =
+      ip.protocol == GuestFrame::kProtoTcp || ip.protocol == GuestFrame::kProtoUdp ||
+      (ip.protocol == GuestFrame::kProtoIcmp && frame.ipv4_icmp_type == kEchoRequest && to_gateway);
+  if (multicast_or_broadcast || !carried) return;
+  const auto mtu = static_cast<std::uint16_t>(std::min<std::size_t>(link_.mtu(), 0xFFFF));
+  build_icmp_fragmentation_needed(frame, mtu, config_.gateway_mac, too_big_frame_);
+  send_too_big();
+}
+
+// Shares the bucket of the unreachables (icmp_errors_): a guest that
+// floods oversize frames gets at most its rate of answers.
+void GuestStack::send_too_big() {
+  if (!icmp_errors_.take(loop_.now())) {
+    ++counters_.icmp_packet_too_big_limited;
+    return;
+  }
+  if (link_.send(too_big_frame_).ok()) ++counters_.icmp_packet_too_big_sent;  // a full link loses it
 }
 
 // Every guest frame is validated once (GuestFrame) and routed once, on the

@@ -76,6 +76,7 @@ class ReceiveBufferPool;
 namespace abox::netstack {
 
 class GuestFrame;
+struct OversizeFrame;
 class TcpFlow;
 class UdpFlow;
 class HostReceive;
@@ -258,6 +259,17 @@ class GuestStack final : public FlowServices {
   void receive_ready_frames();
   // Handles the n-byte frame just read into rx_pbuf_.
   void take_frame(std::size_t n);
+  // After a receive call returned 0: the head of a frame over the MTU the
+  // link dropped, when it kept one (link.h), answered with an ICMP "packet
+  // too big" when it qualifies (packet_too_big.h). False: no head (the 0
+  // meant what it always meant).
+  bool take_oversize_head();
+  // Whether the oversize frame would have passed every check a frame under
+  // the MTU passes, and the answer (guest_stack_ipv6.cc for IPv6).
+  void answer_oversize_ipv4(const OversizeFrame& frame);
+  void answer_oversize_ipv6(const OversizeFrame& frame);
+  // Sends too_big_frame_ when the ICMP error bucket allows (counted).
+  void send_too_big();
   // An IPv6 frame (guest_stack_ipv6.cc): checked, neighbour discovery
   // answered when on, the rest dropped.
   void take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame);
@@ -389,7 +401,8 @@ class GuestStack final : public FlowServices {
   // The pbuf the next frame is read into (see receive_ready_frames()), and its size.
   pbuf* rx_pbuf_ = nullptr;
   std::uint16_t rx_size_;
-  std::vector<std::uint8_t> rx_out_;  // a frame lwIP hands out, made contiguous when it must be
+  std::vector<std::uint8_t> rx_out_;         // a frame lwIP hands out, made contiguous when it must be
+  std::vector<std::uint8_t> too_big_frame_;  // the last ICMP "packet too big" built
   // lwIP's checksum flags for this link: all on, or TCP/UDP generation left
   // to the link (tx_checksum_offload()).
   std::uint16_t tx_checksum_flags_ = 0xFFFF;

@@ -12,12 +12,15 @@
 // Information-Request (to ff02::1:2 port 547) goes to the Dhcpv6Server.
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 
 #include "base/byte_reader.h"
 #include "base/unique_fd.h"
 #include "netstack/stack/guest_stack.h"
 #include "netstack/stack/ipv6_guest_checks.h"
+#include "netstack/stack/packet_too_big.h"
 #include "netstack/stack/sockaddr.h"
 
 namespace abox::netstack {
@@ -80,6 +83,39 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
     return;
   }
   drop(DropReason::frame_ipv6, "ipv6");
+}
+
+// The checks take_ipv6() makes, in its order, on what a head shows: the
+// guest's own source (ipv6_guest_refusal()), IPv6 flows on, no extension
+// headers, and a packet abox-net carries (TCP, unicast UDP, an echo request
+// to the gateway: lwIP answers no other, and an ICMPv6 error never gets
+// one, RFC 4443 section 2.4 (e)). Not to multicast, and not from :: (which
+// passes the source check for ICMPv6, and cannot be answered). The answer
+// comes from the address the packet was sent to, as a router on the way
+// would send it and as the unreachables do; for another on-link address
+// than the gateway's (fe80::/10, or the instance's /64) from the gateway's
+// link-local one, the on-link router. An MTU under IPv6's minimum is not
+// one a guest may be told (RFC 8201 section 4): nothing then.
+void GuestStack::answer_oversize_ipv6(const OversizeFrame& frame) {
+  if (!config_.ipv6_neighbour_discovery || !config_.ipv6_flows || link_.mtu() < kIpv6MinimumMtu) return;
+  const Ipv6Fields& ip = frame.view.ipv6();
+  const Ipv6Address gateway[] = {ndp_.link_local(), ndp_.global()};
+  if (ipv6_guest_refusal(ip, ndp_.prefix(), gateway)) return;
+  const bool unspecified_source =
+      std::all_of(ip.source.begin(), ip.source.end(), [](std::uint8_t b) { return b == 0; });
+  const bool to_gateway = ip.destination == ndp_.link_local() || ip.destination == ndp_.global();
+  const bool carried =
+      ip.upper_protocol == GuestFrame::kProtoTcp || ip.upper_protocol == GuestFrame::kProtoUdp ||
+      (ip.upper_protocol == GuestFrame::kProtoIcmpv6 && ip.icmp_type == kEchoRequestType && to_gateway);
+  if (unspecified_source || ip.destination[0] == kMulticastByte || ip.extension_headers != 0 || !carried)
+    return;
+  constexpr std::array<std::uint8_t, 2> kLinkLocal = {0xFE, 0x80};  // fe80::/10: the first 10 bits
+  const bool link_local = ip.destination[0] == kLinkLocal[0] && (ip.destination[1] & 0xC0) == kLinkLocal[1];
+  const bool own_prefix = std::equal(ndp_.prefix().begin(), ndp_.prefix().end(), ip.destination.begin());
+  const Ipv6Address& from = to_gateway || (!link_local && !own_prefix) ? ip.destination : ndp_.link_local();
+  build_icmpv6_packet_too_big(frame, from, static_cast<std::uint32_t>(link_.mtu()), config_.gateway_mac,
+                              too_big_frame_);
+  send_too_big();
 }
 
 GuestStack::ChecksumOffload GuestStack::checksum_offload_of_ipv6(std::span<const std::uint8_t> head,

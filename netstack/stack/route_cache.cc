@@ -11,7 +11,10 @@ namespace abox::netstack {
 
 bool RouteCache::has_route(const policy::IpAddress& to, base::MonoTime now) {
   if (auto it = answers_.find(to); it != answers_.end()) {
-    if (now < it->second.expires) return it->second.has_route;
+    if (now < it->second.expires) {
+      ++hits_;
+      return it->second.has_route;
+    }
     answers_.erase(it);
   }
   if (answers_.size() >= capacity_) answers_.clear();

@@ -35,10 +35,18 @@ class RouteCache {
       : probe_(probe), capacity_(capacity) {}
 
   bool has_route(const policy::IpAddress& to, base::MonoTime now);
-  void forget() { answers_.clear(); }
+  void forget() {
+    answers_.clear();
+    ++invalidations_;
+  }
 
   std::size_t size() const { return answers_.size(); }
+  // Counters (abox-net stats: route_cache_*): answers from the table; kernel
+  // lookups (a destination not in it, or its answer expired); forget() calls.
+  std::uint64_t hits() const { return hits_; }
+  std::uint64_t misses() const { return probes_; }
   std::uint64_t probes() const { return probes_; }
+  std::uint64_t invalidations() const { return invalidations_; }
 
   // The kernel's answer now. False only for ENETUNREACH/EHOSTUNREACH; any
   // other failure is left to the flow's own connect().
@@ -53,6 +61,8 @@ class RouteCache {
   std::size_t capacity_;
   std::unordered_map<policy::IpAddress, Answer, policy::IpAddressHash> answers_;
   std::uint64_t probes_ = 0;
+  std::uint64_t hits_ = 0;
+  std::uint64_t invalidations_ = 0;
 };
 
 }  // namespace abox::netstack

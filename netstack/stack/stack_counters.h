@@ -59,6 +59,11 @@ struct StackCounters {
   // held back (base/token_bucket.h).
   std::uint64_t icmp_unreachable_sent = 0;
   std::uint64_t icmp_unreachable_limited = 0;
+  // ICMPv6 Packet Too Big and ICMP fragmentation needed sent to the guest
+  // for its frames over the link's MTU (packet_too_big.h), and those the
+  // same token bucket held back.
+  std::uint64_t icmp_packet_too_big_sent = 0;
+  std::uint64_t icmp_packet_too_big_limited = 0;
   // Published ports (inbound_ports.h): host connections taken and relayed
   // to the guest; refused past a port's limit of live connections, or with
   // the flow table full (accepted and closed at once); refused by the guest
@@ -72,7 +77,7 @@ struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 37> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 39> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -107,6 +112,8 @@ inline constexpr std::array<StackCounterField, 37> kStackCounterFields = {{
     {"budget_cut", &StackCounters::budget_cut},
     {"icmp_unreachable_sent", &StackCounters::icmp_unreachable_sent},
     {"icmp_unreachable_limited", &StackCounters::icmp_unreachable_limited},
+    {"icmp_packet_too_big_sent", &StackCounters::icmp_packet_too_big_sent},
+    {"icmp_packet_too_big_limited", &StackCounters::icmp_packet_too_big_limited},
     {"inbound_accepted", &StackCounters::inbound_accepted},
     {"inbound_refused_limit", &StackCounters::inbound_refused_limit},
     {"inbound_refused_guest", &StackCounters::inbound_refused_guest},

@@ -34,7 +34,15 @@ gate on 10.0.2.2. Cases:
     Solicit gets nothing; the router advertisement sets O, not M;
   - abox-net's counters at exit: 2 TCP flows refused, 2 failed connects;
     1 UDP flow admitted, 3 refused, 3 unreachables sent; 1 DHCPv6 answer,
-    1 ignored.
+    1 ignored;
+  - packet too big (a second abox-net, --mtu 1500): the guest ignores the
+    router advertisement's MTU (accept_ra_mtu=0) and sets eth0's MTU to
+    9000; 2000 bytes of UDP that may not be fragmented (PMTUDISC_DO, as
+    `ping -M do` and QUIC's probes send; ping is not installed here) to
+    PREFIX::1 port 53 are answered with ICMPv6 Packet Too Big: the next send
+    fails with EMSGSIZE, the socket's path MTU and `ip -6 route get` say
+    1500; the same to 10.0.2.2 with ICMP fragmentation needed; the counters
+    at exit: 2 oversize frames dropped, 2 answers sent.
 Usage: ipv6_flows_e2e.py PATH/TO/abox-net [--keep]
 Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
 Every wait is bounded; every process and namespace the test makes is
@@ -70,6 +78,27 @@ label ::ffff:0:0/96 4
 label fec0::/10 5
 label fc00::/7 1
 label 2001:0::/32 7
+"""
+# Run in the guest: a UDP socket that forbids fragmentation (ping -M do's
+# setting, and QUIC's for its path MTU probes) sends 2000 bytes three times,
+# 0.3 s apart, to argv[2]:argv[3] over IPv4 or IPv6 (argv[1]); prints what
+# each send did and the path MTU the kernel holds for the destination then.
+PMTU_PROBE = r"""
+import errno, socket, sys, time
+v6 = sys.argv[1] == "6"
+s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+level = socket.IPPROTO_IPV6 if v6 else socket.IPPROTO_IP
+s.setsockopt(level, 23 if v6 else 10, 2)  # IPV6_MTU_DISCOVER / IP_MTU_DISCOVER = PMTUDISC_DO
+s.connect((sys.argv[2], int(sys.argv[3])))
+said = []
+for _ in range(3):
+    try:
+        s.send(b"x" * 2000)
+        said.append("sent")
+    except OSError as e:
+        said.append(errno.errorcode.get(e.errno, str(e.errno)))
+    time.sleep(0.3)
+print(" ".join(said), "mtu", s.getsockopt(level, 24 if v6 else 14))  # IPV6_MTU / IP_MTU
 """
 ECHO_PORT = 7007  # the UDP echo server's, allowed for web over UDP
 NOT_ALLOWED_UDP_PORT = 7008
@@ -431,6 +460,55 @@ def cases(rig, abox_net, r):
                                                "dhcpv6_rate_limited")}))
 
 
+def too_big_cases(rig, abox_net, r):
+    """A guest whose interface MTU (9000) is larger than the link's (1500):
+    the answers to its oversize frames lower its path MTU (issue 21)."""
+    # The tap abox-net makes takes the namespace's defaults: the router
+    # advertisement's MTU option (1500) is ignored, as a guest that ignores
+    # it would.
+    rig.run(["sysctl", "-qw", "net.ipv6.conf.default.accept_ra_mtu=0"], ns=rig.guest, check=True)
+    p = rig.start_abox_net(abox_net, POLICY, "--instance", "v6ptb", "--ipv6", "on", "--mtu", "1500")
+    deadline = time.monotonic() + 15
+    addrs = []
+    while time.monotonic() < deadline and not addrs:
+        got = rig.run(["ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global"], ns=rig.guest, timeout=5)
+        addrs = [line.split()[3] for line in got.stdout.splitlines() if "tentative" not in line]
+        time.sleep(0.2)
+    gateway6 = str(ipaddress.ip_network(addrs[0], strict=False).network_address + 1) if addrs else "::1"
+    rig.ip("link", "set", "eth0", "mtu", "9000", ns=rig.guest)
+    mtu = rig.run(["ip", "-o", "link", "show", "dev", "eth0"], ns=rig.guest, timeout=5).stdout
+    r.case("packet too big: the guest's eth0 has MTU 9000 (the link's is 1500)", " mtu 9000 " in mtu, mtu.strip())
+
+    got = rig.run(["/usr/bin/python3", "-c", PMTU_PROBE, "6", gateway6, "53"], ns=rig.guest, timeout=30)
+    r.case(f"UDP with DF (IPV6_PMTUDISC_DO), 2000 bytes to [{gateway6}]:53: the path MTU drops to 1500 "
+           "(ICMPv6 Packet Too Big), the next send fails with EMSGSIZE",
+           got.stdout.strip() == "sent EMSGSIZE EMSGSIZE mtu 1500", (got.stdout + got.stderr).strip()[-300:])
+    route = rig.run(["ip", "-6", "route", "get", gateway6], ns=rig.guest, timeout=5).stdout
+    r.case("... and ip -6 route get shows mtu 1500 afterwards", "mtu 1500" in route, route.strip())
+    got = rig.run(["/usr/bin/python3", "-c", PMTU_PROBE, "4", nr.GATEWAY, "53"], ns=rig.guest, timeout=30)
+    r.case(f"UDP with DF, 2000 bytes to {nr.GATEWAY}:53: the path MTU drops to 1500 (ICMP fragmentation "
+           "needed), the next send fails with EMSGSIZE",
+           got.stdout.strip() == "sent EMSGSIZE EMSGSIZE mtu 1500", (got.stdout + got.stderr).strip()[-300:])
+    route = rig.run(["ip", "-4", "route", "get", nr.GATEWAY], ns=rig.guest, timeout=5).stdout
+    r.case("... and ip route get shows mtu 1500 afterwards", "mtu 1500" in route, route.strip())
+
+    p.terminate()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    c = None
+    for line in reversed(rig.log_tail("abox-net", 200).splitlines()):
+        if line.strip().startswith("{") and "icmp_packet_too_big_sent" in line:
+            c = json.loads(line)
+            break
+    r.case("counters: one packet too big per oversize frame (one per family), none held back",
+           c is not None and c.get("icmp_packet_too_big_sent") == 2 and c.get("frames_dropped_oversize") == 2
+           and c.get("icmp_packet_too_big_limited") == 0,
+           str({k: (c or {}).get(k) for k in ("icmp_packet_too_big_sent", "icmp_packet_too_big_limited",
+                                               "frames_dropped_oversize")}))
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     if len(args) != 1:
@@ -443,6 +521,7 @@ def main():
     try:
         rig.build_internet()
         cases(rig, abox_net, r)
+        too_big_cases(rig, abox_net, r)
     except Exception as e:  # noqa: BLE001: a broken rig is a failure, reported, then cleaned up
         r.case("the test ran to the end", False, f"{type(e).__name__}: {e}")
     finally:

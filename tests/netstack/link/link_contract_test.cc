@@ -115,7 +115,7 @@ class RingRead final : public Link, io::EventLoop::Completion {
   std::size_t max_receive_size() const override { return link_->max_receive_size(); }
   base::Result<std::size_t, int> receive(std::span<std::uint8_t> out) override {
     // What the last read brought may hold more frames (never a system call).
-    if (auto b = link_->receive_buffered(out); !b.ok() || *b != 0) return b;
+    if (auto b = link_->receive_buffered(out); !b.ok() || *b != 0 || link_->last_oversize_head()) return b;
     for (int dropped = 0; dropped < 1000; ++dropped) {
       if (in_flight_ == 0) post();
       done_.reset();
@@ -124,10 +124,12 @@ class RingRead final : public Link, io::EventLoop::Completion {
       auto r = link_->finish_ring_receive(*done_);
       if (!r.ok() || *r == 0) {
         if (!r.ok()) return r;
+        // An oversize frame's head (in buf_): the caller's turn.
+        if (link_->last_oversize_head()) return r;
         // Dropped and counted, or nothing whole yet: a stream's read may
         // still hold a frame behind a dropped one.
         auto b = link_->receive_buffered(out);
-        if (!b.ok() || *b != 0) return b;
+        if (!b.ok() || *b != 0 || link_->last_oversize_head()) return b;
         continue;
       }
       if (*r > out.size()) return base::Err{EMSGSIZE};  // the contract's buffers always fit
@@ -138,6 +140,7 @@ class RingRead final : public Link, io::EventLoop::Completion {
   }
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override { return link_->send(frame); }
   base::Result<void, int> send_frame(const OutFrame& frame) override { return link_->send_frame(frame); }
+  std::optional<OversizeHead> last_oversize_head() const override { return link_->last_oversize_head(); }
   bool output_pending() const override { return link_->output_pending(); }
   base::Result<void, int> flush() override { return link_->flush(); }
   const LinkCounters& counters() const override { return link_->counters(); }
@@ -509,6 +512,48 @@ TYPED_TEST(LinkContract, OversizeFromPeerIsDroppedAndCounted) {
   EXPECT_EQ(get16(*got, 14), 3);  // the oversize ones were skipped, not truncated
   EXPECT_EQ(got->size(), 200u);
   EXPECT_EQ(this->link().counters().dropped_oversize, 2u);
+  EXPECT_EQ(this->link().counters().frames_in, 1u);
+}
+
+// A frame over the MTU is still dropped and counted, but the link hands
+// over its head (link.h): the receive call that dropped it returns 0 with
+// last_oversize_head() set, its bytes the frame's first ones (at least
+// kOversizeHeadBytes of them here), its length the frame's real one. The
+// next frame arrives, and a frame delivered leaves no head.
+TYPED_TEST(LinkContract, OversizeFromPeerLeavesItsHead) {
+  const Frame big = test_frame(this->max_frame() + 600, 1);
+  this->peer().inject(big);
+  this->peer().inject(test_frame(200, 2));
+  Frame buf(this->max_frame());
+  std::optional<Frame> head;
+  std::size_t head_frame_size = 0;
+  std::optional<Frame> next;
+  const auto deadline = Clock::now() + 2s;
+  while (!next && Clock::now() < deadline) {
+    auto r = this->link().receive(buf);
+    ASSERT_TRUE(r.ok()) << std::strerror(r.error());
+    if (*r != 0) {
+      EXPECT_FALSE(this->link().last_oversize_head()) << "a frame delivered leaves no head";
+      Frame got(buf.begin(), buf.begin() + static_cast<long>(*r));
+      if (is_test_frame(got)) next = got;
+      continue;
+    }
+    if (const auto h = this->link().last_oversize_head()) {
+      EXPECT_FALSE(head) << "one oversize frame, one head";
+      head = Frame(h->head.begin(), h->head.end());
+      head_frame_size = h->frame_size;
+      continue;
+    }
+    pollfd p{this->link().fd(), POLLIN, 0};
+    ::poll(&p, 1, 50);
+  }
+  ASSERT_TRUE(head) << "the oversize frame's head never came";
+  EXPECT_EQ(head_frame_size, big.size());
+  ASSERT_GE(head->size(), Link::kOversizeHeadBytes);
+  EXPECT_TRUE(std::equal(head->begin(), head->end(), big.begin()));
+  ASSERT_TRUE(next) << "the frame after the oversize one never came";
+  EXPECT_EQ(get16(*next, 14), 2);
+  EXPECT_EQ(this->link().counters().dropped_oversize, 1u);
   EXPECT_EQ(this->link().counters().frames_in, 1u);
 }
 

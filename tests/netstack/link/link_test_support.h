@@ -279,7 +279,11 @@ inline std::optional<Frame> wait_frame(Link& link, const std::function<bool(cons
   for (;;) {
     for (;;) {
       auto r = link.receive(buf);
-      if (!r.ok() || *r == 0) break;
+      if (!r.ok()) break;
+      if (*r == 0) {
+        if (link.last_oversize_head()) continue;  // an oversize frame's head: more may wait (link.h)
+        break;
+      }
       Frame got(buf.begin(), buf.begin() + static_cast<long>(*r));
       if (want(got)) return got;
     }

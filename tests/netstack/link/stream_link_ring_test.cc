@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "base/unique_fd.h"
@@ -60,7 +61,9 @@ class Harness final : public io::EventLoop::Completion {
   struct Read {
     bool completed = false;     // the ring read's result came
     std::vector<Bytes> frames;  // every whole frame it brought, in order
-    int error = 0;              // the errno that ended the link, if it did
+    // The heads of the oversize frames it dropped (link.h), with their lengths.
+    std::vector<std::pair<Bytes, std::size_t>> heads;
+    int error = 0;  // the errno that ended the link, if it did
   };
 
   Harness() {
@@ -110,8 +113,14 @@ class Harness final : public io::EventLoop::Completion {
         out.error = r.error();
         break;
       }
-      if (*r == 0) break;
-      out.frames.emplace_back(buf_.begin(), buf_.begin() + static_cast<long>(*r));
+      if (*r == 0) {
+        const auto head = link_->last_oversize_head();
+        if (!head) break;
+        out.heads.emplace_back(Bytes(head->head.begin(), head->head.end()), head->frame_size);
+      } else {
+        out.frames.emplace_back(buf_.begin(), buf_.begin() + static_cast<long>(*r));
+        EXPECT_FALSE(link_->last_oversize_head()) << "a frame delivered leaves no head";
+      }
       r = link_->receive_buffered(buf_);
     }
     return out;
@@ -214,6 +223,70 @@ TEST(StreamLinkRingTest, LengthsOverTheMaximumAndRuntsAreSkippedAcrossReads) {
   EXPECT_TRUE(third.frames.empty());
   EXPECT_EQ(third.error, 0);
   EXPECT_EQ(h.link().counters().dropped_oversize, 2u);
+}
+
+// An oversize frame whose head a read brought whole: the head (the first
+// Link::kOversizeHeadBytes bytes) and the real length come out, the frames
+// around it still arrive, and its body is skipped across reads.
+TEST(StreamLinkRingTest, AnOversizeFrameLeavesItsHeadAndTheFramesAroundItArrive) {
+  Harness h;
+  const Bytes a = frame(100, 1);
+  const Bytes big = frame(kMaxFrame + 700, 2);
+  const Bytes rbig = record(big);
+  const Bytes b = frame(kMaxFrame, 3);
+  // The head and some of the body in the first read, the rest in the second.
+  h.write(cat({record(a), Bytes(rbig.begin(), rbig.begin() + 4 + 1800)}));
+  auto first = h.read_once();
+  ASSERT_EQ(first.frames.size(), 1u);
+  EXPECT_EQ(first.frames[0], a);
+  ASSERT_EQ(first.heads.size(), 1u);
+  EXPECT_EQ(first.heads[0].second, big.size());
+  EXPECT_EQ(first.heads[0].first, Bytes(big.begin(), big.begin() + Link::kOversizeHeadBytes));
+  h.write(cat({Bytes(rbig.begin() + 4 + 1800, rbig.end()), record(b)}));
+  auto second = h.read_once();
+  ASSERT_EQ(second.frames.size(), 1u);
+  EXPECT_EQ(second.frames[0], b);
+  EXPECT_TRUE(second.heads.empty());
+  EXPECT_EQ(h.link().counters().dropped_oversize, 1u);
+  EXPECT_EQ(h.link().counters().frames_in, 2u);
+}
+
+// A head cut by the end of a read is not kept (the link never waits for the
+// rest of it): the frame is dropped and counted as before, no head comes out
+// later, and the next frame arrives.
+TEST(StreamLinkRingTest, AnOversizeHeadSplitAcrossReadsIsNotKept) {
+  Harness h;
+  const Bytes big = frame(kMaxFrame + 1, 4);
+  const Bytes rbig = record(big);
+  const Bytes a = frame(64, 5);
+  h.write(Bytes(rbig.begin(), rbig.begin() + 4 + 600));
+  auto first = h.read_once();
+  ASSERT_TRUE(first.completed);
+  EXPECT_TRUE(first.frames.empty());
+  EXPECT_TRUE(first.heads.empty());
+  EXPECT_EQ(h.link().counters().dropped_oversize, 1u);
+  h.write(cat({Bytes(rbig.begin() + 4 + 600, rbig.end()), record(a)}));
+  auto second = h.read_once();
+  ASSERT_EQ(second.frames.size(), 1u);
+  EXPECT_EQ(second.frames[0], a);
+  EXPECT_TRUE(second.heads.empty());
+}
+
+// A head is at most kOversizeHeadBytes, for a frame one byte over the
+// maximum and for a 4 GiB length alike (whose skip then goes on).
+TEST(StreamLinkRingTest, AnOversizeHeadIsAtMostKOversizeHeadBytes) {
+  Harness h;
+  const Bytes big = frame(kMaxFrame + 1, 6);  // 1515 > kOversizeHeadBytes: cut
+  Bytes huge = {0xFF, 0xFF, 0xFF, 0xFF};
+  const Bytes body = frame(2000, 7);
+  huge.insert(huge.end(), body.begin(), body.end());
+  h.write(cat({record(big), huge}));
+  auto r = h.read_once();
+  ASSERT_EQ(r.heads.size(), 2u);
+  EXPECT_EQ(r.heads[0].first.size(), Link::kOversizeHeadBytes);
+  EXPECT_EQ(r.heads[1].second, 0xFFFF'FFFFu);
+  EXPECT_EQ(r.heads[1].first, Bytes(body.begin(), body.begin() + Link::kOversizeHeadBytes));
+  EXPECT_EQ(r.error, 0);
 }
 
 TEST(StreamLinkRingTest, APeerClosingMidFrameEndsTheLinkAfterTheWholeFrames) {

@@ -107,5 +107,22 @@ TEST(RunStatsTest, EveryStackCounterReachesTheStats) {
   }
 }
 
+// The route cache's counters (route_cache.h) reach the stats: forget_routes()
+// (a route notification) counts as an invalidation.
+TEST(RunStatsTest, TheRouteCacheCountersReachTheStats) {
+  stream_stack_test::StreamStackRig rig(kMtu);
+  ASSERT_TRUE(rig.link);
+  GuestStack stack(rig.loop, *rig.link, rig.policy, rig.upstreams, rig.events, rig.random);
+  MemoryProbe memory;
+  stack.forget_routes();
+  stack.forget_routes();
+  auto s = parsed(run_stats_json({stack, *rig.link, memory}));
+  EXPECT_EQ(s["route_cache_invalidations"], 2u);
+  for (const char* name : {"route_cache_hits", "route_cache_misses", "route_cache_entries"}) {
+    ASSERT_EQ(s.count(name), 1u) << name;
+    EXPECT_EQ(s[name], 0u) << name;
+  }
+}
+
 }  // namespace
 }  // namespace abox::netstack

@@ -49,6 +49,24 @@ TEST_F(RouteCacheTest, ForgetMakesTheNextAskProbe) {
   EXPECT_EQ(g_asked, 2);
 }
 
+// The stats' counters (route_cache_*): each ask is a hit or a miss (a
+// probe), and each forget() an invalidation.
+TEST_F(RouteCacheTest, HitsMissesAndInvalidationsAreCounted) {
+  RouteCache c(&fake_probe);
+  for (int i = 0; i < 5; ++i) (void)c.has_route(a, t0);
+  (void)c.has_route(b, t0);
+  EXPECT_EQ(c.misses(), 2u);
+  EXPECT_EQ(c.hits(), 4u);
+  EXPECT_EQ(c.invalidations(), 0u);
+  c.forget();
+  (void)c.has_route(a, t0);
+  (void)c.has_route(a, t0 + RouteCache::kTtl);  // expired: asked again
+  EXPECT_EQ(c.misses(), 4u);
+  EXPECT_EQ(c.hits(), 4u);
+  EXPECT_EQ(c.invalidations(), 1u);
+  EXPECT_EQ(c.misses(), static_cast<std::uint64_t>(g_asked));
+}
+
 TEST_F(RouteCacheTest, TheTableNeverPassesItsCapacity) {
   RouteCache c(&fake_probe, 8);
   std::array<std::uint8_t, 16> bytes = a.bytes();
