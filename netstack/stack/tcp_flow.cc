@@ -156,6 +156,7 @@ void TcpFlow::start() {
       static_cast<tcpwnd_size_t>(std::min<std::size_t>(stack_.policy().limits().flow_buffer_bytes, TCP_WND));
   if (pcb_->rcv_wnd > limit) pcb_->rcv_wnd = limit;
   if (pcb_->rcv_ann_wnd > limit) pcb_->rcv_ann_wnd = limit;
+  clamp_announced_edge();
   last_activity_ = stack_.loop().now();
   if (state_ == State::peeking) {
     deadline_ = last_activity_ + base::Millis(stack_.policy().timeouts().peek_ms);
@@ -185,6 +186,20 @@ bool TcpFlow::start_inbound() {
   if (pcb_->rcv_wnd > limit) pcb_->rcv_wnd = limit;
   if (pcb_->rcv_ann_wnd > limit) pcb_->rcv_ann_wnd = limit;
   return true;
+}
+
+// lwIP notes the right edge of the window its SYN-ACK offered as rcv_nxt
+// plus its whole receive window (TCP_WND, 4 MiB, once the guest's SYN asked
+// for window scaling), though the SYN-ACK's window field said at most 65535
+// (a SYN's window is never scaled). From that edge lwIP "keeps the right
+// edge constant" (tcp_update_rcv_ann_wnd()): it would go on announcing up
+// to 4 MiB after start() cut rcv_wnd to flow_buffer_bytes, and trim away
+// whatever the guest sent past rcv_wnd; the guest then retransmits it after
+// a timeout, again and again while the host side is behind. So the edge is
+// put back where the SYN-ACK really left it.
+void TcpFlow::clamp_announced_edge() {
+  const u32_t offered = pcb_->rcv_nxt + 0xFFFF;
+  if (TCP_SEQ_GT(pcb_->rcv_ann_right_edge, offered)) pcb_->rcv_ann_right_edge = offered;
 }
 
 void TcpFlow::on_guest_connected() {
