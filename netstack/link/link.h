@@ -8,7 +8,8 @@
 // and adds its own framing). A frame larger than max_receive_size() is never
 // delivered by receive(): the link drops and counts it. That is mtu() + 14,
 // except for a link that takes TCP segmentation offload from the guest's
-// kernel (TSO: one large TCP/IPv4 segment instead of many MTU-sized ones),
+// kernel (TSO: one large TCP segment, IPv4 or IPv6, instead of many MTU-sized
+// ones),
 // which delivers such segments up to 65535 bytes and nothing else over
 // mtu() + 14.
 //
@@ -79,11 +80,13 @@ struct OutFrame {
   std::uint16_t checksum_start = 0;
   std::uint16_t checksum_offset = 0;
   // Non-zero only when the link said tx_tso() (and with the checksum fields
-  // set): a TCP/IPv4 frame larger than the MTU, up to 65535 bytes, that the
+  // set): a TCP frame larger than the MTU, up to 65535 bytes, that the
   // receiving kernel takes as segments of gso_size payload bytes each (GSO);
-  // gso_header_size is its Ethernet, IP and TCP headers together.
+  // gso_header_size is its Ethernet, IP and TCP headers together, and
+  // gso_tcp_ipv6 says the frame is TCP/IPv6 (else TCP/IPv4).
   std::uint16_t gso_size = 0;
   std::uint16_t gso_header_size = 0;
+  bool gso_tcp_ipv6 = false;
 
   std::size_t size() const {
     std::size_t n = 0;

@@ -37,9 +37,10 @@ using VoidOrError = base::Result<void, std::string>;
 // receive() and send_frame(). TUN_F_CSUM (TUNSETOFFLOAD) lets the guest's
 // kernel hand us TCP/UDP with the checksum left partial (NEEDS_CSUM), and
 // lets us do the same the other way (LWIP.md: checksums were half of lwIP's
-// CPU time at MTU 65520). TUN_F_TSO4 lets it hand us one large TCP/IPv4
-// segment where it would send many MTU-sized ones (a guest with MTU 1500
-// then moves 64 KiB per frame, as one with MTU 65520 does). The kernel's TCP
+// CPU time at MTU 65520). TUN_F_TSO4 and TUN_F_TSO6 let it hand us one
+// large TCP segment, over IPv4 or IPv6, where it would send many MTU-sized
+// ones (a guest with MTU 1500 then moves 64 KiB per frame, as one with MTU
+// 65520 does). The kernel's TCP
 // keeps such a segment under 65536 - MAX_TCP_HEADER bytes with the default
 // gso_max_size, so it fits lwIP's u16 pbuf with its Ethernet header; a
 // larger one is dropped as oversize, never truncated.
@@ -60,8 +61,9 @@ constexpr std::uint8_t kVnetNeedsCsum = 1;  // kVnetNeedsCsum
 constexpr std::uint8_t kVnetDataValid = 2;  // kVnetDataValid
 constexpr std::uint8_t kVnetGsoNone = 0;    // kVnetGsoNone
 constexpr int kVnetHeaderSize = sizeof(VnetHeader);
-constexpr unsigned kTapOffloads = TUN_F_CSUM | TUN_F_TSO4;
+constexpr unsigned kTapOffloads = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
 constexpr std::uint8_t kVnetGsoTcpv4 = 1;   // VIRTIO_NET_HDR_GSO_TCPV4
+constexpr std::uint8_t kVnetGsoTcpv6 = 4;   // VIRTIO_NET_HDR_GSO_TCPV6
 constexpr std::uint8_t kVnetGsoEcn = 0x80;  // VIRTIO_NET_HDR_GSO_ECN: a flag on the type
 // The largest frame lwIP can hold (u16 pbuf lengths): the limit of a TSO frame.
 constexpr std::size_t kMaxTsoFrame = 0xFFFF;
@@ -398,9 +400,10 @@ bool TapLink::netns_alive() const {
 
 // Checks only lengths: the frame's bytes are the netstack's to parse.
 // With a vnet header the kernel's header comes first, in its own iovec; only
-// its flags and gso_type are read. A TSO frame (TCPV4) may be larger than
-// the MTU allows, up to max_receive_size(); any other GSO type was never
-// offered and is dropped as oversize, as is a plain frame over the MTU.
+// its flags and gso_type are read. A TSO frame (TCPV4 or TCPV6) may be
+// larger than the MTU allows, up to max_receive_size(); any other GSO type
+// (UDP, ECN-less kinds we never offered) is dropped as oversize, as is a
+// plain frame over the MTU.
 base::Result<std::size_t, int> TapLink::receive(std::span<std::uint8_t> buf) {
   const std::size_t room = std::min(buf.size(), max_receive_size());
   VnetHeader header{};
@@ -456,8 +459,9 @@ std::size_t TapLink::accept_read(std::size_t n, const std::uint8_t* frame, std::
   if (vnet_) std::memcpy(&header, vnet_header, sizeof header);
   const std::size_t len = n - header_size;
   const std::uint8_t gso = vnet_ ? static_cast<std::uint8_t>(header.gso_type & ~kVnetGsoEcn) : kVnetGsoNone;
-  const std::size_t limit = gso == kVnetGsoTcpv4 ? room : std::min(room, max_frame_size());
-  if (len > limit || (gso != kVnetGsoNone && gso != kVnetGsoTcpv4)) {
+  const bool tso = gso == kVnetGsoTcpv4 || gso == kVnetGsoTcpv6;
+  const std::size_t limit = tso ? room : std::min(room, max_frame_size());
+  if (len > limit || (gso != kVnetGsoNone && !tso)) {
     ++counters_.dropped_oversize;
     // A frame the guest's kernel sent whole (not a GSO packet) over the MTU:
     // its head, for the guest's path MTU (link.h).
@@ -501,7 +505,7 @@ bool TapLink::prepare_send(const OutFrame& frame, std::uint8_t* vnet_header) {
     header.hdr_len = static_cast<std::uint16_t>(frame.checksum_start + frame.checksum_offset + 2);
   }
   if (gso) {
-    header.gso_type = kVnetGsoTcpv4;
+    header.gso_type = frame.gso_tcp_ipv6 ? kVnetGsoTcpv6 : kVnetGsoTcpv4;
     header.gso_size = frame.gso_size;
     header.hdr_len = frame.gso_header_size;
   }

@@ -24,12 +24,13 @@
 // virtio_net_hdr in its own iovec ahead of it. Frames from the guest may
 // carry partial TCP/UDP checksums (NEEDS_CSUM); last_frame_checksum_trusted()
 // tells the stack to skip checking those. Frames to the guest may leave the
-// checksum to the guest's kernel (OutFrame's checksum fields). TSO4 is
-// offered too: the guest's kernel may hand over one TCP/IPv4 segment of up
-// to 65535 bytes (max_receive_size()) whatever the MTU; other GSO types are
-// dropped as oversize. The other way, a TCP frame of up to 65535 bytes goes
-// to the guest as one GSO packet (OutFrame's gso_size): the guest's kernel
-// takes it whole, as if its driver had coalesced (GRO) the segments.
+// checksum to the guest's kernel (OutFrame's checksum fields). TSO4 and
+// TSO6 are offered too: the guest's kernel may hand over one TCP segment,
+// IPv4 or IPv6, of up to 65535 bytes (max_receive_size()) whatever the MTU;
+// other GSO types are dropped as oversize. The other way, a TCP frame of
+// either family of up to 65535 bytes goes to the guest as one GSO packet
+// (OutFrame's gso_size, gso_tcp_ipv6): the guest's kernel takes it whole,
+// as if its driver had coalesced (GRO) the segments.
 //
 // Limits: frames up to mtu() + 14 bytes each way. A tap from from_fd() has
 // no vnet header (IFF_TAP | IFF_NO_PI) and no offloads.

@@ -616,8 +616,9 @@ void GuestStack::output_frame(pbuf* p) {
       // A TCP frame over the MTU is a flow whose MSS on_accept() widened:
       // the guest's kernel takes it as one GSO packet of MSS-sized segments.
       if (offload.tcp_headers != 0 && p->tot_len > link_.mtu() + 14 && link_.tx_tso()) {
-        frame.gso_size = static_cast<std::uint16_t>(link_.mtu() - 40);
+        frame.gso_size = static_cast<std::uint16_t>(link_.mtu() - ip_tcp_headers(offload.ipv6));
         frame.gso_header_size = offload.tcp_headers;
+        frame.gso_tcp_ipv6 = offload.ipv6;
       }
     }
   } else if (!chain_fits) {
@@ -697,17 +698,22 @@ GuestStack::ChecksumOffload GuestStack::checksum_offload_of(std::span<const std:
   out.offset = static_cast<std::uint16_t>(field);
   out.field_end = 14 + ihl + field + 2;
   out.pseudo_sum = static_cast<std::uint16_t>(sum);
-  if (*proto == GuestFrame::kProtoTcp) {
-    base::ByteReader tcp(ip_bytes);
-    if (tcp.skip(ihl + 12)) {
-      if (const auto data_offset = tcp.u8()) {
-        const std::size_t tcp_header = std::size_t{*data_offset} / 16 * 4;
-        if (tcp_header >= 20 && ihl + tcp_header <= total)
-          out.tcp_headers = static_cast<std::uint16_t>(14 + ihl + tcp_header);
-      }
-    }
-  }
+  if (*proto == GuestFrame::kProtoTcp) out.tcp_headers = tcp_headers_end(ip_bytes, ihl, total);
   return out;
+}
+
+// Where the TCP header that starts `ip_header` bytes into `ip_bytes` ends,
+// counted from the start of the frame (Ethernet included); 0 when its data
+// offset is short or runs past `ip_total`, the IP packet's length.
+std::uint16_t GuestStack::tcp_headers_end(std::span<const std::uint8_t> ip_bytes, std::size_t ip_header,
+                                          std::size_t ip_total) {
+  base::ByteReader tcp(ip_bytes);
+  if (!tcp.skip(ip_header + 12)) return 0;
+  const auto data_offset = tcp.u8();
+  if (!data_offset) return 0;
+  const std::size_t tcp_header = std::size_t{*data_offset} / 16 * 4;
+  if (tcp_header < 20 || ip_header + tcp_header > ip_total) return 0;
+  return static_cast<std::uint16_t>(14 + ip_header + tcp_header);
 }
 
 bool GuestStack::drop_before_lwip(const GuestFrame& frame) {
@@ -979,10 +985,13 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
   // A guest whose MSS is its MTU's gets segments of up to 64 KiB, which the
   // link hands over as GSO packets (see output_frame()): a whole number of
   // guest MSS each, so the guest sees the same segments it would otherwise.
-  // A flow that asked for a smaller MSS keeps it, unwidened.
-  if (link_.tx_tso() && link_.mtu() >= 576 && pcb->mss == link_.mtu() - 40) {
+  // A flow that asked for a smaller MSS keeps it, unwidened. Over IPv6 the
+  // guest's MSS is the MTU less 60 (RFC 8200's 40-byte header), and the
+  // frame's headers are 20 bytes longer.
+  const std::size_t headers = ip_tcp_headers(IP_IS_V6(&pcb->remote_ip));
+  if (link_.tx_tso() && link_.mtu() >= 576 && pcb->mss == link_.mtu() - headers) {
     const std::size_t guest_mss = pcb->mss;
-    const std::size_t wide = std::min<std::size_t>(TCP_MSS, (0xFFFF - 14 - 40) / guest_mss * guest_mss);
+    const std::size_t wide = std::min<std::size_t>(TCP_MSS, (0xFFFF - 14 - headers) / guest_mss * guest_mss);
     if (wide > guest_mss) pcb->mss = static_cast<u16_t>(wide);
   }
   auto flow = std::make_unique<TcpFlow>(*this, pcb, a->needs_name, std::move(a->name), a->broker, a->audited);

@@ -239,12 +239,16 @@ class GuestStack final : public FlowServices {
     std::size_t field_end = 0;      // 0: no offload for this frame
     std::uint16_t pseudo_sum = 0;   // what the field starts from
     std::uint16_t tcp_headers = 0;  // TCP: Ethernet + IP + TCP header bytes; 0 otherwise
+    bool ipv6 = false;              // an IPv6 frame (a GSO frame is then TCPV6)
   };
   static ChecksumOffload checksum_offload_of(std::span<const std::uint8_t> head, std::size_t frame_size);
   // The same for an IPv6 frame lwIP built (guest_stack_ipv6.cc): no
-  // extension headers, and tcp_headers 0 (lwIP's IPv6 segments fit the MTU:
-  // on_accept() widens IPv4 flows only).
+  // extension headers.
   static ChecksumOffload checksum_offload_of_ipv6(std::span<const std::uint8_t> head, std::size_t frame_size);
+  static std::uint16_t tcp_headers_end(std::span<const std::uint8_t> ip_bytes, std::size_t ip_header,
+                                       std::size_t ip_total);
+  // The IP and TCP headers without options: what an MSS is the MTU less.
+  static constexpr std::size_t ip_tcp_headers(bool ipv6) { return ipv6 ? 60 : 40; }
   static constexpr std::size_t kMaxFramePieces = 16;
   // The loop's calls into the stack (set up by the constructor).
   void on_ring_frame_written(int res, std::size_t frame_size);

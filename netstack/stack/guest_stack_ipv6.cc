@@ -118,6 +118,8 @@ void GuestStack::answer_oversize_ipv6(const OversizeFrame& frame) {
   send_too_big();
 }
 
+// The IPv6 twin of checksum_offload_of(): the pseudo-header of RFC 8200
+// section 8.1, and for TCP where its headers end (a GSO frame's hdr_len).
 GuestStack::ChecksumOffload GuestStack::checksum_offload_of_ipv6(std::span<const std::uint8_t> head,
                                                                  std::size_t frame_size) {
   ChecksumOffload out;
@@ -151,6 +153,9 @@ GuestStack::ChecksumOffload GuestStack::checksum_offload_of_ipv6(std::span<const
   out.offset = static_cast<std::uint16_t>(field);
   out.field_end = kHeaders + field + 2;
   out.pseudo_sum = static_cast<std::uint16_t>(sum);
+  out.ipv6 = true;
+  if (*next_header == GuestFrame::kProtoTcp)
+    out.tcp_headers = tcp_headers_end(head.subspan(14), 40, 40 + payload);
   return out;
 }
 

@@ -147,15 +147,7 @@ void TcpFlow::start() {
   tcp_sent(pcb_, sent_cb);
   tcp_err(pcb_, err_cb);
   tcp_nagle_disable(pcb_);  // the host side already coalesces; don't add delay
-  // [limits] flow_buffer_bytes, guest to host: the guest may be at most this
-  // far ahead of what the host socket took (tcp_recved() reopens the window
-  // only as the host takes bytes). Nothing has been received yet, and the
-  // SYN-ACK offered at most 65535 bytes (a SYN's window is never scaled), so
-  // a limit above that takes back nothing already offered.
-  const auto limit =
-      static_cast<tcpwnd_size_t>(std::min<std::size_t>(stack_.policy().limits().flow_buffer_bytes, TCP_WND));
-  if (pcb_->rcv_wnd > limit) pcb_->rcv_wnd = limit;
-  if (pcb_->rcv_ann_wnd > limit) pcb_->rcv_ann_wnd = limit;
+  limit_guest_window();
   last_activity_ = stack_.loop().now();
   if (state_ == State::peeking) {
     deadline_ = last_activity_ + base::Millis(stack_.policy().timeouts().peek_ms);
@@ -178,19 +170,42 @@ bool TcpFlow::start_inbound() {
     abort_both(end_reason_);
     return false;
   }
-  // As start() does for the guest's flows ([limits] flow_buffer_bytes);
-  // tcp_connect() set the window it offers in its SYN, so after it.
+  // The window limit waits for the guest's SYN-ACK (on_guest_connected()):
+  // lwIP sets rcv_wnd to its whole TCP_WND when that SYN-ACK asks for window
+  // scaling, and asserts that nothing changed it before.
+  return true;
+}
+
+// [limits] flow_buffer_bytes, guest to host: the guest may be at most this
+// far ahead of what the host socket took (tcp_recved() reopens the window
+// only as the host takes bytes). Called once the handshake is done (lwIP has
+// read the guest's window scale option), before anything was received. Our
+// SYN or SYN-ACK offered at most 65535 bytes (a SYN's window is never
+// scaled), so a limit above that takes back nothing already offered.
+//
+// lwIP notes the right edge of the window its SYN-ACK offered as rcv_nxt
+// plus its whole receive window (TCP_WND, 4 MiB, once the guest's SYN asked
+// for window scaling), though the SYN-ACK's window field said at most 65535.
+// From that edge lwIP "keeps the right edge constant"
+// (tcp_update_rcv_ann_wnd()): it would go on announcing up to 4 MiB after
+// rcv_wnd was cut to the limit, and trim away whatever the guest sent past
+// rcv_wnd; the guest then retransmits it after a timeout, again and again
+// while the host side is behind. So the edge is put back where the SYN-ACK
+// really left it.
+void TcpFlow::limit_guest_window() {
   const auto limit =
       static_cast<tcpwnd_size_t>(std::min<std::size_t>(stack_.policy().limits().flow_buffer_bytes, TCP_WND));
   if (pcb_->rcv_wnd > limit) pcb_->rcv_wnd = limit;
   if (pcb_->rcv_ann_wnd > limit) pcb_->rcv_ann_wnd = limit;
-  return true;
+  const u32_t offered = pcb_->rcv_nxt + 0xFFFF;
+  if (TCP_SEQ_GT(pcb_->rcv_ann_right_edge, offered)) pcb_->rcv_ann_right_edge = offered;
 }
 
 void TcpFlow::on_guest_connected() {
   if (state_ != State::connecting || pcb_ == nullptr) return;
   state_ = State::open;
   last_activity_ = stack_.loop().now();
+  limit_guest_window();
   tcp_nagle_disable(pcb_);
   int one = 1;
   ::setsockopt(host_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

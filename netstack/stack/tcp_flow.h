@@ -150,6 +150,7 @@ class TcpFlow final : public io::EventLoop::Watcher, public io::EventLoop::Delet
  private:
   enum class State : std::uint8_t { peeking, connecting, open, done };
 
+  void limit_guest_window();
   void connect_host();
   bool open_broker_socket();
   void on_connected();

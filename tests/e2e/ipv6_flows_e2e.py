@@ -14,6 +14,10 @@ gate on 10.0.2.2. Cases:
     event for the IPv6 destination;
   - `curl -4` to the same name still works, and plain curl (happy eyeballs;
     the guest's gai.conf sorts its ULA as global, see GAI_CONF) takes IPv6;
+  - bulk over IPv6 at the tap's MTU of 1500: 8 MiB down (GET) and up (PUT,
+    nginx's WebDAV) arrive whole, and as 64 KiB GSO packets each way (TSO6
+    from the guest, GSO TCPv6 to it): the guest's eth0 counts fewer than
+    1,500 packets for each, where MTU-sized segments would be 5,826 or more;
   - the DNS gate answers on PREFIX::1 (RDNSS): `dig -6` AAAA of the allowed
     name over UDP and TCP, REFUSED for the not-allowed one;
   - UDP over IPv6 to the allowed name's AAAA on its UDP port reaches a UDP
@@ -48,6 +52,7 @@ Prints one line per case and 'N passed, N failed'; exits 1 on any failure.
 Every wait is bounded; every process and namespace the test makes is
 removed at the end (netns_rig.Rig), also on failure and on SIGINT/SIGTERM.
 """
+import hashlib
 import ipaddress
 import json
 import os
@@ -60,6 +65,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import netns_rig as nr  # noqa: E402
 
 WEB, SECRET = nr.fqdn("web"), nr.fqdn("secret")
+BIG_BYTES = 8 << 20  # the bulk cases' file, each way
+MTU = 1500  # the tap's: GSO and TSO matter only below about 32 KiB
 # Public-looking IPv6 addresses (outside every reserved range, so the gate
 # keeps them), which exist only inside the rig's namespaces.
 OUTSIDE_LINK6 = "2a00:1450:4001:81a::1"
@@ -149,6 +156,9 @@ def start_nginx(rig):
     os.makedirs(f"{d}/www")
     with open(f"{d}/www/index.html", "w") as f:
         f.write("hello over ipv6 or ipv4\n")
+    with open(f"{d}/www/big.bin", "wb") as f:
+        f.write(os.urandom(BIG_BYTES))
+    os.makedirs(f"{d}/www/up")
     conf = f"""daemon off;
 master_process on;
 user root;
@@ -167,6 +177,10 @@ http {{
     listen 80;
     listen [::]:80 ipv6only=on;
     root {d}/www;
+    location /up/ {{
+      dav_methods PUT;
+      client_max_body_size 16m;
+    }}
   }}
 }}
 """
@@ -305,6 +319,42 @@ def events(rig):
     return out
 
 
+def eth0_packets(rig):
+    """The guest's eth0 packet counts (rx, tx): a GSO packet counts once."""
+    got = rig.run(["ip", "-j", "-s", "link", "show", "eth0"], ns=rig.guest, timeout=5)
+    stats = json.loads(got.stdout)[0]["stats64"]
+    return stats["rx"]["packets"], stats["tx"]["packets"]
+
+
+def sha256_of(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def bulk_cases(rig, r, www):
+    """8 MiB each way over IPv6 at MTU 1500: whole, and in 64 KiB frames."""
+    want = sha256_of(f"{www}/big.bin")
+    segments = BIG_BYTES // (MTU - 60)  # what MTU-sized segments would take
+    rx0, _ = eth0_packets(rig)
+    got = rig.run(["sh", "-c", f"curl -sS -6 --max-time 30 http://{WEB}/big.bin | sha256sum"], ns=rig.guest,
+                  timeout=40)
+    rx1, _ = eth0_packets(rig)
+    r.case("8 MiB down over IPv6 at MTU 1500 arrive whole",
+           got.returncode == 0 and got.stdout.split()[:1] == [want], (got.stdout + got.stderr).strip()[-200:])
+    r.case(f"... as GSO packets: fewer than 1,500 on the guest's eth0, not {segments:,} or more",
+           rx1 - rx0 < 1500, f"{rx1 - rx0} packets received")
+    _, tx0 = eth0_packets(rig)
+    got = rig.run(["curl", "-sS", "-6", "--max-time", "30", "-T", f"{www}/big.bin", f"http://{WEB}/up/big.bin"],
+                  ns=rig.guest, timeout=40)
+    _, tx1 = eth0_packets(rig)
+    put = f"{www}/up/big.bin"
+    r.case("8 MiB up over IPv6 at MTU 1500 arrive whole",
+           got.returncode == 0 and os.path.exists(put) and sha256_of(put) == want,
+           f"exit {got.returncode}: {got.stderr.strip()[-200:]}")
+    r.case(f"... as TSO segments: fewer than 1,500 from the guest's eth0, not {segments:,} or more",
+           tx1 - tx0 < 1500, f"{tx1 - tx0} packets sent")
+
+
 def cases(rig, abox_net, r):
     add_ipv6_internet(rig)
     rig.start_nsd([f"{short} IN A {addr}" for short, addr in nr.ADDR.items()] +
@@ -313,7 +363,7 @@ def cases(rig, abox_net, r):
     rig.add_guest()
     with open(f"/etc/netns/{rig.guest}/gai.conf", "w") as f:  # removed with the dir by Rig.close()
         f.write(GAI_CONF)
-    p = rig.start_abox_net(abox_net, POLICY, "--instance", "v6flows", "--ipv6", "on")
+    p = rig.start_abox_net(abox_net, POLICY, "--instance", "v6flows", "--ipv6", "on", "--mtu", str(MTU))
 
     def slaac():
         got = rig.run(["ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global"], ns=rig.guest, timeout=5)
@@ -352,6 +402,8 @@ def cases(rig, abox_net, r):
     got, took = curl(rig, "-w", "%{remote_ip}", f"http://{WEB}/")
     r.case("plain curl (happy eyeballs, IPv6 sorted first) takes IPv6",
            got.returncode == 0 and got.stdout.endswith(WEB6), f"exit {got.returncode}: {got.stdout[-60:]!r}")
+
+    bulk_cases(rig, r, os.path.join(os.path.dirname(os.path.dirname(access_log)), "www"))
 
     # The DNS gate over IPv6, on PREFIX::1 (what the router advertisement's
     # RDNSS names), UDP and TCP.

@@ -10,7 +10,9 @@
 // order; many waiting frames are handed out without waiting; a frame cut
 // across reads arrives whole; oversize and undersize frames are dropped and
 // counted while the next good frame still arrives (a send of one returns
-// EMSGSIZE, which does not end the link); a gone peer wakes the
+// EMSGSIZE, which does not end the link); a link that says tx_tso() takes
+// a TCP frame over the MTU, IPv4 or IPv6, as one GSO packet the peer gets
+// whole, and one that does not refuses it as oversize; a gone peer wakes the
 // loop and is an error, not EAGAIN. The tap joins twice more and the stream
 // link once more, read through an event loop's ring (RingRead: GuestStack's
 // way, link.h), and the recording link (--pcap) joins around a stream link.
@@ -141,6 +143,8 @@ class RingRead final : public Link, io::EventLoop::Completion {
   base::Result<void, int> send(std::span<const std::uint8_t> frame) override { return link_->send(frame); }
   base::Result<void, int> send_frame(const OutFrame& frame) override { return link_->send_frame(frame); }
   std::optional<OversizeHead> last_oversize_head() const override { return link_->last_oversize_head(); }
+  bool tx_checksum_offload() const override { return link_->tx_checksum_offload(); }
+  bool tx_tso() const override { return link_->tx_tso(); }
   bool output_pending() const override { return link_->output_pending(); }
   base::Result<void, int> flush() override { return link_->flush(); }
   const LinkCounters& counters() const override { return link_->counters(); }
@@ -569,6 +573,74 @@ TYPED_TEST(LinkContract, OversizeSendIsDroppedAndCounted) {
   EXPECT_EQ(get16(*got, 14), 2);
   EXPECT_EQ(this->link().counters().dropped_oversize, 1u);
   EXPECT_EQ(this->link().counters().frames_out, 1u);
+}
+
+// TSO the other way (OutFrame's gso fields), for both families: a link
+// that offers it hands the peer each 20,000-byte TCP frame whole (the
+// peer's kernel cuts it into gso_size segments later, if at all); a link
+// that does not drops it as oversize and goes on.
+TYPED_TEST(LinkContract, GsoFramesOfBothFamiliesAreSentWholeOrRefusedAsOversize) {
+  const Mac guest{0x02, 0, 0, 0, 0, 0x15};
+  const Mac gateway{0x02, 0, 0, 0, 0, 0x02};
+  const Frame v4 = big_tcp_frame({.dst_mac = guest,
+                                  .src_mac = gateway,
+                                  .src_ip = {192, 0, 2, 80},
+                                  .dst_ip = {10, 0, 2, 15},
+                                  .ip_id = 3,
+                                  .src_port = 80,
+                                  .dst_port = 40004,
+                                  .payload = 20000});
+  const Frame v6 = big_tcp6_frame({.dst_mac = guest,
+                                   .src_mac = gateway,
+                                   .src_ip = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80},
+                                   .dst_ip = {0xfd, 0, 0xab, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x15},
+                                   .src_port = 80,
+                                   .dst_port = 40006,
+                                   .payload = 20000});
+  struct Case {
+    const Frame& frame;
+    std::uint16_t ip_header;
+    bool ipv6;
+  };
+  const bool tso = this->link().tx_tso();
+  std::uint64_t refused = 0;
+  for (const Case& c : {Case{v4, 20, false}, Case{v6, 40, true}}) {
+    const std::array<std::span<const std::uint8_t>, 1> one = {std::span<const std::uint8_t>(c.frame)};
+    OutFrame out{one};
+    out.checksum_start = static_cast<std::uint16_t>(14 + c.ip_header);
+    out.checksum_offset = 16;
+    out.gso_size = static_cast<std::uint16_t>(kContractMtu - c.ip_header - 20);
+    out.gso_header_size = static_cast<std::uint16_t>(14 + c.ip_header + 20);
+    out.gso_tcp_ipv6 = c.ipv6;
+    auto r = this->link().send_frame(out);
+    ASSERT_TRUE(this->link().flush().ok());
+    if (!tso) {
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.error(), EMSGSIZE);
+      EXPECT_EQ(this->link().counters().dropped_oversize, ++refused);
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << std::strerror(r.error());
+    const std::uint16_t port = get16(c.frame, 14 + c.ip_header + 2);
+    auto got = this->peer().next_sent_where(2s, [&](const Frame& f) {
+      return f.size() > 14 + c.ip_header + 20u && get16(f, 12) == get16(c.frame, 12) &&
+             get16(f, 14 + c.ip_header + 2) == port;
+    });
+    ASSERT_TRUE(got) << (c.ipv6 ? "the TCP/IPv6" : "the TCP/IPv4") << " GSO frame never reached the peer";
+    EXPECT_EQ(got->size(), c.frame.size()) << "one frame, whole";
+    EXPECT_TRUE(
+        std::equal(c.frame.begin() + out.gso_header_size, c.frame.end(), got->begin() + out.gso_header_size));
+  }
+  if (tso) {
+    EXPECT_EQ(this->link().counters().dropped_oversize, 0u);
+  }
+  // The link goes on.
+  const Frame after = test_frame(100, 42);
+  ASSERT_TRUE(this->link().send(after).ok());
+  ASSERT_TRUE(this->link().flush().ok());
+  auto got = this->peer().next_sent(2s);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, after);
 }
 
 TYPED_TEST(LinkContract, UndersizeSendIsDroppedWithEmsgsizeAndTheLinkGoesOn) {

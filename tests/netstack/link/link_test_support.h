@@ -195,6 +195,71 @@ inline constexpr std::uint16_t kEtherIpv4 = 0x0800;
 // peer's own traffic can never be mistaken for them.
 inline constexpr std::uint16_t kContractEtherType = 0x88B5;
 
+// An Ethernet frame of one IPv4 TCP segment (ACK, seq 1, ack 1) carrying
+// `payload` counting bytes: far larger than the MTU, as TSO and GSO make
+// them. The IP checksum is set; the TCP checksum is left 0 for the offload.
+struct BigTcpFrame {
+  Mac dst_mac, src_mac;
+  std::array<std::uint8_t, 4> src_ip, dst_ip;
+  std::uint16_t ip_id;
+  std::uint16_t src_port, dst_port;
+  std::size_t payload;
+};
+inline Frame big_tcp_frame(const BigTcpFrame& b) {
+  Frame f;
+  put_bytes(f, b.dst_mac);
+  put_bytes(f, b.src_mac);
+  put16(f, kEtherIpv4);
+  const auto ip_len = static_cast<std::uint16_t>(20 + 20 + b.payload);
+  put16(f, 0x4500);
+  put16(f, ip_len);
+  put16(f, b.ip_id);
+  put16(f, 0x4000);  // don't fragment
+  put16(f, 0x4006);  // TTL 64, TCP
+  put16(f, 0);       // the checksum, below
+  put_bytes(f, b.src_ip);
+  put_bytes(f, b.dst_ip);
+  const std::uint16_t ip_sum = inet_checksum(std::span(f).subspan(14, 20));
+  f[24] = static_cast<std::uint8_t>(ip_sum >> 8);
+  f[25] = static_cast<std::uint8_t>(ip_sum);
+  put16(f, b.src_port);
+  put16(f, b.dst_port);
+  const std::array<std::uint8_t, 16> tcp_rest = {0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0};
+  put_bytes(f, tcp_rest);
+  while (f.size() < 14u + ip_len) f.push_back(static_cast<std::uint8_t>(f.size()));
+  return f;
+}
+
+inline constexpr std::uint16_t kEtherIpv6 = 0x86DD;
+
+// The same segment over IPv6 (no extension headers): the TCP header starts
+// at 54, its checksum at 54 + 16.
+struct BigTcp6Frame {
+  Mac dst_mac, src_mac;
+  std::array<std::uint8_t, 16> src_ip, dst_ip;
+  std::uint16_t src_port, dst_port;
+  std::size_t payload;
+};
+inline Frame big_tcp6_frame(const BigTcp6Frame& b) {
+  Frame f;
+  put_bytes(f, b.dst_mac);
+  put_bytes(f, b.src_mac);
+  put16(f, kEtherIpv6);
+  put16(f, 0x6000);  // version 6, no traffic class or flow label
+  put16(f, 0);
+  put16(f, static_cast<std::uint16_t>(20 + b.payload));
+  put16(f, 0x0640);  // next header TCP, hop limit 64
+  put_bytes(f, b.src_ip);
+  put_bytes(f, b.dst_ip);
+  put16(f, b.src_port);
+  put16(f, b.dst_port);
+  const std::array<std::uint8_t, 16> tcp_rest = {0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0};
+  put_bytes(f, tcp_rest);
+  const std::size_t end = 14 + 40 + 20 + b.payload;
+  while (f.size() < end) f.push_back(static_cast<std::uint8_t>(f.size()));
+  return f;
+}
+
 // A contract frame: broadcast, kContractEtherType, then `seq` and filler up
 // to `size` bytes.
 inline Frame test_frame(std::size_t size, std::uint16_t seq) {
@@ -308,6 +373,16 @@ class LinkPeer {
   // The next contract frame (kContractEtherType) the link under test sent,
   // waiting up to `timeout`; nullopt when none came.
   virtual std::optional<Frame> next_sent(std::chrono::milliseconds timeout) = 0;
+  // The next frame the link sent that `want` picks, of any kind and up to
+  // 64 KiB (a GSO frame): for a link that says tx_tso(). A peer whose link
+  // never does has no need of it.
+  virtual std::optional<Frame> next_sent_where(std::chrono::milliseconds timeout,
+                                               const std::function<bool(const Frame&)>& want) {
+    (void)timeout;
+    (void)want;
+    ADD_FAILURE() << "this peer cannot look for frames other than the contract's";
+    return std::nullopt;
+  }
   // The far end goes away for good (the tap is deleted, the VMM exits).
   virtual void kill() = 0;
   // Sends a frame in pieces, calling between() after each piece but the
@@ -370,6 +445,11 @@ class TapPeer final : public LinkPeer {
   }
 
   std::optional<Frame> next_sent(std::chrono::milliseconds timeout) override {
+    return next_sent_where(timeout, is_test_frame);
+  }
+
+  std::optional<Frame> next_sent_where(std::chrono::milliseconds timeout,
+                                       const std::function<bool(const Frame&)>& want) override {
     Frame buf(256 * 1024);
     const auto deadline = Clock::now() + timeout;
     for (;;) {
@@ -383,7 +463,7 @@ class TapPeer final : public LinkPeer {
       if (n < 0) return std::nullopt;
       if (from.sll_pkttype == PACKET_OUTGOING) continue;  // what the guest itself sent
       Frame got(buf.begin(), buf.begin() + n);
-      if (is_test_frame(got)) return got;
+      if (want(got)) return got;
     }
   }
 

@@ -82,41 +82,6 @@ base::UniqueFd vnet_packet_socket(const ScopedNetns& ns, const std::string& ifna
   });
 }
 
-// An Ethernet frame of one IPv4 TCP segment (ACK, seq 1, ack 1) carrying
-// `payload` counting bytes: far larger than the MTU, as TSO and GSO make
-// them. The IP checksum is set; the TCP checksum is left 0 for the offload.
-struct BigTcpFrame {
-  Mac dst_mac, src_mac;
-  std::array<std::uint8_t, 4> src_ip, dst_ip;
-  std::uint16_t ip_id;
-  std::uint16_t src_port, dst_port;
-  std::size_t payload;
-};
-Frame big_tcp_frame(const BigTcpFrame& b) {
-  Frame f;
-  put_bytes(f, b.dst_mac);
-  put_bytes(f, b.src_mac);
-  put16(f, kEtherIpv4);
-  const auto ip_len = static_cast<std::uint16_t>(20 + 20 + b.payload);
-  put16(f, 0x4500);
-  put16(f, ip_len);
-  put16(f, b.ip_id);
-  put16(f, 0x4000);  // don't fragment
-  put16(f, 0x4006);  // TTL 64, TCP
-  put16(f, 0);       // the checksum, below
-  put_bytes(f, b.src_ip);
-  put_bytes(f, b.dst_ip);
-  const std::uint16_t ip_sum = inet_checksum(std::span(f).subspan(14, 20));
-  f[24] = static_cast<std::uint8_t>(ip_sum >> 8);
-  f[25] = static_cast<std::uint8_t>(ip_sum);
-  put16(f, b.src_port);
-  put16(f, b.dst_port);
-  const std::array<std::uint8_t, 16> tcp_rest = {0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x10, 0xff, 0xff, 0, 0, 0, 0};
-  put_bytes(f, tcp_rest);
-  while (f.size() < 14u + ip_len) f.push_back(static_cast<std::uint8_t>(f.size()));
-  return f;
-}
-
 void expect_configured(const ScopedNetns& ns, std::size_t mtu) {
   const CommandResult addr = ns.ip("-j addr show eth0");
   ASSERT_EQ(addr.status, 0) << addr.output;
@@ -435,6 +400,114 @@ TEST_F(TapLinkTest, GsoFrameToTheGuestArrivesAsOneTcpPacket) {
   EXPECT_EQ(vnet.gso_type & 0x7F, 1) << "TCPv4 GSO";
   EXPECT_EQ(vnet.gso_size, 1460);
   EXPECT_TRUE(std::equal(f.begin() + 54, f.end(), in.begin() + 54));
+}
+
+// The same over IPv6 (TSO6): a TCP/IPv6 segment of 20,000 bytes handed to
+// eth0 as one GSO packet arrives as one frame. Without TUN_F_TSO6 the
+// guest's kernel cuts it into MTU-sized segments before the tap.
+TEST_F(TapLinkTest, Tso6SegmentFromTheGuestArrivesWhole) {
+  ScopedNetns ns;
+  GuestNetConfig config;
+  config.mtu = 1500;
+  auto link = create(ns, config);
+  ASSERT_TRUE(link);
+  base::UniqueFd sender = vnet_packet_socket(ns, config.ifname, ETH_P_ALL);
+  ASSERT_TRUE(sender) << "packet socket with PACKET_VNET_HDR: " << std::strerror(errno);
+
+  const Frame f = big_tcp6_frame({.dst_mac = config.gateway_mac,
+                                  .src_mac = Mac{0x02, 0, 0, 0, 0, 0x15},
+                                  .src_ip = {0xfd, 0, 0xab, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x15},
+                                  .dst_ip = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80},
+                                  .src_port = 40000,
+                                  .dst_port = 80,
+                                  .payload = 20000});
+  struct {                      // struct virtio_net_hdr, as the packet socket takes it
+    std::uint8_t flags = 1;     // NEEDS_CSUM
+    std::uint8_t gso_type = 4;  // TCPV6
+    std::uint16_t hdr_len = 74;
+    std::uint16_t gso_size = 1428;
+    std::uint16_t csum_start = 54;
+    std::uint16_t csum_offset = 16;
+  } vnet;
+  static_assert(sizeof vnet == 10);
+  std::array<iovec, 2> iov = {{{&vnet, sizeof vnet}, {const_cast<std::uint8_t*>(f.data()), f.size()}}};
+  ASSERT_EQ(::writev(sender.get(), iov.data(), 2), static_cast<ssize_t>(sizeof vnet + f.size()))
+      << std::strerror(errno);
+
+  Frame buf(link->max_receive_size());
+  std::optional<std::size_t> got;
+  const auto deadline = Clock::now() + 3s;
+  while (!got && Clock::now() < deadline) {
+    pollfd p{link->fd(), POLLIN, 0};
+    ::poll(&p, 1, 200);
+    for (;;) {
+      auto r = link->receive(buf);
+      ASSERT_TRUE(r.ok());
+      if (*r == 0) break;
+      if (*r > 54 && get16(buf, 12) == kEtherIpv6 && buf[20] == 6 && get16(buf, 54) == 40000) {
+        got = *r;
+        break;
+      }
+    }
+  }
+  ASSERT_TRUE(got) << "the TSO6 segment never came out (dropped_oversize "
+                   << link->counters().dropped_oversize << ")";
+  EXPECT_EQ(*got, f.size()) << "one frame, not segmented";
+  EXPECT_TRUE(std::equal(f.begin() + 74, f.end(), buf.begin() + 74)) << "the payload arrives as sent";
+  EXPECT_TRUE(link->last_frame_checksum_trusted());
+  EXPECT_EQ(link->counters().dropped_oversize, 0u);
+}
+
+// GSO to the guest over IPv6: a 20,000-byte TCP/IPv6 frame sent with
+// gso_size and gso_tcp_ipv6 reaches the guest's eth0 as one packet that its
+// kernel knows to be TCPv6 segments (VIRTIO_NET_HDR_GSO_TCPV6).
+TEST_F(TapLinkTest, Gso6FrameToTheGuestArrivesAsOneTcpPacket) {
+  ScopedNetns ns;
+  GuestNetConfig config;
+  config.mtu = 1500;
+  auto link = create(ns, config);
+  ASSERT_TRUE(link);
+  ASSERT_TRUE(link->tx_tso());
+  base::UniqueFd watcher = vnet_packet_socket(ns, config.ifname, ETH_P_IPV6);
+  ASSERT_TRUE(watcher);
+
+  const Frame f = big_tcp6_frame({.dst_mac = Mac{0x02, 0, 0, 0, 0, 0x15},
+                                  .src_mac = config.gateway_mac,
+                                  .src_ip = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80},
+                                  .dst_ip = {0xfd, 0, 0xab, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x15},
+                                  .src_port = 80,
+                                  .dst_port = 40000,
+                                  .payload = 20000});
+  const std::array<std::span<const std::uint8_t>, 2> pieces = {std::span<const std::uint8_t>(f).first(74),
+                                                               std::span<const std::uint8_t>(f).subspan(74)};
+  OutFrame out{pieces};
+  out.checksum_start = 54;
+  out.checksum_offset = 16;
+  out.gso_size = 1440;
+  out.gso_header_size = 74;
+  out.gso_tcp_ipv6 = true;
+  ASSERT_TRUE(link->send_frame(out).ok());
+  EXPECT_EQ(link->counters().dropped_send, 0u);
+  EXPECT_EQ(link->counters().dropped_oversize, 0u);
+
+  struct {
+    std::uint8_t flags, gso_type;
+    std::uint16_t hdr_len, gso_size, csum_start, csum_offset;
+  } vnet{};
+  Frame in(70000);
+  bool seen = false;
+  const auto deadline = Clock::now() + 3s;
+  while (!seen && Clock::now() < deadline) {
+    pollfd p{watcher.get(), POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    std::array<iovec, 2> iov = {{{&vnet, sizeof vnet}, {in.data(), in.size()}}};
+    const ssize_t n = ::readv(watcher.get(), iov.data(), 2);
+    seen = n == static_cast<ssize_t>(sizeof vnet + f.size()) && in[20] == 6;
+  }
+  ASSERT_TRUE(seen) << "the guest's eth0 never got the GSO packet whole";
+  EXPECT_EQ(vnet.gso_type & 0x7F, 4) << "TCPv6 GSO";
+  EXPECT_EQ(vnet.gso_size, 1440);
+  EXPECT_TRUE(std::equal(f.begin() + 74, f.end(), in.begin() + 74));
 }
 
 TEST_F(TapLinkTest, ShortBufferDropsTheFrameInsteadOfTruncating) {

@@ -107,20 +107,24 @@ constexpr std::uint8_t kAck = 0x10;
 
 // A TCP segment from the guest's `port` to dst:dst_port. A SYN carries an
 // MSS option of 1460 (without it lwIP would send 536-byte segments).
+// A SYN carries the MSS option (1460), and the window scale option when
+// `window_scale` is set (as Linux sends it: NOP, then kind 3).
 inline Bytes tcp_segment(std::uint16_t port, std::uint32_t dst, std::uint16_t dst_port, std::uint8_t flags,
                          std::uint32_t seq, std::uint32_t ack, std::uint16_t window,
-                         const Bytes& payload = {}) {
+                         const Bytes& payload = {}, std::optional<std::uint8_t> window_scale = std::nullopt) {
   const bool syn = (flags & tcp::kSyn) != 0;
+  const bool scale = syn && window_scale.has_value();
   Bytes t;
   put16(t, port);
   put16(t, dst_port);
   put32(t, seq);
   put32(t, ack);
-  t.push_back(static_cast<std::uint8_t>((syn ? 6 : 5) << 4));
+  t.push_back(static_cast<std::uint8_t>((syn ? (scale ? 7 : 6) : 5) << 4));
   t.push_back(flags);
   put16(t, window);
   put32(t, 0);  // checksum, urgent pointer
   if (syn) t.insert(t.end(), {2, 4, 0x05, 0xb4});
+  if (scale) t.insert(t.end(), {1, 3, 3, *window_scale});
   t.insert(t.end(), payload.begin(), payload.end());
   return ipv4_frame(dst, 6, std::move(t), 16);
 }
@@ -208,7 +212,7 @@ class GuestTcp {
   // The segment with `flags` and `payload` (seq and ack from the state;
   // SYN and FIN take a sequence number each).
   Bytes segment(std::uint8_t flags, const Bytes& payload = {}) {
-    Bytes f = tcp_segment(port_, dst_, dst_port_, flags, seq_, ack_, window_, payload);
+    Bytes f = tcp_segment(port_, dst_, dst_port_, flags, seq_, ack_, window_, payload, window_scale_);
     seq_ += static_cast<std::uint32_t>(payload.size());
     if ((flags & (tcp::kSyn | tcp::kFin)) != 0) ++seq_;
     return f;
@@ -236,7 +240,8 @@ class GuestTcp {
       if ((s.flags & tcp::kRst) != 0) reset_ = true;
       if ((s.flags & tcp::kAck) != 0) {
         peer_acked_ = s.ack;
-        peer_window_ = s.window;
+        // A SYN's window is never scaled (RFC 7323 2.2).
+        peer_window_ = (s.flags & tcp::kSyn) != 0 ? s.window : std::uint32_t{s.window} << peer_scale_;
       }
       if ((s.flags & tcp::kSyn) != 0) {
         syn_ack_ = true;
@@ -267,7 +272,15 @@ class GuestTcp {
   bool fin_seen() const { return fin_; }
   // The gateway's bytes so far; cleared by the caller when it wants.
   Bytes& received() { return received_; }
-  std::uint16_t peer_window() const { return peer_window_; }
+  // The gateway's window in bytes (scaled, once both SYNs agreed on it).
+  std::uint32_t peer_window() const { return peer_window_; }
+  // Window scaling both ways: the guest's SYN offers `ours`, and the
+  // gateway's windows are read with `peers` (what its SYN-ACK says: lwIP's
+  // TCP_RCV_SCALE). Call before syn().
+  void use_window_scale(std::uint8_t ours, std::uint8_t peers) {
+    window_scale_ = ours;
+    peer_scale_ = peers;
+  }
   // Guest bytes the gateway has not acknowledged yet.
   std::uint32_t unacked() const { return seq_ - peer_acked_; }
   void set_window(std::uint16_t w) { window_ = w; }
@@ -282,8 +295,10 @@ class GuestTcp {
   std::uint32_t ack_ = 0;
   std::uint32_t rcv_next_ = 0;
   std::uint32_t peer_acked_ = 1001;
-  std::uint16_t peer_window_ = 0;
+  std::uint32_t peer_window_ = 0;
   std::uint16_t window_ = 65535;
+  std::optional<std::uint8_t> window_scale_;
+  std::uint8_t peer_scale_ = 0;
   bool syn_ack_ = false;
   bool reset_ = false;
   bool fin_ = false;

@@ -83,8 +83,11 @@ class InboundPortsTest : public ::testing::Test {
   }
 
   // The guest answers the SYN: the connection is open on both sides.
-  GuestTcp accept_in_guest(const Seen& syn) {
+  // With `window_scale`, the guest's SYN-ACK offers window scaling (shift
+  // 7, and reads the gateway's windows with lwIP's TCP_RCV_SCALE, 7).
+  GuestTcp accept_in_guest(const Seen& syn, bool window_scale = false) {
     GuestTcp g(guest_port_, kGateway, syn.src_port);
+    if (window_scale) g.use_window_scale(7, 7);
     g.take({syn});
     (void)g.syn();  // the guest's initial sequence number
     rig_.send(g.segment(tcp::kSyn | tcp::kAck));
@@ -152,6 +155,40 @@ TEST_F(InboundPortsTest, AHostConnectionReachesTheGuestFromTheGatewayAndCarriesB
   ASSERT_TRUE(until(g, [&] { return ports_->live(0) == 0; }));
   EXPECT_EQ(rig_.stack().tcp_flows(), 0u);
   EXPECT_EQ(counters().inbound_refused_guest, 0u);
+}
+
+// [limits] flow_buffer_bytes holds for a published connection as for a
+// guest's own: the window the gateway announces once the guest answered
+// with window scaling (every Linux guest does) is at most the limit. lwIP
+// takes its whole TCP_WND (4 MiB) on reading that option and asserts that
+// nobody changed the window before: a limit set before the guest's SYN-ACK
+// was lost above 64 KiB and aborted abox-net below it.
+TEST_F(InboundPortsTest, AScalingGuestIsOfferedNoMoreThanFlowBufferBytes) {
+  constexpr std::size_t kLimit = 256 * 1024;
+  start(4, "[limits]\nflow_buffer_bytes = " + std::to_string(kLimit) + "\n");
+  base::UniqueFd host = connect_host();
+  const auto syn = syn_to_guest();
+  ASSERT_TRUE(syn.has_value());
+  GuestTcp g = accept_in_guest(*syn, /*window_scale=*/true);
+  ASSERT_TRUE(until(g, [&] { return g.peer_window() != 0; }));
+  EXPECT_LE(g.peer_window(), kLimit);
+  EXPECT_GT(g.peer_window(), kLimit / 2);
+}
+
+TEST_F(InboundPortsTest, AFlowBufferUnder64KibSurvivesAScalingGuest) {
+  constexpr std::size_t kLimit = 16384;
+  start(4, "[limits]\nflow_buffer_bytes = " + std::to_string(kLimit) + "\n");
+  base::UniqueFd host = connect_host();
+  const auto syn = syn_to_guest();
+  ASSERT_TRUE(syn.has_value());
+  GuestTcp g = accept_in_guest(*syn, /*window_scale=*/true);
+  ASSERT_TRUE(until(g, [&] { return g.peer_window() != 0; }));
+  EXPECT_LE(g.peer_window(), kLimit);
+  // And it carries bytes.
+  rig_.send(g.data(bytes_of("world")));
+  Bytes got;
+  ASSERT_TRUE(read_host(g, host.get(), got, 5));
+  EXPECT_EQ(got, bytes_of("world"));
 }
 
 TEST_F(InboundPortsTest, AGuestResetEndsTheHostConnectionAndIsCounted) {

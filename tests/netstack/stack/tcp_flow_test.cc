@@ -401,6 +401,56 @@ TEST_P(TcpFlowTest, AServerThatDoesNotReadClosesTheGuestsWindow) {
   EXPECT_TRUE(got == pattern(0, total)) << "bytes lost or out of order";
 }
 
+// The same with window scaling (every Linux guest offers it): the window
+// the gateway announces is what flow_buffer_bytes lets it take, so every
+// byte the guest sends inside it is taken, none trimmed and left for the
+// guest to retransmit. lwIP records the right edge of its SYN-ACK's window
+// as if its whole TCP_WND (4 MiB) had been offered; the flow's smaller limit
+// must move that edge back too, or lwIP keeps announcing up to 4 MiB while
+// taking only flow_buffer_bytes (uploads then stalled on retransmission
+// timeouts whenever the server fell behind).
+TEST_P(TcpFlowTest, AScaledWindowNeverOffersMoreThanTheFlowBuffer) {
+  server_ = flow_test::tcp_listener(16, /*rcvbuf=*/4096);
+  guest_ = GuestTcp(FlowRig::fresh_port(), flow_test::kLoopback, server_.port);
+  guest_.use_window_scale(7, 7);  // lwIP's TCP_RCV_SCALE
+  constexpr std::size_t kLimit = 256 * 1024;
+  base::UniqueFd host = open_flow(with("[limits]\nflow_buffer_bytes = " + std::to_string(kLimit) + "\n"));
+  ASSERT_TRUE(host);
+  // Full segments in pairs throughout: lwIP acknowledges every second one
+  // at once (a lone one waits for its delayed-ACK timer). The first pair's
+  // ACK carries the window: at most the limit (the server has taken nothing
+  // yet beyond what its socket holds).
+  constexpr std::size_t kSegment = 1460;
+  std::size_t sent = 0;
+  const auto send_pairs = [&](std::size_t pairs) {
+    for (std::size_t i = 0; i < 2 * pairs; ++i) {
+      rig_.send(guest_.data(pattern(sent, kSegment)));
+      sent += kSegment;
+    }
+  };
+  send_pairs(1);
+  ASSERT_TRUE(until([&] { return guest_.unacked() == 0; })) << "the first segments were never acknowledged";
+  EXPECT_GT(guest_.peer_window(), 0u);
+  EXPECT_LE(guest_.peer_window(), kLimit) << "more window announced than flow_buffer_bytes";
+  // What it announced is taken whole, the server still not reading.
+  const std::uint32_t window = guest_.peer_window();
+  send_pairs(window / (2 * kSegment));
+  ASSERT_TRUE(until([&] { return guest_.unacked() == 0; }))
+      << "bytes sent inside the announced window were not taken (window " << window << ", unacked "
+      << guest_.unacked() << ")";
+  Bytes got;
+  for (int round = 0; round < 4000 && got.size() < sent; ++round) {
+    std::uint8_t buf[65536];
+    const ssize_t n = ::recv(host.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) got.insert(got.end(), buf, buf + n);
+    rig_.wait_turn();
+    guest_.take(rig_.seen());
+    if (n <= 0) wait_for(host.get(), POLLIN, 1);
+  }
+  ASSERT_EQ(got.size(), sent);
+  EXPECT_TRUE(got == pattern(0, sent)) << "bytes lost or out of order";
+}
+
 // Once the window was shut, the gateway says so itself when there is room
 // again for a segment: the guest does not have to wait for its zero-window
 // probe (Linux backs those off up to two minutes). lwIP alone announces a
