@@ -113,6 +113,7 @@ InstanceSupervisor::InstanceSupervisor(boost::asio::io_context& io, InstanceConf
                                        DoneHandler on_done)
     : io_(io),
       config_(std::move(config)),
+      policy_source_(config_.policy_file),
       vmm_(vmm),
       on_done_(std::move(on_done)),
       stdin_fd_(stdin_fd),
@@ -941,7 +942,7 @@ void InstanceSupervisor::write_record() {
       .field("state", instance_state_name(state_))
       .field("image", config_.image_name)
       .field("accel", accel_name(config_.accel))
-      .field("policy", config_.policy_file)
+      .field("policy", policy_source_)
       .field("created", base::format_utc_millis(created_wall_));
   if (outcome_set_) {
     w.field("outcome", outcome_kind_name(outcome_.kind));
@@ -1157,8 +1158,11 @@ void InstanceSupervisor::serve_api(std::shared_ptr<ApiClient> client) {
           return serve_exec(client, std::string_view(line).substr(kExecVerb.size()));
         if (line.rfind(kResizeVerb, 0) == 0)
           return serve_resize(client, std::string_view(line).substr(kResizeVerb.size()));
+        if (line.rfind(kPolicyVerb, 0) == 0)
+          return serve_policy(client, std::string_view(line).substr(kPolicyVerb.size()));
         constexpr std::string_view kVerb = "ABOX-CP/1 ";
-        if (line.rfind(kVerb, 0) != 0) return reply("ERR expected ABOX-CP/1, ABOX-EXEC/1 or ABOX-RESIZE/1\n");
+        if (line.rfind(kVerb, 0) != 0)
+          return reply("ERR expected ABOX-CP/1, ABOX-EXEC/1, ABOX-RESIZE/1 or ABOX-POLICY/1\n");
         std::string path = line.substr(kVerb.size());
         if (path.empty() || path[0] != '/' || path.size() > guest::kMaxGuestPath)
           return reply("ERR the path must be absolute\n");
@@ -1272,6 +1276,20 @@ void InstanceSupervisor::serve_resize(std::shared_ptr<ApiClient> client, std::st
   if (!config_.tty) return reply("ERR the command has no terminal (started without -t)\n");
   if (stopping_) return reply("ERR the instance is stopping\n");
   resize(static_cast<std::uint16_t>(rows), static_cast<std::uint16_t>(cols));
+  reply("OK\n");
+}
+
+void InstanceSupervisor::serve_policy(std::shared_ptr<ApiClient> client, std::string_view request) {
+  auto reply = [client](std::string text) {
+    auto msg = std::make_shared<std::string>(std::move(text));
+    boost::asio::async_write(client->socket, boost::asio::buffer(*msg),
+                             [client, msg](const boost::system::error_code&, std::size_t) {});
+  };
+  if (request.empty() || request.front() != '/' || request.size() > kMaxPolicyPath ||
+      request.find('\0') != std::string_view::npos)
+    return reply("ERR expected ABOX-POLICY/1 /ABSOLUTE/PATH\n");
+  policy_source_ = std::string(request);
+  write_record();
   reply("OK\n");
 }
 

@@ -76,10 +76,25 @@ std::optional<std::string> read_whole(int fd, std::string& error) {
 PolicyReloader::PolicyReloader(base::EventLog& events, std::string path, base::UniqueFd file, bool reopen)
     : events_(events), path_(std::move(path)), file_(std::move(file)), reopen_(reopen) {}
 
-std::string PolicyReloader::apply(std::string_view source, std::string_view text) {
+std::string PolicyReloader::apply(std::string_view source, std::string_view text, base::UniqueFd file) {
   if (stack_ == nullptr) {
     events_.emit("policy", {{"reason", "reload refused: no guest yet"}, {"policy", source}});
     return "1\nno guest yet (the VMM has not connected): nothing changed";
+  }
+  if (file) {
+    // The file SIGHUP will read from now on must be what is applied now.
+    struct stat st {};
+    std::string error;
+    std::optional<std::string> held;
+    if (::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      error = "the fd sent with it is not a regular file";
+    } else if (held = read_whole(file.get(), error); held && *held != text) {
+      error = "the file sent with it does not hold the text sent";
+    }
+    if (!error.empty()) {
+      events_.emit("policy", {{"reason", "reload refused: " + error}, {"policy", source}});
+      return "1\n" + error + ": nothing changed";
+    }
   }
   auto parsed = policy::parse_policy(text, source);
   if (!parsed.ok()) {
@@ -109,6 +124,7 @@ std::string PolicyReloader::apply(std::string_view source, std::string_view text
         "will be refused\n";
   }
   const GuestStack::PolicyApplied done = stack_->apply_policy(std::move(next));
+  if (file) file_ = std::move(file);
   events_.emit("policy", {{"reason", "reloaded"},
                           {"policy", source},
                           {"tcp_revoked", static_cast<std::uint64_t>(done.tcp_revoked)},

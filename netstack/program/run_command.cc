@@ -480,7 +480,9 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
             return stack ? answer_explain(*stack, args, loop.now())
                          : std::string("1\nno guest yet: the VMM has not connected");
           },
-          [&](std::string_view source, std::string_view text) { return reloader.apply(source, text); });
+          [&](std::string_view source, std::string_view text, base::UniqueFd file) {
+            return reloader.apply(source, text, std::move(file));
+          });
       if (!server.ok()) {
         std::cerr << "abox-net run: --stats-socket: " << server.error() << '\n';
         return 3;
