@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "base/json.h"
+#include "base/whole_file.h"
 #include "broker/credentials.h"
 #include "broker/service.h"
 #include "engine/cli/credentials_command.h"
@@ -41,15 +42,11 @@ constexpr std::uint32_t kOutputCredit = 256 * 1024;
 constexpr std::size_t kMaxChildLine = 64 * 1024;
 constexpr std::uint64_t kChildLogBytes = 1 << 20;
 
-std::string read_small_file(const std::string& path, std::size_t cap) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": " + std::strerror(errno));
-  std::string s;
-  s.resize(cap + 1);
-  f.read(s.data(), static_cast<std::streamsize>(s.size()));
-  s.resize(static_cast<std::size_t>(f.gcount()));
-  if (s.size() > cap) throw std::runtime_error(path + ": larger than " + std::to_string(cap) + " bytes");
-  return s;
+// Startup: a FIFO or a folder named as the policy is refused, never waited on.
+std::string read_policy_file(const std::string& path) {
+  auto text = base::read_whole_file(path, policy::kMaxPolicyFileBytes);
+  if (!text.ok()) throw std::runtime_error(path + ": " + text.error().message);
+  return std::move(text).value();
 }
 
 std::string last_lines(const std::string& text, std::size_t max_chars = 600) {
@@ -221,7 +218,7 @@ void InstanceSupervisor::prepare() {
   transition(InstanceState::kCreated);
 
   // The policy: a copy of the operator's file, validated, is what every part reads.
-  std::string policy_text = read_small_file(config_.policy_file, 1 << 20);
+  std::string policy_text = read_policy_file(config_.policy_file);
   if (auto w = folder_->write_file("policy.toml", policy_text); !w.ok()) throw std::runtime_error(w.error());
   auto loaded = policy::load_policy(folder_->policy());
   if (!loaded.ok()) {
