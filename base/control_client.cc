@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/control_protocol.h"
 #include "base/unique_fd.h"
 
 namespace abox::base {
@@ -55,6 +56,12 @@ bool send_all_with_fd(int sock, std::string_view bytes, int fd) {
 std::optional<std::string> ask_control_socket(const std::string& path, std::string_view line,
                                               std::string_view body, std::string& error,
                                               std::chrono::milliseconds timeout, int pass_fd) {
+  return ask_unix_socket(path, versioned_control_line(line), body, error, timeout, pass_fd);
+}
+
+std::optional<std::string> ask_unix_socket(const std::string& path, std::string_view line,
+                                           std::string_view body, std::string& error,
+                                           std::chrono::milliseconds timeout, int pass_fd) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path) {

@@ -113,8 +113,8 @@ bool answers(const std::string& socket) {
 // while it runs); a stopped instance's record is rewritten here. "" or why not.
 std::string record_source(const StateFolder& folder, const std::string& source) {
   std::string error;
-  auto reply = ask_control_socket(folder.file("api.sock"), std::string(kPolicyVerb) + source, {}, error,
-                                  std::chrono::seconds(5));
+  auto reply = base::ask_unix_socket(folder.file("api.sock"), std::string(kPolicyVerb) + source, {}, error,
+                                     std::chrono::seconds(5));
   if (reply) return *reply == "OK\n" ? "" : "its supervisor answered: " + *reply;
   auto record = read_json_object(folder.instance_json());
   if (!record.ok()) return record.error();

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/control_protocol.h"
 #include "base/json.h"
 #include "io/unix_listener.h"
 
@@ -91,7 +92,18 @@ bool StatsServer::read_request(int fd, std::string& request, base::UniqueFd& pas
   for (;;) {
     const ssize_t n = receive(fd, buf, sizeof buf, passed);
     if (n == 0) {
-      // The client sent all it will: an empty request is a stats request.
+      // The client sent all it will: an empty request is a stats request;
+      // one without a newline is its line (its version checked here).
+      if (request.find('\n') == std::string::npos) {
+        auto line = base::control_request_line(request);
+        if (!line.ok()) {
+          ++counters_.bad_requests;
+          const std::string r = "3\n" + line.error().message + "\n";
+          ::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+          return true;
+        }
+        request.erase(0, request.size() - line->size());
+      }
       reply(fd, request, std::move(passed));
       return true;
     }
@@ -100,6 +112,18 @@ bool StatsServer::read_request(int fd, std::string& request, base::UniqueFd& pas
       return errno != EAGAIN && errno != EWOULDBLOCK;  // broken: drop it
     }
     request.append(buf, static_cast<std::size_t>(n));
+    if (auto nl = request.find('\n'); nl != std::string::npos) {
+      // The protocol's version first (base/control_protocol.h): dropped from
+      // the request once checked, so what follows reads a versionless line.
+      auto line = base::control_request_line(std::string_view(request).substr(0, nl));
+      if (!line.ok()) {
+        ++counters_.bad_requests;
+        const std::string r = "3\n" + line.error().message + "\n";
+        ::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        return true;
+      }
+      request.erase(0, nl - line->size());
+    }
     if (auto nl = request.find('\n'); nl != std::string::npos && is_reload_line(request.substr(0, nl))) {
       if (request.size() - nl - 1 <= kMaxReloadBytes) continue;  // the policy's text, to the end
       ++counters_.bad_requests;

@@ -169,6 +169,27 @@ TEST_F(StatsServerTest, ExplainGoesToItsHandlerAndEverythingElseIsAnError) {
   EXPECT_EQ((*server)->counters().bad_requests, 2u);
 }
 
+// The protocol's version (base/control_protocol.h): the one spoken here is
+// read past, with or without a newline after the line; another is refused.
+TEST_F(StatsServerTest, TheVersionIsCheckedAndReadPast) {
+  io::EventLoop loop;
+  auto server = StatsServer::create(loop, path_, [] { return std::string("{\"x\":1}"); });
+  ASSERT_TRUE(server.ok());
+  for (std::string_view asked : {"ABOX-CTL/1 stats\n", "ABOX-CTL/1 stats"}) {
+    auto c = connect_to(path_, asked);
+    ::shutdown(c.get(), SHUT_WR);
+    EXPECT_EQ(read_reply(loop, c.get()), std::optional<std::string>("{\"x\":1}\n")) << asked;
+  }
+  for (std::string_view other : {"ABOX-CTL/2 stats\n", "ABOX-CTL/2 reload x\n", "ABOX-CTL/x stats"}) {
+    auto c = connect_to(path_, other);
+    ::shutdown(c.get(), SHUT_WR);
+    auto reply = read_reply(loop, c.get());
+    ASSERT_TRUE(reply) << other;
+    EXPECT_TRUE(reply->starts_with("3\n")) << other << ": " << *reply;
+  }
+  EXPECT_EQ((*server)->counters().bad_requests, 3u);
+}
+
 // An fd sent with a reload (what `abox policy apply` does with the policy of
 // record it installs) reaches the handler: the very file, open for reading.
 // Sent by the one client every command uses (base/control_client.h).
