@@ -126,7 +126,10 @@ TEST_F(ControlSocketTest, TheClientsVersionedRequestIsAnswered) {
     reply = base::ask_control_socket(path_, "reload p.toml", "[[allow]]\n", error, std::chrono::seconds(5));
     done = true;
   });
-  for (int i = 0; i < 500 && !done; ++i) loop_.run_once(base::Millis(10));
+  // Bounded in time, not in turns: a turn may end at once, before the
+  // client's thread has even connected.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!done && std::chrono::steady_clock::now() < give_up) loop_.run_once(base::Millis(10));
   client.join();
   ASSERT_TRUE(reply) << error;
   EXPECT_EQ(*reply, "0\nanswered reload p.toml\n");

@@ -216,11 +216,14 @@ TEST_F(StatsServerTest, AReloadHandsOnTheFdSentWithIt) {
     std::string error;
     std::atomic<bool> done = false;
     std::thread client([&] {
-      reply = base::ask_control_socket(path_, "reload " + policy_path, "text", error, std::chrono::seconds(2),
+      reply = base::ask_control_socket(path_, "reload " + policy_path, "text", error, std::chrono::seconds(5),
                                        send_fd ? file.get() : -1);
       done = true;
     });
-    for (int turn = 0; turn < 200 && !done; ++turn) loop.run_once(base::Millis(10));
+    // Bounded in time, not in turns: a turn may end at once, before the
+    // client's thread has even connected.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!done && std::chrono::steady_clock::now() < give_up) loop.run_once(base::Millis(10));
     client.join();
     ASSERT_TRUE(reply) << error;
     EXPECT_EQ(*reply, "0\napplied\n");
