@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/control_protocol.h"
 #include "base/unique_fd.h"
 
 namespace abox::base {
@@ -26,11 +27,41 @@ bool send_all(int fd, std::string_view bytes) {
   return true;
 }
 
+// The first byte of bytes with fd attached, then the rest.
+bool send_all_with_fd(int sock, std::string_view bytes, int fd) {
+  if (fd < 0 || bytes.empty()) return send_all(sock, bytes);
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{const_cast<char*>(bytes.data()), 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  for (;;) {
+    const ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != 1) return false;
+    break;
+  }
+  return send_all(sock, bytes.substr(1));
+}
+
 }  // namespace
 
 std::optional<std::string> ask_control_socket(const std::string& path, std::string_view line,
                                               std::string_view body, std::string& error,
-                                              std::chrono::milliseconds timeout) {
+                                              std::chrono::milliseconds timeout, int pass_fd) {
+  return ask_unix_socket(path, versioned_control_line(line), body, error, timeout, pass_fd);
+}
+
+std::optional<std::string> ask_unix_socket(const std::string& path, std::string_view line,
+                                           std::string_view body, std::string& error,
+                                           std::chrono::milliseconds timeout, int pass_fd) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path) {
@@ -65,7 +96,7 @@ std::optional<std::string> ask_control_socket(const std::string& path, std::stri
   // A peer that answers without reading may have closed already (EPIPE):
   // its answer is still there to read, and is judged as any other.
   std::string send_error;
-  if (!send_all(fd.get(), request) || !send_all(fd.get(), body))
+  if (!send_all_with_fd(fd.get(), request, pass_fd) || !send_all(fd.get(), body))
     send_error = "writing to " + path + ": " + std::strerror(errno);
   // The half-close ends the body (the broker waits for it even with none).
   ::shutdown(fd.get(), SHUT_WR);

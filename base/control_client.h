@@ -17,11 +17,23 @@
 
 namespace abox::base {
 
+// `line` goes with the protocol's version in front (base/control_protocol.h).
 // nullopt with a message in `error` when nothing answers: no socket at path,
 // a socket file nobody listens on (left by a process that has exited), a
 // timeout, an error before any reply.
+//
+// pass_fd (>= 0): an fd sent with the request line (SCM_RIGHTS on its first
+// byte). `abox policy apply` passes the policy of record it is about to
+// install, which abox-net then rereads on SIGHUP (its sandbox opens no path).
 std::optional<std::string> ask_control_socket(const std::string& path, std::string_view line,
                                               std::string_view body, std::string& error,
-                                              std::chrono::milliseconds timeout = std::chrono::seconds(5));
+                                              std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                                              int pass_fd = -1);
+
+// The same exchange with `line` sent as it is, for a socket of another
+// protocol with the same shape (an instance's api.sock).
+std::optional<std::string> ask_unix_socket(const std::string& path, std::string_view line,
+                                           std::string_view body, std::string& error,
+                                           std::chrono::milliseconds timeout, int pass_fd = -1);
 
 }  // namespace abox::base

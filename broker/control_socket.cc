@@ -11,6 +11,8 @@
 
 #include <cerrno>
 
+#include "base/byte_reader.h"
+#include "base/control_protocol.h"
 #include "io/unix_listener.h"
 
 namespace abox::broker {
@@ -76,13 +78,49 @@ void BrokerControlSocket::on_readable(int fd) {
     return;  // level-triggered: called again while there is more
   }
   // The end of the stream: the whole request is here.
-  const auto nl = p.bytes.find('\n');
-  std::string_view line = std::string_view(p.bytes).substr(0, nl);
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  const std::string_view body =
-      nl == std::string::npos ? std::string_view() : std::string_view(p.bytes).substr(nl + 1);
-  const std::string reply = answer_(line, body);
+  auto request = parse_control_request(p.bytes);
+  if (!request.ok())
+    return finish(fd, std::to_string(request.error().status) + "\n" + request.error().message);
+  const std::string reply = answer_(request->line, request->body);
   finish(fd, reply);
+}
+
+base::Result<ControlRequest, ControlRequestError> BrokerControlSocket::parse_control_request(
+    std::string_view bytes) {
+  auto refuse = [](int status, std::string message) {
+    return base::Err{ControlRequestError{status, std::move(message)}};
+  };
+  // The line: up to the first newline, which must come within the bound.
+  base::ByteReader r(base::as_bytes(bytes));
+  std::size_t line_end = 0;
+  bool newline = false;
+  while (auto c = r.u8()) {
+    if (*c == '\n') {
+      newline = true;
+      break;
+    }
+    if (++line_end > kMaxRequestLine) return refuse(1, "the request line is longer than 1024 bytes");
+  }
+  std::string_view line = bytes.substr(0, line_end);
+  const std::string_view body = newline ? bytes.substr(line_end + 1) : std::string_view();
+  if (body.size() > kMaxPolicyBytes) return refuse(1, "the policy is larger than 4 MiB: nothing changed");
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  for (const char c : line) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return refuse(3, "the request line holds a control byte");
+  }
+  auto unversioned = base::control_request_line(line);
+  if (!unversioned.ok()) return refuse(3, unversioned.error().message);
+  line = *unversioned;
+  if (line == "stats") {
+    if (!body.empty()) {
+      return refuse(
+          3, "one request per connection: " + std::to_string(body.size()) + " bytes came after 'stats'");
+    }
+    return ControlRequest{line, body};
+  }
+  if (line == "reload" || (line.starts_with("reload ") && line.size() > 7)) return ControlRequest{line, body};
+  return refuse(3, "unknown request (expected 'stats' or 'reload SOURCE')");
 }
 
 void BrokerControlSocket::finish(int fd, std::string_view reply) {

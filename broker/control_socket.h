@@ -3,14 +3,20 @@
 // broker a new policy (issue 22, "Live reload").
 //
 // The protocol is abox-net's stats socket's (netstack/program/stats_server.h),
-// so one client serves both: the client connects, sends one request line,
-// then for "reload" the policy's text, then half-closes; the server reads to
-// the end of the stream, answers once, and closes.
-//   "stats"            the accounting JSON (service.h stats_json()).
+// so one client serves both (base::ask_control_socket): the client connects,
+// sends one request line, then for "reload" the policy's text, then
+// half-closes; the server reads to the end of the stream, answers once, and
+// closes. The line starts with the protocol's version, "ABOX-CTL/1 "
+// (base/control_protocol.h; a line without one is version 1 too); another
+// version is refused ("3\nprotocol ABOX-CTL/N is not spoken here ...").
+//   "stats"            the accounting JSON (service.h stats_json()); nothing
+//                      may follow the line (one request per connection).
 //   "reload SOURCE"    the text after the line is a policy; SOURCE names it in
 //                      errors. The reply: "0\n" applied, "1\n" refused
 //                      (nothing changed), then what happened as text.
-// Anything else: "3\nunknown request ...".
+// Anything else, a line with a control byte (NUL, ESC ...), or bytes after
+// a "stats" line: "3\n" and why. parse_control_request() is that parser,
+// sans I/O (the control_request fuzz target's).
 //
 // Bounds: a request line of at most kMaxRequestLine bytes and a text of at
 // most kMaxPolicyBytes (past either: "1\n..." and closed); at most
@@ -36,6 +42,19 @@
 
 namespace abox::broker {
 
+// A request, read whole: its line without the version ("stats",
+// "reload SOURCE"), and the body after it (a reload's policy text).
+struct ControlRequest {
+  std::string_view line;
+  std::string_view body;
+};
+// Why a request was refused: the reply's status (1: over a bound; 3: not a
+// request this side reads) and one line saying why.
+struct ControlRequestError {
+  int status = 3;
+  std::string message;
+};
+
 class BrokerControlSocket {
  public:
   static constexpr std::size_t kMaxRequestLine = 1024;
@@ -56,6 +75,11 @@ class BrokerControlSocket {
   BrokerControlSocket& operator=(const BrokerControlSocket&) = delete;
 
   std::uint64_t served() const { return served_; }
+
+  // Everything a client sent, to the end of its stream (untrusted bytes:
+  // each bound checked before the byte past it is looked at; the views
+  // point into `bytes`).
+  static base::Result<ControlRequest, ControlRequestError> parse_control_request(std::string_view bytes);
 
  private:
   struct Pending {

@@ -8,13 +8,7 @@
 // never leave this file.
 #include "policy/policy_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -23,7 +17,7 @@
 #include <utility>
 
 #include "base/decimal.h"
-#include "base/unique_fd.h"
+#include "base/whole_file.h"
 #include "policy/toml.h"
 
 namespace abox::policy {
@@ -70,8 +64,6 @@ class PolicyBuilder {
 };
 
 namespace {
-
-constexpr std::size_t kMaxFileBytes = 4u << 20;  // a policy is a page or two; refuse absurd files
 
 std::string_view type_name(const toml::node& n) {
   switch (n.type()) {
@@ -1005,30 +997,19 @@ base::Result<Policy, PolicyError> load_policy(const std::filesystem::path& path)
   auto fail = [&](std::string message) {
     return base::Err{PolicyError{{PolicyDiagnostic{path.string(), 0, 0, std::move(message)}}, 1, true}};
   };
-  // open(2), not an ifstream: a folder opens "fine" as a stream and fails
-  // only on reading, with no errno to show.
-  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
-  if (!fd) return fail("cannot open the policy file: " + std::string(std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    return fail("cannot read the policy file: " + std::string(std::strerror(errno)));
-  if (S_ISDIR(st.st_mode)) return fail("cannot read the policy file: it is a folder, not a file");
-  if (!S_ISREG(st.st_mode)) return fail("cannot read the policy file: it is not a regular file");
-  if (static_cast<std::uint64_t>(st.st_size) > kMaxFileBytes)
-    return fail("the policy file is larger than 4 MiB");
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n == 0) break;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("cannot read the policy file: " + std::string(std::strerror(errno)));
+  auto text = base::read_whole_file(path.string(), kMaxPolicyFileBytes);
+  if (!text.ok()) {
+    const base::WholeFileError& e = text.error();
+    switch (e.kind) {
+      case base::WholeFileError::Kind::kCannotOpen:
+        return fail("cannot open the policy file: " + e.message);
+      case base::WholeFileError::Kind::kTooLarge:
+        return fail("the policy file is " + e.message);
+      default:
+        return fail("cannot read the policy file: " + e.message);
     }
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > kMaxFileBytes) return fail("the policy file is larger than 4 MiB");
   }
-  return parse_policy(text, path.string());
+  return parse_policy(*text, path.string());
 }
 
 std::vector<PolicyDiagnostic> policy_warnings(const Policy& policy) {

@@ -43,6 +43,10 @@ struct PolicyError {
   std::string to_string() const;
 };
 
+// The largest policy file read: a policy is a page or two; absurd files are
+// refused (by load_policy() and every other reader of a policy's text).
+inline constexpr std::size_t kMaxPolicyFileBytes = 4u << 20;
+
 // `source` names the text in messages (a path, or "<stdin>").
 base::Result<Policy, PolicyError> parse_policy(std::string_view text, std::string_view source);
 

@@ -1,41 +1,16 @@
 #include "engine/cli/control_request.h"
 
-#include <fcntl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/time.h>
-#include <sys/un.h>
-#include <unistd.h>
+#include <utility>
 
-#include <cerrno>
-#include <cstring>
-
-#include "base/unique_fd.h"
+#include "base/whole_file.h"
+#include "policy/policy_file.h"
 
 namespace abox::engine {
 
-namespace {
-
-constexpr std::size_t kMaxPolicyText = 4u << 20;
-
-}  // namespace
-
 base::Result<std::string, std::string> read_policy_text(const std::string& path) {
-  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return base::Err{std::string(std::strerror(errno))};
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-    return base::Err{std::string("not a regular file")};
-  std::string text;
-  char buf[16384];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return base::Err{std::string(std::strerror(errno))};
-    if (n == 0) return text;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > kMaxPolicyText) return base::Err{std::string("larger than 4 MiB")};
-  }
+  auto text = base::read_whole_file(path, policy::kMaxPolicyFileBytes);
+  if (!text.ok()) return base::Err{text.error().message};
+  return std::move(text).value();
 }
 
 ReloadReply parse_reload_reply(std::string_view reply) {

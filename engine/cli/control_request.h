@@ -16,8 +16,10 @@ namespace abox::engine {
 // One request and its reply: base/control_client.h.
 using base::ask_control_socket;
 
-// The text of a policy file to send (at most 4 MiB, load_policy()'s own
-// bound). Err: a message (no such file, not a regular file, too large).
+// The text of a policy file to send (at most policy::kMaxPolicyFileBytes,
+// load_policy()'s own bound; base/whole_file.h). Err: a message (the errno
+// text, "it is a folder, not a file", "it is not a regular file", "larger
+// than 4 MiB").
 base::Result<std::string, std::string> read_policy_text(const std::string& path);
 
 // A reload reply ("0\n...", "1\n...", "3\n..."): its status digit and the

@@ -1,8 +1,10 @@
 #include "engine/cli/policy_apply.h"
 
 #include <algorithm>
+#include <boost/json/serialize.hpp>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <set>
 
@@ -10,6 +12,8 @@
 #include "base/json.h"
 #include "engine/cli/control_request.h"
 #include "engine/cli/exit_codes.h"
+#include "engine/daemon/instance_files.h"
+#include "engine/instance/exec_wire.h"
 #include "engine/instance/state_folder.h"
 #include "policy/policy_file.h"
 
@@ -80,11 +84,13 @@ struct PartReply {
   std::string text;
 };
 
-PartReply ask_reload(const std::string& socket, const std::string& source, std::string_view text) {
+// file (>= 0): the staged policy of record, which abox-net keeps for SIGHUP.
+PartReply ask_reload(const std::string& socket, const std::string& source, std::string_view text,
+                     int file = -1) {
   PartReply r;
   r.asked = true;
   std::string error;
-  auto reply = ask_control_socket(socket, "reload " + source, text, error, std::chrono::seconds(10));
+  auto reply = ask_control_socket(socket, "reload " + source, text, error, std::chrono::seconds(10), file);
   if (!reply) {
     r.text = error;
     return r;
@@ -100,6 +106,22 @@ PartReply ask_reload(const std::string& socket, const std::string& source, std::
 bool answers(const std::string& socket) {
   std::string error;
   return ask_control_socket(socket, "stats", {}, error, std::chrono::seconds(5)).has_value();
+}
+
+// instance.json's "policy" names the file applied: the supervisor of a
+// running instance rewrites its record itself (it is the record's one writer
+// while it runs); a stopped instance's record is rewritten here. "" or why not.
+std::string record_source(const StateFolder& folder, const std::string& source) {
+  std::string error;
+  auto reply = base::ask_unix_socket(folder.file("api.sock"), std::string(kPolicyVerb) + source, {}, error,
+                                     std::chrono::seconds(5));
+  if (reply) return *reply == "OK\n" ? "" : "its supervisor answered: " + *reply;
+  auto record = read_json_object(folder.instance_json());
+  if (!record.ok()) return record.error();
+  boost::json::object o = std::move(record).value();
+  o["policy"] = source;
+  auto w = folder.write_file("instance.json", boost::json::serialize(o) + "\n");
+  return w.ok() ? "" : w.error();
 }
 
 void write_list(base::JsonWriter& w, std::string_view key, const std::vector<std::string>& v) {
@@ -190,6 +212,14 @@ int run_policy_apply(std::span<const std::string_view> args, std::ostream& out, 
     return kExitFailed;
   }
   const PolicyDiff diff = diff_policies(*before, *next);
+  // The new policy of record, written beside the old one now and renamed
+  // into place at step 4: abox-net is handed this very file with its reload,
+  // so that a SIGHUP later rereads it (its sandbox cannot open the path).
+  auto staged = folder->stage_file("policy.toml", *text);
+  if (!staged.ok()) {
+    err << kCommand << ": cannot record it: " << staged.error() << ": nothing changed\n";
+    return kExitFailed;
+  }
 
   // 3. The running parts.
   const bool running = answers(folder->net_stats_socket());
@@ -212,7 +242,7 @@ int run_policy_apply(std::span<const std::string_view> args, std::ostream& out, 
         return broker_reply.status == 1 ? kExitNo : kExitFailed;
       }
     }
-    net_reply = ask_reload(folder->net_stats_socket(), file, *text);
+    net_reply = ask_reload(folder->net_stats_socket(), file, *text, staged->read());
     if (net_reply.status != 0) {
       // The broker took it: give it back what it had.
       if (has_broker) (void)ask_reload(folder->broker_control_socket(), folder->policy(), *old_text);
@@ -224,11 +254,15 @@ int run_policy_apply(std::span<const std::string_view> args, std::ostream& out, 
   }
 
   // 4. The policy of record.
-  if (auto w = folder->write_file("policy.toml", *text); !w.ok()) {
+  if (auto w = staged->commit(); !w.ok()) {
     err << kCommand << ": " << (running ? "applied to the running instance, but " : "")
         << "cannot record it: " << w.error() << '\n';
     return kExitFailed;
   }
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(file, ec);
+  if (auto why = record_source(*folder, ec ? file : absolute.lexically_normal().string()); !why.empty())
+    err << kCommand << ": note: instance.json still names the policy before: " << why << '\n';
 
   if (json) {
     std::string js;

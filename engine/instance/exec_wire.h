@@ -35,6 +35,10 @@ namespace abox::engine {
 inline constexpr std::string_view kExecVerb = "ABOX-EXEC/1 ";
 // The main command's window (its tty): "ABOX-RESIZE/1 ROWS COLS\n", answered "OK\n" or "ERR why\n".
 inline constexpr std::string_view kResizeVerb = "ABOX-RESIZE/1 ";
+// `abox policy apply` made PATH (absolute) the policy in force: "ABOX-POLICY/1 PATH\n", answered
+// "OK\n" (instance.json's "policy" names it from then on) or "ERR why\n".
+inline constexpr std::string_view kPolicyVerb = "ABOX-POLICY/1 ";
+inline constexpr std::size_t kMaxPolicyPath = 4096;
 inline constexpr std::size_t kMaxExecLine = 256 * 1024;
 inline constexpr std::size_t kMaxExecStdin = 64 * 1024;
 inline constexpr std::size_t kMaxExecEnv = 256;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "base/unique_fd.h"
 
@@ -91,12 +92,31 @@ base::Result<StateFolder, std::string> StateFolder::open(const std::string& root
   return StateFolder(path);
 }
 
-base::Result<void, std::string> StateFolder::write_file(std::string_view name,
-                                                        std::string_view contents) const {
+StagedFile::StagedFile(StagedFile&& other) noexcept
+    : temp_(std::exchange(other.temp_, {})),
+      final_(std::move(other.final_)),
+      read_fd_(std::move(other.read_fd_)) {}
+
+StagedFile::~StagedFile() {
+  if (!temp_.empty()) ::unlink(temp_.c_str());
+}
+
+base::Result<void, std::string> StagedFile::commit() {
+  if (temp_.empty()) return base::Err{final_ + ": nothing staged"};
+  if (::rename(temp_.c_str(), final_.c_str()) != 0) return base::Err{errno_text(final_)};
+  temp_.clear();
+  return {};
+}
+
+base::Result<StagedFile, std::string> StateFolder::stage_file(std::string_view name,
+                                                              std::string_view contents) const {
   std::string final_path = file(name);
   std::string tmp = final_path + ".tmp";
   base::UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd) return base::Err{errno_text(tmp)};
+  // From here the temporary file is the StagedFile's: removed on every error.
+  StagedFile staged(tmp, final_path, base::UniqueFd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)));
+  if (staged.read() < 0) return base::Err{errno_text(tmp)};
   std::size_t done = 0;
   while (done < contents.size()) {
     ssize_t n = ::write(fd.get(), contents.data() + done, contents.size() - done);
@@ -104,9 +124,14 @@ base::Result<void, std::string> StateFolder::write_file(std::string_view name,
     if (n <= 0) return base::Err{errno_text(tmp)};
     done += static_cast<std::size_t>(n);
   }
-  fd.reset();
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) return base::Err{errno_text(final_path)};
-  return {};
+  return staged;
+}
+
+base::Result<void, std::string> StateFolder::write_file(std::string_view name,
+                                                        std::string_view contents) const {
+  auto staged = stage_file(name, contents);
+  if (!staged.ok()) return base::Err{staged.error()};
+  return staged->commit();
 }
 
 base::Result<void, std::string> StateFolder::remove() const {

@@ -27,6 +27,7 @@
 #include <string_view>
 
 #include "base/result.h"
+#include "base/unique_fd.h"
 
 namespace abox::engine {
 
@@ -36,6 +37,28 @@ bool valid_instance_name(std::string_view name);
 
 // $XDG_STATE_HOME/abox/instances, else $HOME/.local/state/abox/instances.
 base::Result<std::string, std::string> default_instances_root();
+
+// A file written beside its final name but not yet in place (StateFolder::
+// stage_file): commit() renames it over the final name; destroyed
+// uncommitted, it is removed. read() is an fd of it open for reading, which
+// after commit() is the file at the final name (the same inode).
+class StagedFile {
+ public:
+  StagedFile(std::string temp_path, std::string final_path, base::UniqueFd read_fd)
+      : temp_(std::move(temp_path)), final_(std::move(final_path)), read_fd_(std::move(read_fd)) {}
+  StagedFile(StagedFile&& other) noexcept;
+  StagedFile& operator=(StagedFile&&) = delete;
+  StagedFile(const StagedFile&) = delete;
+  ~StagedFile();
+
+  int read() const { return read_fd_.get(); }
+  base::Result<void, std::string> commit();
+
+ private:
+  std::string temp_;  // "" once committed or moved from
+  std::string final_;
+  base::UniqueFd read_fd_;
+};
 
 class StateFolder {
  public:
@@ -60,6 +83,9 @@ class StateFolder {
 
   // Writes `contents` to name atomically (a temporary file, then rename), mode 0600.
   base::Result<void, std::string> write_file(std::string_view name, std::string_view contents) const;
+  // The same, in two steps: the temporary file written now, renamed into
+  // place by the StagedFile's commit().
+  base::Result<StagedFile, std::string> stage_file(std::string_view name, std::string_view contents) const;
   // Removes the folder and everything in it (never following a symlink out of it).
   base::Result<void, std::string> remove() const;
 

@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "base/json.h"
+#include "base/whole_file.h"
 #include "broker/credentials.h"
 #include "broker/service.h"
 #include "engine/cli/credentials_command.h"
@@ -41,15 +42,11 @@ constexpr std::uint32_t kOutputCredit = 256 * 1024;
 constexpr std::size_t kMaxChildLine = 64 * 1024;
 constexpr std::uint64_t kChildLogBytes = 1 << 20;
 
-std::string read_small_file(const std::string& path, std::size_t cap) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(path + ": " + std::strerror(errno));
-  std::string s;
-  s.resize(cap + 1);
-  f.read(s.data(), static_cast<std::streamsize>(s.size()));
-  s.resize(static_cast<std::size_t>(f.gcount()));
-  if (s.size() > cap) throw std::runtime_error(path + ": larger than " + std::to_string(cap) + " bytes");
-  return s;
+// Startup: a FIFO or a folder named as the policy is refused, never waited on.
+std::string read_policy_file(const std::string& path) {
+  auto text = base::read_whole_file(path, policy::kMaxPolicyFileBytes);
+  if (!text.ok()) throw std::runtime_error(path + ": " + text.error().message);
+  return std::move(text).value();
 }
 
 std::string last_lines(const std::string& text, std::size_t max_chars = 600) {
@@ -113,6 +110,7 @@ InstanceSupervisor::InstanceSupervisor(boost::asio::io_context& io, InstanceConf
                                        DoneHandler on_done)
     : io_(io),
       config_(std::move(config)),
+      policy_source_(config_.policy_file),
       vmm_(vmm),
       on_done_(std::move(on_done)),
       stdin_fd_(stdin_fd),
@@ -220,7 +218,7 @@ void InstanceSupervisor::prepare() {
   transition(InstanceState::kCreated);
 
   // The policy: a copy of the operator's file, validated, is what every part reads.
-  std::string policy_text = read_small_file(config_.policy_file, 1 << 20);
+  std::string policy_text = read_policy_file(config_.policy_file);
   if (auto w = folder_->write_file("policy.toml", policy_text); !w.ok()) throw std::runtime_error(w.error());
   auto loaded = policy::load_policy(folder_->policy());
   if (!loaded.ok()) {
@@ -941,7 +939,7 @@ void InstanceSupervisor::write_record() {
       .field("state", instance_state_name(state_))
       .field("image", config_.image_name)
       .field("accel", accel_name(config_.accel))
-      .field("policy", config_.policy_file)
+      .field("policy", policy_source_)
       .field("created", base::format_utc_millis(created_wall_));
   if (outcome_set_) {
     w.field("outcome", outcome_kind_name(outcome_.kind));
@@ -1157,8 +1155,11 @@ void InstanceSupervisor::serve_api(std::shared_ptr<ApiClient> client) {
           return serve_exec(client, std::string_view(line).substr(kExecVerb.size()));
         if (line.rfind(kResizeVerb, 0) == 0)
           return serve_resize(client, std::string_view(line).substr(kResizeVerb.size()));
+        if (line.rfind(kPolicyVerb, 0) == 0)
+          return serve_policy(client, std::string_view(line).substr(kPolicyVerb.size()));
         constexpr std::string_view kVerb = "ABOX-CP/1 ";
-        if (line.rfind(kVerb, 0) != 0) return reply("ERR expected ABOX-CP/1, ABOX-EXEC/1 or ABOX-RESIZE/1\n");
+        if (line.rfind(kVerb, 0) != 0)
+          return reply("ERR expected ABOX-CP/1, ABOX-EXEC/1, ABOX-RESIZE/1 or ABOX-POLICY/1\n");
         std::string path = line.substr(kVerb.size());
         if (path.empty() || path[0] != '/' || path.size() > guest::kMaxGuestPath)
           return reply("ERR the path must be absolute\n");
@@ -1272,6 +1273,20 @@ void InstanceSupervisor::serve_resize(std::shared_ptr<ApiClient> client, std::st
   if (!config_.tty) return reply("ERR the command has no terminal (started without -t)\n");
   if (stopping_) return reply("ERR the instance is stopping\n");
   resize(static_cast<std::uint16_t>(rows), static_cast<std::uint16_t>(cols));
+  reply("OK\n");
+}
+
+void InstanceSupervisor::serve_policy(std::shared_ptr<ApiClient> client, std::string_view request) {
+  auto reply = [client](std::string text) {
+    auto msg = std::make_shared<std::string>(std::move(text));
+    boost::asio::async_write(client->socket, boost::asio::buffer(*msg),
+                             [client, msg](const boost::system::error_code&, std::size_t) {});
+  };
+  if (request.empty() || request.front() != '/' || request.size() > kMaxPolicyPath ||
+      request.find('\0') != std::string_view::npos)
+    return reply("ERR expected ABOX-POLICY/1 /ABSOLUTE/PATH\n");
+  policy_source_ = std::string(request);
+  write_record();
   reply("OK\n");
 }
 

@@ -31,7 +31,8 @@
 // -t command (a size taken at any time). Guest frames for the main session
 // (0) are the instance's own; the others go to the multiplexer; frames for
 // a session never opened are counted and logged. When the channel goes,
-// every exec ends with abox's reason.
+// every exec ends with abox's reason. `abox policy apply` says there which
+// file it applied (instance.json's "policy" names it from then on).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -170,6 +171,7 @@ class InstanceSupervisor final : private ControlSession::Listener {
   void serve_api(std::shared_ptr<class ApiClient> client);
   void serve_exec(std::shared_ptr<class ApiClient> client, std::string_view request);
   void serve_resize(std::shared_ptr<class ApiClient> client, std::string_view request);
+  void serve_policy(std::shared_ptr<class ApiClient> client, std::string_view request);
   // The channel is gone: every exec ends, with this reason, and its client is let go.
   void end_execs(const std::string& reason);
   // An exec's -e entries and argv: refused as abox run refuses them (a nonce
@@ -201,6 +203,8 @@ class InstanceSupervisor final : private ControlSession::Listener {
 
   boost::asio::io_context& io_;
   InstanceConfig config_;
+  // instance.json's "policy": the file the instance started with, or the one `abox policy apply` applied.
+  std::string policy_source_;
   const Vmm& vmm_;
   DoneHandler on_done_;
   int stdin_fd_, stdout_fd_, stderr_fd_;

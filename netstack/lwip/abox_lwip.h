@@ -27,7 +27,8 @@
  *   stack (IP_IS_V6() tells), and the same listener and UDP pcb take both.
  *
  * Deterministic mode (STYLE.md): the clock and the random source can be
- * injected; install them before lwip_init().
+ * injected, best before abox_lwip_init_once() (the random source is read by
+ * lwip_init()); a clock replaced later takes lwIP's timers with it.
  *
  * Everything here runs on lwIP's one thread; nothing is locked.
  */
@@ -103,12 +104,26 @@ typedef struct abox_lwip_counters_t {
 } abox_lwip_counters_t;
 const abox_lwip_counters_t* abox_lwip_counters(void);
 
-/* ---- Clock and random source ---------------------------------------------- */
+/* ---- Initialisation, clock and random source ------------------------------- */
+
+/* lwip_init(), the first time only: lwIP is process-global, and a second
+   lwip_init() would start its cyclic timers a second time. Every user of
+   lwIP in a process (GuestStack, tests, fuzz targets) goes through this. */
+void abox_lwip_init_once(void);
 
 /* Milliseconds, any epoch, wrapping at 2^32 (lwIP's sys_now()). NULL, the
-   default, reads CLOCK_MONOTONIC. */
+   default, reads CLOCK_MONOTONIC. Replacing the clock once lwIP is
+   initialised moves its pending timeouts onto the new clock, each due as
+   far ahead of the new clock's "now" as it was of the old one's. */
 typedef u32_t (*abox_lwip_clock_fn)(void);
 void abox_lwip_set_clock(abox_lwip_clock_fn now_ms);
+
+/* Moves lwIP's pending timeouts so that the soonest is due ms from now and
+   the others keep their distances from it; none of the ones overdue runs.
+   For tests (tests/netstack/lwip/lwip_test_state.h): one fixture after
+   another in one process, each starts as a fresh process does after
+   lwip_init(), with no timer due at once (lwIP's cyclic ones are 1 s). */
+void abox_lwip_defer_timers(u32_t ms);
 
 /* NULL, the default, reads getrandom(2). lwIP uses it for its initial local
    ports only. */

@@ -14,6 +14,7 @@
 
 #include "base/command_line.h"
 #include "base/control_client.h"
+#include "base/whole_file.h"
 #include "netstack/program/stats_command.h"
 #include "netstack/stack/guest_stack.h"
 #include "policy/policy_file.h"
@@ -41,8 +42,6 @@ constexpr std::string_view kUsage =
     "Exit status: 0 applied, 1 refused (FILE is invalid; nothing changed),\n"
     "2 usage error, 3 FILE cannot be read or no answer from SOCKET.\n";
 
-constexpr std::size_t kMaxPolicyBytes = 4u << 20;
-
 std::string describe_upstreams(const policy::Policy& p) {
   if (p.dns().use_system) return "system";
   std::string s;
@@ -50,36 +49,29 @@ std::string describe_upstreams(const policy::Policy& p) {
   return s;
 }
 
-// The whole of fd from its start, at most kMaxPolicyBytes; nullopt on error.
-std::optional<std::string> read_whole(int fd, std::string& error) {
-  std::string text;
-  char buf[16384];
-  for (off_t at = 0;;) {
-    const ssize_t n = ::pread(fd, buf, sizeof buf, at);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      error = std::strerror(errno);
-      return std::nullopt;
-    }
-    if (n == 0) return text;
-    text.append(buf, static_cast<std::size_t>(n));
-    at += n;
-    if (text.size() > kMaxPolicyBytes) {
-      error = "larger than 4 MiB";
-      return std::nullopt;
-    }
-  }
-}
-
 }  // namespace
 
 PolicyReloader::PolicyReloader(base::EventLog& events, std::string path, base::UniqueFd file, bool reopen)
     : events_(events), path_(std::move(path)), file_(std::move(file)), reopen_(reopen) {}
 
-std::string PolicyReloader::apply(std::string_view source, std::string_view text) {
+std::string PolicyReloader::apply(std::string_view source, std::string_view text, base::UniqueFd file) {
   if (stack_ == nullptr) {
     events_.emit("policy", {{"reason", "reload refused: no guest yet"}, {"policy", source}});
     return "1\nno guest yet (the VMM has not connected): nothing changed";
+  }
+  if (file) {
+    // The file SIGHUP will read from now on must be what is applied now.
+    std::string error;
+    auto held = base::read_whole_fd(file.get(), policy::kMaxPolicyFileBytes);
+    if (!held.ok()) {
+      error = "the file sent with it cannot be read: " + held.error().message;
+    } else if (*held != text) {
+      error = "the file sent with it does not hold the text sent";
+    }
+    if (!error.empty()) {
+      events_.emit("policy", {{"reason", "reload refused: " + error}, {"policy", source}});
+      return "1\n" + error + ": nothing changed";
+    }
   }
   auto parsed = policy::parse_policy(text, source);
   if (!parsed.ok()) {
@@ -109,6 +101,7 @@ std::string PolicyReloader::apply(std::string_view source, std::string_view text
         "will be refused\n";
   }
   const GuestStack::PolicyApplied done = stack_->apply_policy(std::move(next));
+  if (file) file_ = std::move(file);
   events_.emit("policy", {{"reason", "reloaded"},
                           {"policy", source},
                           {"tcp_revoked", static_cast<std::uint64_t>(done.tcp_revoked)},
@@ -145,8 +138,10 @@ void PolicyReloader::reread_file() {
   if (error.empty()) {
     if (!file_) {
       error = "the file could not be opened at start";
+    } else if (auto read = base::read_whole_fd(file_.get(), policy::kMaxPolicyFileBytes); read.ok()) {
+      text = std::move(read).value();
     } else {
-      text = read_whole(file_.get(), error);
+      error = read.error().message;
     }
   }
   if (!text) {
@@ -172,12 +167,9 @@ int run_reload_command(std::span<const std::string_view> args) {
   }
   const std::string& socket = parsed->positionals[0];
   const std::string& file = parsed->positionals[1];
-  base::UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
-  std::string error = fd ? "" : std::strerror(errno);
-  std::optional<std::string> text;
-  if (fd) text = read_whole(fd.get(), error);
-  if (!text) {
-    std::cerr << "abox-net reload: cannot read " << file << ": " << error << '\n';
+  auto text = base::read_whole_file(file, policy::kMaxPolicyFileBytes);
+  if (!text.ok()) {
+    std::cerr << "abox-net reload: cannot read " << file << ": " << text.error().message << '\n';
     return 3;
   }
   std::string reply_error;

@@ -18,6 +18,11 @@
 // editor that writes in place, `cat new > FILE`). A file replaced since
 // (renamed over, deleted) is refused with a message saying to use
 // `abox-net reload`; with --no-sandbox the path is opened again instead.
+// `abox policy apply` replaces the file the same way (the state folder's
+// policy.toml, renamed over), so it sends the fd of the new file with its
+// reload request: once applied, that file is the one SIGHUP rereads (it is
+// checked against the path like the first: the same inode, once the apply
+// has renamed it into place).
 #pragma once
 
 #include <span>
@@ -45,8 +50,10 @@ class PolicyReloader {
   void set_stack(GuestStack* stack) { stack_ = stack; }
 
   // The stats socket's "reload SOURCE" request: "0\n..." applied, "1\n..."
-  // refused (nothing changed).
-  std::string apply(std::string_view source, std::string_view text);
+  // refused (nothing changed). file: the fd the client sent with it, or
+  // none; a regular file holding exactly `text` (else the reload is refused),
+  // kept once applied as the file SIGHUP rereads.
+  std::string apply(std::string_view source, std::string_view text, base::UniqueFd file = {});
   // SIGHUP: the file again; the outcome goes to the event log (and stderr).
   void reread_file();
 

@@ -51,8 +51,10 @@ constexpr std::string_view kUsage =
     "With CMD (like pasta): makes a fresh network namespace whose only way out is\n"
     "this abox-net, with /etc/resolv.conf there naming the gateway, runs CMD in\n"
     "it once the appliance is ready, and ends when CMD ends, with CMD's exit\n"
-    "status. Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN): it makes a network\n"
-    "and a mount namespace. Signals sent to abox-net are passed on to CMD.\n"
+    "status; what CMD left running is stopped too (SIGTERM, SIGKILL 5 s later).\n"
+    "Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN): it makes a network and a\n"
+    "mount namespace. Signals sent to abox-net are passed on to CMD; after a\n"
+    "SIGTERM, CMD not gone 5 s later is killed (exit status 137).\n"
     "\n"
     "Options:\n"
     "  -p, --policy FILE          the instance's policy (required)\n"
@@ -480,7 +482,9 @@ int run_appliance(const ApplianceOptions& o, const LoadedPolicy& loaded) {
             return stack ? answer_explain(*stack, args, loop.now())
                          : std::string("1\nno guest yet: the VMM has not connected");
           },
-          [&](std::string_view source, std::string_view text) { return reloader.apply(source, text); });
+          [&](std::string_view source, std::string_view text, base::UniqueFd file) {
+            return reloader.apply(source, text, std::move(file));
+          });
       if (!server.ok()) {
         std::cerr << "abox-net run: --stats-socket: " << server.error() << '\n';
         return 3;

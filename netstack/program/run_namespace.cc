@@ -1,5 +1,6 @@
 #include "netstack/program/run_namespace.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <poll.h>
@@ -11,10 +12,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <vector>
 
 #include "base/unique_fd.h"
 
@@ -160,6 +167,52 @@ int status_code(int status) {
   return kRunCommandCouldNotStart;
 }
 
+// This process's children now (every task's /proc/self/task/TID/children),
+// but one. Each is ours until we reap it, so its pid cannot be reused
+// meanwhile: kill() on it hits that very process (or its zombie).
+std::vector<pid_t> children_but(pid_t except) {
+  std::vector<pid_t> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> tasks(::opendir("/proc/self/task"), ::closedir);
+  if (!tasks) return out;
+  while (const dirent* e = ::readdir(tasks.get())) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(std::string("/proc/self/task/") + e->d_name + "/children");
+    for (long pid = 0; in >> pid;) {
+      if (pid > 0 && pid != except) out.push_back(static_cast<pid_t>(pid));
+    }
+  }
+  return out;
+}
+
+// What is left of CMD's tree once CMD is gone: its descendants, each ours
+// once its parent is gone (this process is their subreaper), except the
+// appliance. Each gets SIGTERM; whatever is still there at kill_at gets
+// SIGKILL; their own children, orphaned in turn, the same as they come.
+// Bounded: it gives up (saying so) a second after the SIGKILLs, which the
+// kernel never refuses.
+void stop_leftovers(pid_t appliance, const sigset_t& chld, std::chrono::steady_clock::time_point kill_at) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point give_up = kill_at + std::chrono::seconds(1);
+  std::set<pid_t> termed;
+  const timespec step{0, 50'000'000};
+  while (Clock::now() < give_up) {
+    bool any = false;
+    const bool killing = Clock::now() >= kill_at;
+    for (pid_t pid : children_but(appliance)) {
+      if (::waitpid(pid, nullptr, WNOHANG) == pid) continue;
+      any = true;
+      if (killing) {
+        ::kill(pid, SIGKILL);
+      } else if (termed.insert(pid).second) {
+        ::kill(pid, SIGTERM);
+      }
+    }
+    if (!any) return;
+    ::sigtimedwait(&chld, nullptr, &step);
+  }
+  std::cerr << "abox-net run: processes CMD started are still there after SIGKILL\n";
+}
+
 // Sends sig to pid, then waits up to kStopGraceSeconds for it to be
 // reaped (SIGKILL after that), collecting every child that ends meanwhile.
 void stop_and_reap(pid_t pid, int sig, const sigset_t& chld) {
@@ -195,6 +248,12 @@ int run_in_new_namespace(const ApplianceOptions& options, const LoadedPolicy& po
   // A CMD that is gone before "go" must not take the supervisor with it.
   ::signal(SIGPIPE, SIG_IGN);
 
+  // Every process CMD starts and leaves behind becomes this process's child
+  // (not init's), so that none outlives abox-net: stop_leftovers().
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    std::cerr << "abox-net run: prctl(PR_SET_CHILD_SUBREAPER): " << std::strerror(errno) << '\n';
+    return kRunCommandCouldNotStart;
+  }
   // Every signal the supervisor acts on is taken synchronously (sigwaitinfo).
   sigset_t handled, old_mask, chld;
   sigemptyset(&handled);
@@ -261,14 +320,35 @@ int run_in_new_namespace(const ApplianceOptions& options, const LoadedPolicy& po
   int cmd_status = 0;
   bool cmd_done = false;
   bool appliance_died = false;
+  // A SIGTERM from a process asks abox-net to end: CMD has
+  // kStopGraceSeconds to exit on it, then gets SIGKILL.
+  std::optional<std::chrono::steady_clock::time_point> kill_cmd_at;
+  bool cmd_killed = false;
   while (!cmd_done) {
     siginfo_t si{};
-    const int sig = ::sigwaitinfo(&handled, &si);
-    if (sig < 0) continue;  // EINTR
+    int sig = -1;
+    const auto now = std::chrono::steady_clock::now();
+    if (kill_cmd_at && !cmd_killed && now >= *kill_cmd_at) {
+      std::cerr << "abox-net run: CMD did not exit within " << kStopGraceSeconds
+                << " s of SIGTERM: killing it\n";
+      ::kill(cmd, SIGKILL);
+      cmd_killed = true;
+    }
+    if (kill_cmd_at && !cmd_killed) {
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(*kill_cmd_at - now);
+      const timespec wait{static_cast<time_t>(left.count() / 1'000'000'000),
+                          static_cast<long>(left.count() % 1'000'000'000)};
+      sig = ::sigtimedwait(&handled, &si, &wait);
+    } else {
+      sig = ::sigwaitinfo(&handled, &si);
+    }
+    if (sig < 0) continue;  // EINTR, or the grace is over
     if (sig != SIGCHLD) {
       // From a process (kill, a supervisor): CMD should hear it. From the
       // terminal (si_code > 0): CMD, in the foreground group, already did.
       if (si.si_code <= 0) ::kill(cmd, sig);
+      if (sig == SIGTERM && si.si_code <= 0 && !kill_cmd_at)
+        kill_cmd_at = std::chrono::steady_clock::now() + std::chrono::seconds(kStopGraceSeconds);
       continue;
     }
     for (;;) {
@@ -287,6 +367,11 @@ int run_in_new_namespace(const ApplianceOptions& options, const LoadedPolicy& po
       }
     }
   }
+  // After a SIGTERM, within the grace it gave CMD (already over if CMD had
+  // to be killed); else a grace of their own.
+  stop_leftovers(
+      net, chld,
+      kill_cmd_at.value_or(std::chrono::steady_clock::now() + std::chrono::seconds(kStopGraceSeconds)));
   if (appliance_died) return kRunCommandApplianceDied;
   stop_and_reap(net, SIGTERM, chld);
   return status_code(cmd_status);

@@ -12,14 +12,18 @@
 //        in a process group of its own (a Ctrl-C at the terminal goes to CMD,
 //        not to the network under it), its ready line written to a pipe
 // CMD starts only once the appliance is ready (deny first: CMD never sees a
-// network without the policy). When CMD ends, the appliance is stopped
-// (SIGTERM, SIGKILL after 5 s) and the supervisor exits with CMD's status.
-// SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the supervisor by a process are
-// passed on to CMD; the same from the terminal already reached CMD, which
-// is in the terminal's foreground group, and is not sent twice. If the
-// appliance dies while CMD runs, CMD gets SIGTERM (SIGKILL after 5 s) and
-// the exit status is 122. If the supervisor dies, the kernel kills CMD and
-// the appliance (parent-death signals).
+// network without the policy). When CMD ends, what it started and left
+// running is stopped (SIGTERM, SIGKILL after 5 s: the supervisor is the
+// subreaper of CMD's tree, so every orphan of it is its child, never
+// init's), then the appliance (the same), and the supervisor exits with
+// CMD's status. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the supervisor
+// by a process are passed on to CMD; the same from the terminal already
+// reached CMD, which is in the terminal's foreground group, and is not sent
+// twice. A SIGTERM from a process also bounds the wait: CMD not gone 5 s
+// later gets SIGKILL (the exit status is then 137). If the appliance dies
+// while CMD runs, CMD gets SIGTERM (SIGKILL after 5 s) and the exit status
+// is 122. If the supervisor dies, the kernel kills CMD and the appliance
+// (parent-death signals).
 //
 // Needs root, or CAP_SYS_ADMIN and CAP_NET_ADMIN (to make the namespaces
 // and to make the tap in one). Unprivileged user namespaces are not used:

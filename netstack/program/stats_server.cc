@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
+#include "base/control_protocol.h"
 #include "base/json.h"
 #include "io/unix_listener.h"
 
@@ -58,15 +60,51 @@ bool is_reload_line(std::string_view line) {
   return line == "reload" || line.starts_with("reload ");
 }
 
+// recv() that also takes the fds a client sent (SCM_RIGHTS): the first is
+// kept in `passed` (a reload's policy file), any other is closed at once.
+ssize_t receive(int fd, char* buf, std::size_t size, base::UniqueFd& passed) {
+  iovec iov{buf, size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int got = -1;
+      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+      base::UniqueFd owned(got);
+      if (!passed) passed = std::move(owned);
+    }
+  }
+  return n;
+}
+
 }  // namespace
 
-bool StatsServer::read_request(int fd, std::string& request) {
+bool StatsServer::read_request(int fd, std::string& request, base::UniqueFd& passed) {
   char buf[16384];
   for (;;) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    const ssize_t n = receive(fd, buf, sizeof buf, passed);
     if (n == 0) {
-      // The client sent all it will: an empty request is a stats request.
-      reply(fd, request);
+      // The client sent all it will: an empty request is a stats request;
+      // one without a newline is its line (its version checked here).
+      if (request.find('\n') == std::string::npos) {
+        auto line = base::control_request_line(request);
+        if (!line.ok()) {
+          ++counters_.bad_requests;
+          const std::string r = "3\n" + line.error().message + "\n";
+          ::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+          return true;
+        }
+        request.erase(0, request.size() - line->size());
+      }
+      reply(fd, request, std::move(passed));
       return true;
     }
     if (n < 0) {
@@ -74,6 +112,18 @@ bool StatsServer::read_request(int fd, std::string& request) {
       return errno != EAGAIN && errno != EWOULDBLOCK;  // broken: drop it
     }
     request.append(buf, static_cast<std::size_t>(n));
+    if (auto nl = request.find('\n'); nl != std::string::npos) {
+      // The protocol's version first (base/control_protocol.h): dropped from
+      // the request once checked, so what follows reads a versionless line.
+      auto line = base::control_request_line(std::string_view(request).substr(0, nl));
+      if (!line.ok()) {
+        ++counters_.bad_requests;
+        const std::string r = "3\n" + line.error().message + "\n";
+        ::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        return true;
+      }
+      request.erase(0, nl - line->size());
+    }
     if (auto nl = request.find('\n'); nl != std::string::npos && is_reload_line(request.substr(0, nl))) {
       if (request.size() - nl - 1 <= kMaxReloadBytes) continue;  // the policy's text, to the end
       ++counters_.bad_requests;
@@ -84,7 +134,7 @@ bool StatsServer::read_request(int fd, std::string& request) {
     if (auto nl = request.find('\n'); nl != std::string::npos) {
       request.resize(nl);
       if (!request.empty() && request.back() == '\r') request.pop_back();
-      reply(fd, request);
+      reply(fd, request, std::move(passed));
       return true;
     }
     if (request.size() > kMaxRequest) {
@@ -96,7 +146,7 @@ bool StatsServer::read_request(int fd, std::string& request) {
   }
 }
 
-void StatsServer::reply(int fd, std::string_view request) {
+void StatsServer::reply(int fd, std::string_view request, base::UniqueFd passed) {
   std::string out;
   if (request.empty() || request == "stats") {
     out = render_stats_();
@@ -110,9 +160,9 @@ void StatsServer::reply(int fd, std::string_view request) {
     std::string_view line = request.substr(0, nl);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     const std::string_view source = line.substr(std::min<std::size_t>(line.size(), 7));
-    out = apply_policy_
-              ? apply_policy_(source.empty() ? std::string_view("<reload>") : source, request.substr(nl + 1))
-              : "3\nthis abox-net has no policy to reload (abox-net dns)";
+    out = apply_policy_ ? apply_policy_(source.empty() ? std::string_view("<reload>") : source,
+                                        request.substr(nl + 1), std::move(passed))
+                        : "3\nthis abox-net has no policy to reload (abox-net dns)";
   } else {
     ++counters_.bad_requests;
     out = error_reply("unknown request (expected 'stats', 'explain TARGET' or 'reload SOURCE')");
@@ -127,12 +177,13 @@ void StatsServer::finish(Waiting& w) {
   if (w.handle != io::EventLoop::kNoHandle) loop_.unwatch(w.handle);
   w.handle = io::EventLoop::kNoHandle;
   w.fd.reset();
+  w.passed.reset();
   w.done = true;
 }
 
 void StatsServer::Waiting::on_ready(std::uint32_t) {
   if (done) return;
-  if (server->read_request(fd.get(), request)) server->finish(*this);
+  if (server->read_request(fd.get(), request, passed)) server->finish(*this);
 }
 
 void StatsServer::sweep(base::MonoTime now) {
@@ -157,7 +208,8 @@ void StatsServer::on_ready(std::uint32_t) {
     }
     // Usually the request is already there: answered at once.
     std::string request;
-    if (read_request(conn.get(), request)) continue;
+    base::UniqueFd passed;
+    if (read_request(conn.get(), request, passed)) continue;
     if (waiting_.size() >= kMaxWaiting) {
       ++counters_.refused_busy;
       continue;  // closed
@@ -166,6 +218,7 @@ void StatsServer::on_ready(std::uint32_t) {
     w->server = this;
     w->fd = std::move(conn);
     w->request = std::move(request);
+    w->passed = std::move(passed);
     w->deadline = loop_.now() + kRequestDeadline;
     w->handle = loop_.watch(w->fd.get(), POLLIN, w.get());
     waiting_.push_back(std::move(w));

@@ -18,6 +18,11 @@
 //                             error messages (the client's path). At most
 //                             kMaxReloadBytes of text; a server without that
 //                             handler (abox-net dns) answers "3\n" and why.
+//                             An fd sent with the request (SCM_RIGHTS) is
+//                             handed to apply_policy too: the file the text
+//                             is from (`abox policy apply`'s policy of
+//                             record), which SIGHUP rereads from then on.
+//                             Any other fd a client sends is closed.
 // Anything else gets {"error":"unknown request ..."}.
 //
 // The socket file is made 0600 (unix_listener.h): only the operator who
@@ -71,7 +76,9 @@ class StatsServer final : public io::EventLoop::Watcher {
 
   using RenderStats = std::function<std::string()>;
   using AnswerExplain = std::function<std::string(std::string_view args)>;
-  using ApplyPolicy = std::function<std::string(std::string_view source, std::string_view text)>;
+  // file: the fd sent with the request, or none.
+  using ApplyPolicy =
+      std::function<std::string(std::string_view source, std::string_view text, base::UniqueFd file)>;
 
   // Binds and listens on path (startup; the error is a message). The
   // handlers must stay callable while the server lives; answer_explain
@@ -94,6 +101,7 @@ class StatsServer final : public io::EventLoop::Watcher {
     StatsServer* server = nullptr;
     base::UniqueFd fd;
     std::string request;
+    base::UniqueFd passed;  // an fd the client sent with its request
     base::MonoTime deadline{};
     io::EventLoop::Handle handle = io::EventLoop::kNoHandle;
     bool done = false;  // answered or closed; freed by the next sweep (never inside its own callback)
@@ -104,8 +112,8 @@ class StatsServer final : public io::EventLoop::Watcher {
               AnswerExplain answer_explain, ApplyPolicy apply_policy);
   // Reads what fd has; true when the connection is finished (answered, or
   // closed by the client, or broken).
-  bool read_request(int fd, std::string& request);
-  void reply(int fd, std::string_view request);
+  bool read_request(int fd, std::string& request, base::UniqueFd& passed);
+  void reply(int fd, std::string_view request, base::UniqueFd passed);
   void finish(Waiting& w);
   void sweep(base::MonoTime now);
 

@@ -151,7 +151,7 @@ GuestStack::GuestStack(io::EventLoop& loop, Link& link, const policy::Policy& po
   static bool lwip_ready = false;
   static u8_t syn_admission_arg = 0;
   if (!lwip_ready) {
-    lwip_init();
+    abox_lwip_init_once();
     syn_admission_arg = tcp_ext_arg_alloc_id();
     lwip_ready = true;
   }

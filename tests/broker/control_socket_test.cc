@@ -10,11 +10,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/control_client.h"
 #include "base/unique_fd.h"
 
 namespace abox::broker {
@@ -109,6 +114,74 @@ TEST_F(ControlSocketTest, APolicyOverTheBoundIsRefused) {
       exchange(fd, "reload big\n" + std::string(BrokerControlSocket::kMaxPolicyBytes + 10, '#'));
   EXPECT_NE(reply.find("larger than 4 MiB"), std::string::npos) << reply.substr(0, 100);
   EXPECT_TRUE(lines_.empty());
+}
+
+// What base::ask_control_socket sends (the version first) is answered, and
+// the service sees the line without it.
+TEST_F(ControlSocketTest, TheClientsVersionedRequestIsAnswered) {
+  std::optional<std::string> reply;
+  std::string error;
+  std::atomic<bool> done = false;
+  std::thread client([&] {
+    reply = base::ask_control_socket(path_, "reload p.toml", "[[allow]]\n", error, std::chrono::seconds(5));
+    done = true;
+  });
+  // Bounded in time, not in turns: a turn may end at once, before the
+  // client's thread has even connected.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!done && std::chrono::steady_clock::now() < give_up) loop_.run_once(base::Millis(10));
+  client.join();
+  ASSERT_TRUE(reply) << error;
+  EXPECT_EQ(*reply, "0\nanswered reload p.toml\n");
+  ASSERT_EQ(lines_.size(), 1u);
+  EXPECT_EQ(bodies_[0], "[[allow]]\n");
+}
+
+// Nasty requests, each on its own connection: never reaching the service,
+// each answered with a status and why.
+TEST_F(ControlSocketTest, NastyRequestsAreRefusedWithAReason) {
+  struct Case {
+    std::string bytes;
+    std::string reply_starts;
+  };
+  const Case cases[] = {
+      {"ABOX-CTL/2 reload x\n[[allow]]\n", "3\nprotocol ABOX-CTL/2 is not spoken here"},
+      {"ABOX-CTL/01 stats\n", "3\na malformed protocol version"},
+      {"ABOX-CTL/1stats\n", "3\na malformed protocol version"},
+      {"ABOX-CTL/1 stats\nABOX-CTL/1 stats\n", "3\none request per connection: 17 bytes came after 'stats'"},
+      {"ABOX-CTL/1 rel", "3\nunknown request"},  // truncated
+      {"", "3\nunknown request"},
+      {"reload \n", "3\nunknown request"},
+      {std::string("stats\0\n", 7), "3\nthe request line holds a control byte"},
+      {"stats\x1b[2J\n", "3\nthe request line holds a control byte"},
+      {"\xff\xfe garbage\n", "3\nunknown request"},
+  };
+  for (const Case& c : cases) {
+    auto fd = connect_client();
+    const std::string reply = exchange(fd, c.bytes);
+    EXPECT_EQ(reply.rfind(c.reply_starts, 0), 0u)
+        << "for " << testing::PrintToString(c.bytes) << ": " << reply;
+  }
+  EXPECT_TRUE(lines_.empty());
+}
+
+TEST(ControlRequestParse, TheBoundsAreExact) {
+  const std::string at_bound = "reload " + std::string(BrokerControlSocket::kMaxRequestLine - 7, 'x');
+  const std::string at_bound_line = at_bound + "\n";  // the views point into it
+  auto ok = BrokerControlSocket::parse_control_request(at_bound_line);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->line, at_bound);
+  auto over = BrokerControlSocket::parse_control_request(at_bound + "x\n");
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().status, 1);
+  const std::string body(BrokerControlSocket::kMaxPolicyBytes, '#');
+  EXPECT_TRUE(BrokerControlSocket::parse_control_request("reload p\n" + body).ok());
+  auto big = BrokerControlSocket::parse_control_request("reload p\n" + body + "#");
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.error().status, 1);
+  auto crlf = BrokerControlSocket::parse_control_request("ABOX-CTL/1 stats\r\n");
+  ASSERT_TRUE(crlf.ok());
+  EXPECT_EQ(crlf->line, "stats");
 }
 
 TEST_F(ControlSocketTest, AClientThatNeverFinishesIsClosedAtItsDeadline) {

@@ -11,6 +11,9 @@ nonce, over the instance's TLS broker to nginx). The cases run in order:
     names what changed and what each part said; from then on the guest's
     rounds show site1 reachable, site2 and api not; the event log has
     abox-net's and the broker's reload events;
+  - sighup_after_apply: instance.json's "policy" names the applied FILE, and
+    a SIGHUP to abox-net rereads the applied policy of record (the apply
+    renamed it over the file abox-net opened at start) instead of refusing;
   - invalid: a FILE with an error: exit 1, FILE:LINE:COLUMN on stderr,
     nothing changed (the policy of record, the guest's rounds);
   - refused_binding: a FILE that allows site2 again and adds a binding the
@@ -20,7 +23,8 @@ nonce, over the instance's TLS broker to nginx). The cases run in order:
   - restart: `abox stop` then `abox start`: the instance boots with the
     applied policy (site2 unreachable from the first round);
   - stopped: apply to a stopped instance records the file (exit 0,
-    "recorded"), the next start uses it (site2 reachable again).
+    "recorded", instance.json names it), the next start uses it (site2
+    reachable again).
 
 Usage: policy_apply_e2e.py PATH/TO/abox [--keep] [--only WORD[,WORD]]
 Every wait is bounded. Everything the test makes is removed at the end.
@@ -141,6 +145,33 @@ def case_apply(h):
             [e for e in ev if e.get("kind") == "broker_policy"])
 
 
+def instance_record(h):
+    with open(os.path.join(h.folder(NAME), "instance.json")) as f:
+        return json.load(f)
+
+
+def case_sighup_after_apply(h):
+    """The apply renamed a new policy.toml over the one abox-net opened at
+    start: SIGHUP to abox-net must reread the applied file (handed to it with
+    the reload), not refuse it as replaced; instance.json names it."""
+    rec = instance_record(h)
+    h.check("instance_json_names_the_applied_policy", rec.get("policy") == os.path.abspath(h.narrow),
+            rec.get("policy"))
+    of_record = os.path.join(h.folder(NAME), "policy.toml")
+    seen = len([e for e in events(h) if e.get("kind") == "policy"])
+    os.kill(rec["processes"]["abox-net"]["pid"], signal.SIGHUP)
+    got = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not got:
+        got = [e for e in events(h) if e.get("kind") == "policy"][seen:]
+        time.sleep(0.5)
+    h.check("sighup_after_apply_rereads_the_applied_policy",
+            len(got) == 1 and got[0].get("reason") == "reloaded" and got[0].get("policy") == of_record, got)
+    before = last_round(h)
+    ok, rounds_seen = wait_round(h, NARROW, after=before + 1)
+    h.check("after_sighup_the_applied_policy_is_in_force", ok, rounds_seen)
+
+
 def case_invalid(h):
     bad = write(h, "invalid.toml", policy([SITE1, SITE2]) + "\n[[allow]]\nnames = [\"x.example.test\"]\nports = [0]\n")
     line = policy([SITE1, SITE2]).count("\n") + 4
@@ -192,6 +223,8 @@ def case_stopped(h):
     h.check("apply_to_a_stopped_instance_records_it",
             code == 0 and f"recorded {h.first} to {NAME} (not running" in out and record(h) == policy([SITE1, SITE2]),
             out + err)
+    h.check("a_stopped_instance_json_names_the_applied_policy",
+            instance_record(h).get("policy") == os.path.abspath(h.first), instance_record(h).get("policy"))
     code, _, err = h.run("start", NAME)
     ok, seen = wait_round(h, ALL)
     h.check("the_next_start_uses_it", code == 0 and ok, (seen, err))
@@ -201,7 +234,7 @@ def case_stopped(h):
     h.gone("apply", NAME)
 
 
-CASES = [case_start, case_apply, case_invalid, case_refused_binding, case_json, case_restart, case_stopped]
+CASES = [case_start, case_apply, case_sighup_after_apply, case_invalid, case_refused_binding, case_json, case_restart, case_stopped]
 
 
 def main(argv):

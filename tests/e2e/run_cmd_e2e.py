@@ -19,7 +19,10 @@ What abox-net is held to:
   125 for a usage error; CMD sees only lo and eth0 (10.0.2.15/24, default
   route via 10.0.2.2); a SIGTERM sent to abox-net reaches CMD, and abox-net
   then exits with CMD's status; afterwards no process of the run is left
-  in the namespace abox-net ran in; without privilege it says it needs
+  in the namespace abox-net ran in; after a SIGTERM nothing CMD started
+  outlives abox-net (sh -c 'sleep & sleep; wait': 143 at once), a tree
+  that ignores SIGTERM is killed 5 s later (137), and a child CMD leaves
+  running when it exits is stopped too; without privilege it says it needs
   root and exits 125;
 - explain: after the guest resolved web.example.test, ADDRESS:80 is
   admitted now, naming the name and how long its answer has left (text and
@@ -186,6 +189,91 @@ def case_cmd_sigterm_reaches_cmd_and_nothing_is_left(e):
     expect(not left, f"processes left in the namespace: {left}")
 
 
+def tagged_sleeps():
+    """Two sleeps nobody else runs (sleep takes a fraction: its argument is
+    the tag), to find them in the process table afterwards."""
+    tag = int.from_bytes(os.urandom(3), "big")
+    return f"1000.{tag:08d}1", f"1000.{tag:08d}2"
+
+
+def sleeps_left(*args):
+    r = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, timeout=10)
+    return [line.strip() for line in r.stdout.splitlines() if any(f"sleep {a}" in line for a in args)]
+
+
+def kill_left(*args):
+    """Cleanup after a failure: the tagged sleeps found, by pid."""
+    for line in sleeps_left(*args):
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def stop_by_term(e, script, wait):
+    """Runs `sh -c script` (which prints "started"), SIGTERMs abox-net; returns
+    (exit status, seconds from the signal to abox-net's exit, stderr)."""
+    argv = [e.abox, "run", "--policy", e.policy, "--events", e.rig.path("tree.events"), "--", "sh", "-c", script]
+    p = subprocess.Popen(nr._netns_cmd(e.rig.outside, argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL)
+    try:
+        line = nr.first_line(p, 30)
+        expect(line == b"started\n", f"CMD did not start: {line!r} {p.poll()}")
+        sent = time.monotonic()
+        p.send_signal(signal.SIGTERM)  # `ip netns exec` has exec'd: this is abox-net
+        try:
+            _, err = p.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"abox-net did not end within {wait} s of SIGTERM")
+        return p.returncode, time.monotonic() - sent, err.decode(errors="replace")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=5)
+
+
+def case_cmd_sigterm_ends_the_whole_tree(e):
+    # CMD (sh) dies on SIGTERM at once; its two sleeps (one in the
+    # background, one it waits for) must not outlive abox-net.
+    a, b = tagged_sleeps()
+    try:
+        code, took, err = stop_by_term(e, f"sleep {a} & echo started; sleep {b}; wait", 20)
+        expect(code == 128 + signal.SIGTERM, f"exit {code}, not 143: {err[-500:]}")
+        expect(took < 4, f"took {took:.1f} s")
+        left = sleeps_left(a, b)
+        expect(not left, f"CMD's children outlived abox-net: {left}")
+    finally:
+        kill_left(a, b)
+
+
+def case_cmd_ignoring_sigterm_is_killed_after_the_grace(e):
+    # CMD and its children ignore SIGTERM: 5 s later all get SIGKILL, and
+    # abox-net exits 137 (CMD ended by signal 9).
+    a, b = tagged_sleeps()
+    try:
+        code, took, err = stop_by_term(e, f"trap '' TERM; sleep {a} & echo started; sleep {b}; wait", 30)
+        expect(code == 128 + signal.SIGKILL, f"exit {code}, not 137: {err[-500:]}")
+        expect(4 < took < 12, f"took {took:.1f} s (the grace is 5 s)")
+        expect("did not exit within 5 s of SIGTERM" in err, err[-500:])
+        left = sleeps_left(a, b)
+        expect(not left, f"CMD's children outlived abox-net: {left}")
+    finally:
+        kill_left(a, b)
+
+
+def case_cmd_exit_leaves_nothing_running(e):
+    # CMD exits on its own, leaving a child in the background: the child is
+    # stopped too, and the status is still CMD's.
+    a, _ = tagged_sleeps()
+    try:
+        r = e.run_cmd("sh", "-c", f"sleep {a} & exit 4", timeout=30)
+        expect(r.returncode == 4, f"exit {r.returncode}: {r.stderr[-500:]}")
+        left = sleeps_left(a)
+        expect(not left, f"CMD's child outlived abox-net: {left}")
+    finally:
+        kill_left(a)
+
+
 def case_cmd_without_privilege_says_it_needs_root(e):
     r = e.run_cmd("true", user=NOBODY)
     expect(r.returncode == 125, f"exit {r.returncode}: {r.stderr}")
@@ -306,7 +394,8 @@ def main(argv):
                  case_cmd_exit_status_passes_through, case_cmd_gets_default_signal_dispositions,
                  case_cmd_not_found_or_not_executable,
                  case_cmd_sees_only_its_own_network, case_cmd_sigterm_reaches_cmd_and_nothing_is_left,
-                 case_cmd_without_privilege_says_it_needs_root]
+                 case_cmd_sigterm_ends_the_whole_tree, case_cmd_ignoring_sigterm_is_killed_after_the_grace,
+                 case_cmd_exit_leaves_nothing_running, case_cmd_without_privilege_says_it_needs_root]
     cases_running = [case_explain_an_answered_address_is_admitted_now, case_explain_refusals_now,
                      case_explain_errors, case_second_abox_net_on_the_namespace, case_netns_without_privilege,
                      case_dns_elsewhere_deny_event_says_where_dns_is_served]

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,38 @@ TEST(StateFolder, NamesAndPathLengths) {
   auto f = StateFolder::create(deep, "name");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.error().find("too long for its unix sockets"), std::string::npos);
+}
+
+// stage_file: nothing at the final name until commit(); then the staged
+// file's read fd is the file at the final name (what abox-net is handed by
+// `abox policy apply`, and rereads on SIGHUP). Uncommitted, it leaves nothing.
+TEST(StateFolder, AStagedFileIsInPlaceOnlyOnceCommitted) {
+  abox::testing::TempDir tmp("state_folder");
+  auto f = StateFolder::create(tmp.path(), "dev");
+  ASSERT_TRUE(f.ok()) << f.error();
+  ASSERT_TRUE(f->write_file("policy.toml", "old\n").ok());
+  auto read_all = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  {
+    auto staged = f->stage_file("policy.toml", "dropped\n");
+    ASSERT_TRUE(staged.ok()) << staged.error();
+    EXPECT_EQ(read_all(f->policy()), "old\n");
+  }
+  EXPECT_EQ(read_all(f->policy()), "old\n");
+  EXPECT_NE(::access((f->policy() + ".tmp").c_str(), F_OK), 0) << "an uncommitted file was left";
+  auto staged = f->stage_file("policy.toml", "new\n");
+  ASSERT_TRUE(staged.ok()) << staged.error();
+  struct stat held {};
+  ASSERT_EQ(::fstat(staged->read(), &held), 0);
+  ASSERT_TRUE(staged->commit().ok());
+  EXPECT_EQ(read_all(f->policy()), "new\n");
+  struct stat now {};
+  ASSERT_EQ(::stat(f->policy().c_str(), &now), 0);
+  EXPECT_EQ(now.st_ino, held.st_ino);
+  EXPECT_EQ(now.st_mode & 0777, 0600u);
+  EXPECT_FALSE(staged->commit().ok()) << "committed twice";
 }
 
 TEST(StateFolder, WritesAtomicallyAndRemovesWithoutFollowingLinks) {

@@ -37,6 +37,7 @@
 #include "io/event_loop.h"
 #include "netstack/stack/guest_stack.h"
 #include "policy/policy_file.h"
+#include "tests/netstack/lwip/lwip_test_state.h"
 #include "tests/netstack/stack/stream_stack_support.h"
 #include "tests/support/alloc_counter.h"
 #include "tests/support/temp_dir.h"
@@ -687,6 +688,7 @@ TEST_P(PollLinkTest, TakesWhatWaitsNowWithoutTurningTheLoop) {
   base::EventLog events = base::EventLog::discard();
   base::SeededRandom random(1);
   io::EventLoop loop;
+  lwip_test::reset_lwip_state();
   std::array<int, 2> sv{};
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()), 0);
   base::UniqueFd vmm(sv[1]);

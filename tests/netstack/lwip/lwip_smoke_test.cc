@@ -7,8 +7,9 @@
 // The test plays the guest (10.0.2.15, its own MAC) talking to the gateway
 // (10.0.2.2/24, lwIP's netif) and feeds hand-built Ethernet frames with correct
 // checksums into netif->input. lwIP is global state: it is initialised once per
-// process (with a fake clock and a fixed random source), and every test leaves
-// no pcb and no netif behind.
+// process, each test starts from lwip_test_state.h's reset (then its fake clock
+// and fixed random source, given back at the end), and every test leaves no
+// pcb and no netif behind.
 
 #include <gtest/gtest.h>
 
@@ -38,6 +39,7 @@
 #include "lwip/udp.h"
 #include "netif/ethernet.h"
 #include "netstack/lwip/abox_lwip.h"
+#include "tests/netstack/lwip/lwip_test_state.h"
 
 namespace abox::netstack {
 namespace {
@@ -376,14 +378,12 @@ u32_t FixedRandom() {
   return 0x5eed;
 }
 
-void InitLwipOnce() {
-  static const bool done = [] {
-    abox_lwip_set_clock(&FakeClock);
-    abox_lwip_set_rand(&FixedRandom);
-    lwip_init();
-    return true;
-  }();
-  (void)done;
+// Whatever ran before in this process (a GuestStack test, on the real
+// clock), then this test's fake clock and fixed random source.
+void ResetLwip() {
+  lwip_test::reset_lwip_state();
+  abox_lwip_set_rand(&FixedRandom);
+  abox_lwip_set_clock(&FakeClock);
 }
 
 // ---- the fixture ---------------------------------------------------------------------
@@ -417,7 +417,7 @@ struct DatagramSeen {
 class LwipSmokeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    InitLwipOnce();
+    ResetLwip();
     const ip_addr_t address_any = ToLwip(kGateway);
     const ip_addr_t netmask_any = ToLwip({255, 255, 255, 0});
     const ip_addr_t no_gateway_any = ToLwip({0, 0, 0, 0});
@@ -445,6 +445,9 @@ class LwipSmokeTest : public ::testing::Test {
     netif_remove(&netif_);
     EXPECT_EQ(tcp_listen_pcbs.listen_pcbs, nullptr);
     EXPECT_EQ(tcp_bound_pcbs, nullptr);
+    // The next test of this process may be a GuestStack's, on the real clock.
+    abox_lwip_set_clock(nullptr);
+    abox_lwip_set_rand(nullptr);
   }
 
   static err_t NetifInit(netif* n) {

@@ -4,6 +4,7 @@
 // server never taken over. MemoryProbe reads real numbers.
 #include "netstack/program/stats_server.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,16 +12,20 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/byte_reader.h"
+#include "base/control_client.h"
 #include "base/event_log.h"
 #include "base/random.h"
 #include "netstack/program/dns_host_server.h"
@@ -164,6 +169,71 @@ TEST_F(StatsServerTest, ExplainGoesToItsHandlerAndEverythingElseIsAnError) {
   EXPECT_EQ((*server)->counters().bad_requests, 2u);
 }
 
+// The protocol's version (base/control_protocol.h): the one spoken here is
+// read past, with or without a newline after the line; another is refused.
+TEST_F(StatsServerTest, TheVersionIsCheckedAndReadPast) {
+  io::EventLoop loop;
+  auto server = StatsServer::create(loop, path_, [] { return std::string("{\"x\":1}"); });
+  ASSERT_TRUE(server.ok());
+  for (std::string_view asked : {"ABOX-CTL/1 stats\n", "ABOX-CTL/1 stats"}) {
+    auto c = connect_to(path_, asked);
+    ::shutdown(c.get(), SHUT_WR);
+    EXPECT_EQ(read_reply(loop, c.get()), std::optional<std::string>("{\"x\":1}\n")) << asked;
+  }
+  for (std::string_view other : {"ABOX-CTL/2 stats\n", "ABOX-CTL/2 reload x\n", "ABOX-CTL/x stats"}) {
+    auto c = connect_to(path_, other);
+    ::shutdown(c.get(), SHUT_WR);
+    auto reply = read_reply(loop, c.get());
+    ASSERT_TRUE(reply) << other;
+    EXPECT_TRUE(reply->starts_with("3\n")) << other << ": " << *reply;
+  }
+  EXPECT_EQ((*server)->counters().bad_requests, 3u);
+}
+
+// An fd sent with a reload (what `abox policy apply` does with the policy of
+// record it installs) reaches the handler: the very file, open for reading.
+// Sent by the one client every command uses (base/control_client.h).
+TEST_F(StatsServerTest, AReloadHandsOnTheFdSentWithIt) {
+  io::EventLoop loop;
+  struct stat got {};
+  bool had_fd = false;
+  auto server = StatsServer::create(
+      loop, path_, [] { return std::string("{}"); }, {},
+      [&](std::string_view, std::string_view, base::UniqueFd file) {
+        had_fd = static_cast<bool>(file);
+        if (file) ::fstat(file.get(), &got);
+        return std::string("0\napplied");
+      });
+  ASSERT_TRUE(server.ok());
+  const std::string policy_path = dir_.file("policy.toml");
+  { std::ofstream(policy_path) << "[[allow]]\nnames = [\"example.com\"]\nports = [443]\n"; }
+  base::UniqueFd file(::open(policy_path.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(file);
+  struct stat want {};
+  ASSERT_EQ(::fstat(file.get(), &want), 0);
+  for (const bool send_fd : {true, false}) {
+    std::optional<std::string> reply;
+    std::string error;
+    std::atomic<bool> done = false;
+    std::thread client([&] {
+      reply = base::ask_control_socket(path_, "reload " + policy_path, "text", error, std::chrono::seconds(5),
+                                       send_fd ? file.get() : -1);
+      done = true;
+    });
+    // Bounded in time, not in turns: a turn may end at once, before the
+    // client's thread has even connected.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!done && std::chrono::steady_clock::now() < give_up) loop.run_once(base::Millis(10));
+    client.join();
+    ASSERT_TRUE(reply) << error;
+    EXPECT_EQ(*reply, "0\napplied\n");
+    EXPECT_EQ(had_fd, send_fd);
+    if (send_fd) {
+      EXPECT_TRUE(got.st_ino == want.st_ino && got.st_dev == want.st_dev) << "another file came";
+    }
+  }
+}
+
 // "reload SOURCE": the text after the line, to the client's half-close,
 // goes whole to the handler (here larger than one read and than
 // kMaxRequest); nothing is answered before the end of the text.
@@ -173,9 +243,10 @@ TEST_F(StatsServerTest, AReloadTakesTheTextToTheEndOfTheStream) {
   std::string text;
   auto server = StatsServer::create(
       loop, path_, [] { return std::string("{}"); }, {},
-      [&](std::string_view s, std::string_view t) {
+      [&](std::string_view s, std::string_view t, base::UniqueFd file) {
         source = std::string(s);
         text = std::string(t);
+        EXPECT_FALSE(file) << "no fd was sent";
         return std::string("0\napplied");
       });
   ASSERT_TRUE(server.ok());

@@ -5,7 +5,9 @@
 // loop, and a StreamLink on one end of a socketpair whose other end, `vmm`,
 // the test writes and reads.
 //
-// Invariants: a part that cannot be made fails the test (ADD_FAILURE) and
+// Invariants: lwIP is reset first (tests/netstack/lwip/lwip_test_state.h),
+// so that the stack starts from the state a process starts in, whatever ran
+// before; a part that cannot be made fails the test (ADD_FAILURE) and
 // leaves `link` null: a test checks ASSERT_TRUE(rig.link) before it builds
 // its GuestStack.
 #pragma once
@@ -28,6 +30,7 @@
 #include "io/event_loop.h"
 #include "netstack/link/stream_link.h"
 #include "policy/policy_file.h"
+#include "tests/netstack/lwip/lwip_test_state.h"
 
 namespace abox::netstack::stream_stack_test {
 
@@ -42,6 +45,8 @@ inline policy::Policy allow_example_policy() {
 struct StreamStackRig {
   // clock: the loop's (empty: the monotonic clock).
   explicit StreamStackRig(std::size_t mtu, io::EventLoop::Clock clock = {}) : loop(256, std::move(clock)) {
+    // lwIP as no earlier test of this process left it (lwip_test_state.h).
+    lwip_test::reset_lwip_state();
     std::array<int, 2> sv{};
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv.data()) != 0) {
       ADD_FAILURE() << "socketpair: " << std::strerror(errno);
