@@ -96,6 +96,7 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("frames_dropped_oversize", l.dropped_oversize)
       .field("tcp_flows", u64(s.tcp_flows()))
       .field("udp_flows", u64(s.udp_flows()))
+      .field("echo_flows", u64(s.echo_flows()))
       .field("tcp_admitted", c.tcp_admitted)
       .field("tcp_refused", c.tcp_refused)
       .field("tcp_brokered", c.tcp_brokered)

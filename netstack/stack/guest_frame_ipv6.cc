@@ -83,6 +83,7 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse_ipv6(std::span<const st
   ip.hop_limit = *hop_limit;
 
   const std::span<const std::uint8_t> packet = after_ethernet.first(kIpv6Header + *payload_length);
+  ip.packet = packet;
   std::size_t at = kIpv6Header;  // where the header named by `next` starts
   std::uint8_t next = *next_header;
   bool first_fragment = false;  // inside a fragment whose offset is 0
