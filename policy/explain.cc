@@ -10,7 +10,8 @@ namespace {
 
 std::string protocols_text(const AllowRule& r) {
   std::string s;
-  for (const auto& [on, text] : {std::pair{r.tcp, "tcp"}, std::pair{r.udp, "udp"}, std::pair{r.icmp, "icmp"}}) {
+  for (const auto& [on, text] :
+       {std::pair{r.tcp, "tcp"}, std::pair{r.udp, "udp"}, std::pair{r.icmp, "icmp"}}) {
     if (!on) continue;
     if (!s.empty()) s += "+";
     s += text;

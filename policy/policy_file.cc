@@ -564,8 +564,9 @@ void read_allow(Reader& r, const toml::table& t, std::size_t index, std::vector<
   // ports there would say something the rule does not do.
   const bool icmp_only = rule.icmp && !rule.tcp && !rule.udp;
   if (icmp_only && s.has("ports")) {
-    r.error(t.source(), "[[allow]]: ports apply to tcp and udp, and this rule allows only icmp (echo, which "
-                        "has no ports); remove ports or add \"tcp\" or \"udp\" to protocols");
+    r.error(t.source(),
+            "[[allow]]: ports apply to tcp and udp, and this rule allows only icmp (echo, which "
+            "has no ports); remove ports or add \"tcp\" or \"udp\" to protocols");
   }
   if (!s.has("ports") && !icmp_only) {
     r.error(t.source(),
@@ -816,7 +817,7 @@ void check_overlaps(Reader& r, const Parsed& p) {
     const AllowRule* rule;
     PortRange ports;
   };
-  std::map<std::string, std::vector<Grant>> by_name;  // key: pattern text
+  std::map<std::string, std::vector<Grant>> by_name;     // key: pattern text
   std::map<std::string, const AllowRule*> icmp_by_name;  // echo has no ports: granted once per name
   for (const auto& rule : p.rules) {
     for (const auto& name : rule.names) {

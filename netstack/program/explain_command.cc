@@ -83,8 +83,8 @@ std::string answer_explain(const GuestStack& stack, std::string_view args_text, 
   const policy::Policy& pol = stack.policy();
   const dns::AnswerTable& table = stack.table();
   const policy::Explanation pe = policy::explain(pol, *target, proto);
-  const std::string shown = target->text + (target->port || icmp ? "/" + std::string(policy::to_string(proto))
-                                                                  : std::string());
+  const std::string shown =
+      target->text + (target->port || icmp ? "/" + std::string(policy::to_string(proto)) : std::string());
 
   std::vector<Answered> answered;
   bool admitted = false;

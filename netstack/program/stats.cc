@@ -212,6 +212,13 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("dhcpv6_ignored", d6.ignored)
       .field("dhcpv6_malformed", d6.malformed)
       .field("dhcpv6_rate_limited", d6.rate_limited);
+  // Echo flows (echo_flow.h; added at the end).
+  w.field("echo_admitted", c.echo_admitted)
+      .field("echo_refused", c.echo_refused)
+      .field("echo_not_permitted", c.echo_not_permitted)
+      .field("echo_requests", c.echo_requests)
+      .field("echo_replies", c.echo_replies)
+      .field("echo_replies_dropped", c.echo_replies_dropped);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

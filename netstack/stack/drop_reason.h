@@ -66,7 +66,7 @@ enum class DropReason : std::uint8_t {
   // (net.ipv4.ping_group_range), logged once with how to enable them.
   icmp_not_allowed,
   echo_not_permitted,
-  count_,    // not a reason: the number of them
+  count_,  // not a reason: the number of them
 };
 
 enum class DropLog : std::uint8_t { none, once, deny, limit };

@@ -763,10 +763,12 @@ void GuestStack::drop(DropReason reason, std::string_view proto, const policy::E
                       std::string_view name) {
   const DropReasonInfo& row = info(reason);
   // An echo flow's destination is an address alone: icmp has no port.
-  const std::string to =
-      dst == nullptr ? std::string() : proto == "icmp" ? dst->address.to_string() : dst->to_string();
+  const std::string to = dst == nullptr    ? std::string()
+                         : proto == "icmp" ? dst->address.to_string()
+                                           : dst->to_string();
   // Echo counts as UDP does, its admission refusals under their own counter.
-  std::uint64_t StackCounters::*counter = proto == "udp" || proto == "icmp" ? row.udp_counter : row.tcp_counter;
+  std::uint64_t StackCounters::*counter =
+      proto == "udp" || proto == "icmp" ? row.udp_counter : row.tcp_counter;
   if (proto == "icmp" && counter == &StackCounters::udp_refused) counter = &StackCounters::echo_refused;
   ++(counters_.*counter);
   switch (row.log) {
@@ -786,10 +788,8 @@ void GuestStack::drop(DropReason reason, std::string_view proto, const policy::E
       const std::uint64_t limit =
           reason == DropReason::half_open ? policy_->limits().half_open : policy_->limits().flows;
       if (events_.reserve_line())
-        events_.write_reserved("limit", {{"reason", row.name},
-                                         {"limit", limit},
-                                         {"dst", to},
-                                         {"proto", proto}});
+        events_.write_reserved("limit",
+                               {{"reason", row.name}, {"limit", limit}, {"dst", to}, {"proto", proto}});
       return;
     }
   }
@@ -1193,13 +1193,11 @@ void GuestStack::would_deny(std::string_view reason, std::string_view proto, con
                             std::string_view name) {
   ++counters_.audit_would_deny;
   if (!events_.reserve_line()) return;
-  events_.write_reserved(
-      "would_deny",
-      {{"reason", reason},
-       {"name", name},
-       {"dst", proto == "icmp" ? dst.address.to_string() : dst.to_string()},
-       {"proto", proto},
-       {"audit", true}});
+  events_.write_reserved("would_deny", {{"reason", reason},
+                                        {"name", name},
+                                        {"dst", proto == "icmp" ? dst.address.to_string() : dst.to_string()},
+                                        {"proto", proto},
+                                        {"audit", true}});
 }
 
 // Every flow ends here once: its `close` event carries its name, where it

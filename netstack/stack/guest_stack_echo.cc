@@ -58,7 +58,8 @@ bool GuestStack::is_relayed_echo_v4(const GuestFrame& frame) const {
 void GuestStack::take_echo(const GuestFrame& frame) {
   const policy::IpAddress src = source_of(frame);
   const policy::IpAddress dst = destination_of(frame);
-  const std::span<const std::uint8_t> message = frame.is_ipv6() ? frame.ipv6().upper_layer : frame.ipv4().payload;
+  const std::span<const std::uint8_t> message =
+      frame.is_ipv6() ? frame.ipv6().upper_layer : frame.ipv4().payload;
   const auto request = parse_echo_request(message, src, dst);
   if (!request.ok()) {
     drop(DropReason::frame_malformed);
@@ -91,15 +92,17 @@ void GuestStack::take_echo(const GuestFrame& frame) {
     return;
   }
   if (a.lifted != nullptr && events_.reserve_line()) {
-    events_.write_reserved("unsafe", {{"reason", "flow to a reserved range lifted by [unsafe] allow_reserved"},
-                                      {"dst", dst.to_string()},
-                                      {"range", a.lifted->range.to_string()}});
+    events_.write_reserved("unsafe",
+                           {{"reason", "flow to a reserved range lifted by [unsafe] allow_reserved"},
+                            {"dst", dst.to_string()},
+                            {"range", a.lifted->range.to_string()}});
   }
   auto flow = std::make_unique<EchoFlow>(*this, key, frame.source_mac(), name, audited);
   if (auto started = flow->start(); !started.ok()) {
     const int err = started.error();
-    refuse_echo(err == EACCES || err == EPERM ? DropReason::echo_not_permitted : DropReason::host_socket_failed,
-                frame, src, dst, name);
+    refuse_echo(
+        err == EACCES || err == EPERM ? DropReason::echo_not_permitted : DropReason::host_socket_failed,
+        frame, src, dst, name);
     return;
   }
   ++counters_.echo_admitted;
@@ -125,10 +128,10 @@ void GuestStack::refuse_echo(DropReason why, const GuestFrame& frame, const poli
   // From the gateway: IPv4's address, or the gateway's address in the
   // guest's own scope (link-local to a link-local source).
   const policy::IpAddress from =
-      dst.is_v6() ? policy::IpAddress::v6(src.bytes()[0] == 0xFE && (src.bytes()[1] & 0xC0) == 0x80
-                                              ? ndp_.link_local()
-                                              : ndp_.global())
-                  : config_.gateway;
+      dst.is_v6()
+          ? policy::IpAddress::v6(
+                src.bytes()[0] == 0xFE && (src.bytes()[1] & 0xC0) == 0x80 ? ndp_.link_local() : ndp_.global())
+          : config_.gateway;
   const std::span<const std::uint8_t> packet = frame.is_ipv6() ? frame.ipv6().packet : frame.ipv4().packet;
   const GuestLink link{config_.gateway_mac, frame.source_mac()};
   if (link_.send(prohibited_frame(link, from, src, packet)).ok()) ++counters_.icmp_unreachable_sent;

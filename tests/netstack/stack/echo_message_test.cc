@@ -28,8 +28,14 @@ const GuestLink kLink{{0x52, 0x55, 0x0a, 0, 2, 2}, {0x02, 0, 0, 0, 0, 0x15}};
 // pseudo-header of src → dst).
 Bytes echo(std::uint8_t type, std::uint16_t id, std::uint16_t seq, const Bytes& payload,
            const policy::IpAddress& src = kGuest4, const policy::IpAddress& dst = kRemote4) {
-  Bytes m = {type, 0, 0, 0, static_cast<std::uint8_t>(id >> 8), static_cast<std::uint8_t>(id),
-             static_cast<std::uint8_t>(seq >> 8), static_cast<std::uint8_t>(seq)};
+  Bytes m = {type,
+             0,
+             0,
+             0,
+             static_cast<std::uint8_t>(id >> 8),
+             static_cast<std::uint8_t>(id),
+             static_cast<std::uint8_t>(seq >> 8),
+             static_cast<std::uint8_t>(seq)};
   m.insert(m.end(), payload.begin(), payload.end());
   std::uint32_t sum = 0;
   if (dst.is_v6()) {
