@@ -31,7 +31,6 @@ namespace abox::netstack {
 
 namespace {
 constexpr std::uint8_t kProtoIcmp = 1;
-constexpr std::uint8_t kMulticastByte = 0xFF;  // ff00::/8
 
 policy::IpAddress source_of(const GuestFrame& frame) {
   if (frame.is_ipv6()) return policy::IpAddress::v6(frame.ipv6().source);
@@ -63,10 +62,6 @@ void GuestStack::take_echo(const GuestFrame& frame) {
   const auto request = parse_echo_request(message, src, dst);
   if (!request.ok()) {
     drop(DropReason::frame_malformed);
-    return;
-  }
-  if (dst.is_v6() && dst.bytes()[0] == kMulticastByte) {
-    drop(DropReason::frame_ipv6, "ipv6");  // multicast echo: not carried
     return;
   }
   const EchoFlowKey key{src, request->id, dst};
