@@ -42,8 +42,10 @@ void add_allowed_syscalls(io::SyscallFilter& f) {
   f.allow(SCMP_SYS(sendmsg));
   f.allow(SCMP_SYS(sendmmsg));
 
-  // Upstream flows: TcpFlow::connect_host, UdpFlow::start and the DNS
-  // upstream client make sockets to the internet (AF_INET, AF_INET6); the
+  // Upstream flows: TcpFlow::connect_host, UdpFlow::start, EchoFlow::start
+  // (SOCK_DGRAM with IPPROTO_ICMP / IPPROTO_ICMPV6: the unprivileged ping
+  // sockets; raw sockets fail with EPERM, every capability being dropped)
+  // and the DNS upstream client make sockets to the internet (AF_INET, AF_INET6); the
   // broker's flows are AF_UNIX stream sockets. No other family (netlink,
   // packet, vsock ... stay out of reach).
   f.allow(SCMP_SYS(socket), {arg_eq(0, AF_INET)});

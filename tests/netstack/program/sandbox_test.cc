@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/capability.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -28,6 +29,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "base/unique_fd.h"
 #include "tests/support/asan.h"
@@ -110,6 +112,13 @@ TEST(Sandbox, WhatAboxNetNeedsStillWorks) {
     }
     base::UniqueFd udp(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!udp) return 16;
+    // EchoFlow's ping sockets: allowed by the filter (the kernel may still
+    // refuse them by net.ipv4.ping_group_range: EACCES, not a kill).
+    for (auto [family, protocol] :
+         {std::pair{AF_INET, int{IPPROTO_ICMP}}, std::pair{AF_INET6, int{IPPROTO_ICMPV6}}}) {
+      base::UniqueFd ping(::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol));
+      if (!ping && errno != EACCES) return 20;
+    }
     // Random bytes, memory (large blocks are mmapped), time.
     unsigned char rnd[16];
     if (::getrandom(rnd, sizeof rnd, 0) != static_cast<ssize_t>(sizeof rnd)) return 17;
