@@ -31,6 +31,7 @@
 #include "base/unique_fd.h"
 #include "netstack/stack/echo_message.h"
 #include "tests/netstack/stack/flow_test_support.h"
+#include "tests/netstack/stack/ipv6_wire.h"
 
 namespace abox::netstack {
 namespace {
@@ -290,6 +291,69 @@ TEST_F(EchoFlowTest, AReloadWithoutIcmpCutsTheFlow) {
   const auto applied = rig_->reload(FlowRig::policy_text(without));
   EXPECT_EQ(applied.echo_revoked, 1u);
   EXPECT_EQ(rig_->stack().echo_flows(), 0u);
+}
+
+// IPv6 (GuestConfig::ipv6_flows): an echo request from the guest's
+// link-local address to ::1 (answered for example.com, lifted by [unsafe])
+// goes out on an ICMPv6 ping socket; the kernel's reply comes back as an
+// echo reply from ::1 with the guest's id, sequence and payload and its
+// ICMPv6 checksum right over the pseudo-header.
+TEST_F(EchoFlowTest, AnIpv6EchoIsRelayedThroughAnIcmpv6PingSocket) {
+  stream_stack_test::StreamStackRig rig(1500);
+  ASSERT_TRUE(rig.link);
+  auto parsed = policy::parse_policy(
+      "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"example.com\"]\nprotocols = [\"icmp\"]\n"
+      "[unsafe]\nallow_reserved = [\"::1/128\"]\n",
+      "echo6.toml");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().to_string();
+  const policy::Policy pol = std::move(parsed).value();
+  GuestConfig config;
+  config.instance = "echo6";
+  config.ipv6_neighbour_discovery = true;
+  config.ipv6_flows = true;
+  GuestStack stack(rig.loop, *rig.link, pol, rig.upstreams, rig.events, rig.random, config);
+  const ipv6_wire::Address loopback6 = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const policy::IpAddress dst = policy::IpAddress::v6(loopback6);
+  stack.answer_table().record(dst, "example.com", rig.loop.now() + base::Seconds(60), rig.loop.now());
+
+  const Bytes payload = guest_wire::bytes_of("over ipv6");
+  Bytes m = {128, 0, 0, 0, 0x12, 0x34, 0, 9};
+  m.insert(m.end(), payload.begin(), payload.end());
+  std::uint32_t sum = sum16(ipv6_wire::kLinkLocal);
+  sum = sum16(loopback6, sum);
+  sum += static_cast<std::uint32_t>(m.size()) + 58;
+  const std::uint16_t c = fold_checksum(sum16(m, sum));
+  m[2] = static_cast<std::uint8_t>(c >> 8);
+  m[3] = static_cast<std::uint8_t>(c);
+  stream_stack_test::write_all(
+      rig.vmm.get(), guest_wire::record(ipv6_wire::ipv6_frame(58, m, ipv6_wire::kLinkLocal, loopback6)));
+
+  std::optional<Ipv6Fields> reply;
+  std::vector<Bytes> kept;
+  Bytes in;
+  for (int i = 0; i < 500 && !reply; ++i) {
+    stack.poll_link();
+    rig.loop.run_once(base::Millis(1));
+    for (Bytes& f : guest_wire::read_frames(rig.vmm.get(), in)) {
+      kept.push_back(std::move(f));
+      auto v = GuestFrame::parse(kept.back());
+      if (v.ok() && v->is_ipv6() && v->ipv6().upper_protocol == 58 && v->ipv6().icmp_type == 129)
+        reply = v->ipv6();
+    }
+  }
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->source, loopback6);
+  EXPECT_EQ(reply->destination, ipv6_wire::kLinkLocal);
+  auto back = parse_echo_reply(reply->upper_layer, true, 0x1234);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->sequence, 9);
+  EXPECT_EQ(Bytes(back->payload.begin(), back->payload.end()), payload);
+  std::uint32_t check = sum16(loopback6);
+  check = sum16(ipv6_wire::kLinkLocal, check);
+  check += static_cast<std::uint32_t>(reply->upper_layer.size()) + 58;
+  EXPECT_EQ(fold_checksum(sum16(reply->upper_layer, check)), 0);
+  EXPECT_EQ(stack.counters().echo_admitted, 1u);
+  EXPECT_EQ(stack.echo_flows(), 1u);
 }
 
 }  // namespace
