@@ -705,6 +705,10 @@ def ping_to_an_allowed_name_gets_replies(t):
     r = ping(t, WEB)
     assert r.rc == 0 and "2 received" in r.out and f"from {WEB_ADDR}" in r.out, r
     t.expect("admit", f"ping to {WEB}", WEB_ADDR, None, WEB, proto="icmp")
+    if not t.control:  # abox-net explain --icmp agrees, now: web's address yes, tools' no
+        for addr, want in ((WEB_ADDR, 0), (TOOLS_ADDR, 1)):
+            r = t.timed([t.abox_path, "explain", "--icmp", t.rig.path("stats.sock"), addr], timeout=15)
+            assert r.rc == want and ("admitted now" if want == 0 else "refused now") in r.out, r
 
 
 @case
@@ -1047,7 +1051,8 @@ def start_abox_net(rig, abox):
     # ABOX_NET_IO=syscalls runs the whole suite with `--io syscalls` (ctest's
     # e2e.netstack_syscalls): both I/O paths must pass every case.
     io = os.environ.get("ABOX_NET_IO", "ring")
-    return rig.start_abox_net(abox, POLICY, "--instance", INSTANCE, "--broker", rig.path("broker.sock"), "--io", io)
+    return rig.start_abox_net(abox, POLICY, "--instance", INSTANCE, "--broker", rig.path("broker.sock"), "--io", io,
+                              "--stats-socket", rig.path("stats.sock"))
 
 
 def run_cases(rig, mode, abox=None):
@@ -1066,6 +1071,7 @@ def run_cases(rig, mode, abox=None):
     if mode == "abox":
         t.broker = BrokerRecorder(rig.path("broker.sock"))
         t.abox = start_abox_net(rig, abox)
+        t.abox_path = abox
     for fn in CASES:
         if getattr(fn, "abox_only", False) and mode != "abox":
             continue
