@@ -146,6 +146,18 @@ TEST(Sandbox, ForbiddenSyscallsKillTheProcess) {
   });
   expect_killed("socket(AF_NETLINK)", [] { return ::socket(AF_NETLINK, SOCK_RAW, 0) >= 0 ? 1 : 2; });
   expect_killed("socket(AF_PACKET)", [] { return ::socket(AF_PACKET, SOCK_RAW, 0) >= 0 ? 1 : 2; });
+  // AF_INET and AF_INET6: stream and datagram with protocol 0, and the ping
+  // sockets; nothing else (a raw socket, SCTP, ICMPv6 on an IPv4 socket).
+  expect_killed("socket(AF_INET, SOCK_RAW)",
+                [] { return ::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP) >= 0 ? 1 : 2; });
+  expect_killed("socket(AF_INET6, SOCK_RAW)",
+                [] { return ::socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMPV6) >= 0 ? 1 : 2; });
+  expect_killed("socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP)",
+                [] { return ::socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) >= 0 ? 1 : 2; });
+  expect_killed("socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMPV6)",
+                [] { return ::socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMPV6) >= 0 ? 1 : 2; });
+  expect_killed("socket(AF_INET6, SOCK_SEQPACKET)",
+                [] { return ::socket(AF_INET6, SOCK_SEQPACKET, 0) >= 0 ? 1 : 2; });
   expect_killed("io_uring_setup", [] {
     io_uring ring{};
     return io_uring_queue_init(8, &ring, 0) == 0 ? 1 : 2;
