@@ -36,6 +36,10 @@ names = ["dns.example.net"]
 ports = [53]
 protocols = ["udp"]
 
+[[allow]]
+names = ["ping.example.net"]
+protocols = ["icmp"]
+
 [[broker]]
 name = "api.example.com"
 credential = "k"
@@ -63,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(target->text == text);
   check(!target->port || *target->port != 0);
   check(!(target->is_address() && !target->name.empty()));
-  for (Protocol proto : {Protocol::tcp, Protocol::udp}) {
+  for (Protocol proto : {Protocol::tcp, Protocol::udp, Protocol::icmp}) {
     Explanation e = explain(fixed_policy(), *target, proto);
     const bool yes =
         e.verdict == Verdict::allowed || e.verdict == Verdict::brokered || e.verdict == Verdict::resolvable;

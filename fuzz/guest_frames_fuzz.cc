@@ -19,6 +19,9 @@
 // stack its head (Link::last_oversize_head(): the first bytes that fit the
 // buffer, and the real length), so the ICMP "packet too big" path is
 // fuzzed too (seeds ipv6_too_big, ipv4_too_big_df).
+// The rule allows icmp too, so echo requests to foreign addresses reach the
+// echo path (guest_stack_echo.cc: parse, admission, the prohibited error;
+// seeds icmp_foreign, icmp_echo_bad_checksum, ipv6_echo_foreign).
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -106,7 +109,7 @@ struct World {
   static policy::Policy load() {
     auto p = policy::parse_policy(
         "[dns]\nupstreams = [\"127.0.0.1:9\"]\ntimeout_ms = 50\nattempts = 1\n"
-        "[[allow]]\nnames = [\"example.com\"]\nports = [80, 443]\nprotocols = [\"tcp\", \"udp\"]\n"
+        "[[allow]]\nnames = [\"example.com\"]\nports = [80, 443]\nprotocols = [\"tcp\", \"udp\", \"icmp\"]\n"
         "[limits]\nflows = 64\nhalf_open = 16\ndns_in_flight = 8\n",
         "fuzz.toml");
     if (!p.ok()) std::abort();
@@ -136,7 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   world->stack.poll_link();
   world->loop.run_once(abox::base::Millis(0));
   // Nothing was ever answered, so nothing may have been admitted.
-  if (world->stack.counters().tcp_admitted != 0 || world->stack.counters().udp_admitted != 0)
+  if (world->stack.counters().tcp_admitted != 0 || world->stack.counters().udp_admitted != 0 ||
+      world->stack.counters().echo_admitted != 0)
     __builtin_trap();
   // At most one "packet too big" per frame the link dropped as oversize.
   if (world->stack.counters().icmp_packet_too_big_sent > world->link.counters().dropped_oversize)

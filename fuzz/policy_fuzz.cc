@@ -25,6 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::string probe = n.wildcard ? "x." + n.base : n.base;
       if (!p.allows_name(probe)) __builtin_trap();  // every listed name must match itself
       for (const auto& pr : rule.ports) (void)p.admits(probe, pr.first, Protocol::tcp);
+      // A rule that allows icmp admits echo to each of its names (ports do not apply).
+      if (rule.icmp && p.admits(probe, 0, Protocol::icmp) == nullptr) __builtin_trap();
     }
   }
   for (const auto& b : p.brokers()) {

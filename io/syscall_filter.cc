@@ -36,6 +36,10 @@ scmp_arg_cmp arg_clear(unsigned arg, scmp_datum_t mask) {
   return scmp_arg_cmp{.arg = arg, .op = SCMP_CMP_MASKED_EQ, .datum_a = mask, .datum_b = 0};
 }
 
+scmp_arg_cmp arg_masked_eq(unsigned arg, scmp_datum_t mask, scmp_datum_t value) {
+  return scmp_arg_cmp{.arg = arg, .op = SCMP_CMP_MASKED_EQ, .datum_a = mask, .datum_b = value};
+}
+
 io_uring_restriction ring_op(std::uint8_t op) {
   io_uring_restriction r{};
   r.opcode = IORING_RESTRICTION_SQE_OP;

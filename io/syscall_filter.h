@@ -32,6 +32,8 @@ namespace abox::io {
 scmp_arg_cmp arg_eq(unsigned arg, scmp_datum_t value);
 // (argument `arg` & mask) == 0: none of mask's bits set.
 scmp_arg_cmp arg_clear(unsigned arg, scmp_datum_t mask);
+// (argument `arg` & mask) == value: socket()'s type without its flags.
+scmp_arg_cmp arg_masked_eq(unsigned arg, scmp_datum_t mask, scmp_datum_t value);
 
 // One io_uring operation a restricted ring accepts (EventLoop::enable_ring).
 io_uring_restriction ring_op(std::uint8_t op);

@@ -9,8 +9,20 @@ namespace abox::policy {
 namespace {
 
 std::string protocols_text(const AllowRule& r) {
-  if (r.tcp && r.udp) return "tcp+udp";
-  return r.tcp ? "tcp" : "udp";
+  std::string s;
+  for (const auto& [on, text] :
+       {std::pair{r.tcp, "tcp"}, std::pair{r.udp, "udp"}, std::pair{r.icmp, "icmp"}}) {
+    if (!on) continue;
+    if (!s.empty()) s += "+";
+    s += text;
+  }
+  return s.empty() ? "nothing" : s;
+}
+
+// What a flow question is about: "443/tcp", or "icmp echo" (no port).
+std::string flow_text(std::uint16_t port, Protocol proto) {
+  if (proto == Protocol::icmp) return "icmp echo";
+  return std::to_string(port) + "/" + std::string(to_string(proto));
 }
 
 std::string ports_text(const AllowRule& r) {
@@ -64,7 +76,8 @@ Explanation explain_address(const Policy& p, const IpAddress& a, std::optional<s
              "), lifted by [unsafe] allow_reserved " + v.lifted_by->to_string() + " at " +
              p.unsafe().where.to_string() + "; every use is logged";
   }
-  if (!port) {
+  // icmp (echo) has no port: asking about it is asking about a flow.
+  if (!port && proto != Protocol::icmp) {
     e.verdict = Verdict::answer_required;
     e.reason =
         "a flow to this address is admitted only while the DNS gate holds an unexpired answer with it for an "
@@ -75,9 +88,10 @@ Explanation explain_address(const Policy& p, const IpAddress& a, std::optional<s
     return e;
   }
 
-  const std::string where = std::to_string(*port) + "/" + std::string(to_string(proto));
+  const std::uint16_t port_or_0 = port.value_or(0);
+  const std::string where = flow_text(port_or_0, proto);
   for (const auto& r : p.rules()) {
-    if (r.allows(*port, proto)) e.port_rules.push_back(&r);
+    if (r.allows(port_or_0, proto)) e.port_rules.push_back(&r);
   }
   if (proto == Protocol::tcp) {
     for (const auto& b : p.brokers()) {
@@ -149,7 +163,7 @@ Explanation explain_name(const Policy& p, std::string_view written, std::optiona
     }
   }
 
-  if (!port) {
+  if (!port && proto != Protocol::icmp) {
     e.verdict = Verdict::resolvable;
     e.reason = "names it; give NAME:PORT to ask about a flow";
     p.for_each_rule_matching(n, [&](const AllowRule& r, bool wildcard) {
@@ -164,8 +178,9 @@ Explanation explain_name(const Policy& p, std::string_view written, std::optiona
     return e;
   }
 
+  const std::uint16_t port_or_0 = port.value_or(0);
   p.for_each_rule_matching(n, [&](const AllowRule& r, bool wildcard) {
-    if (!r.allows(*port, proto)) return false;
+    if (!r.allows(port_or_0, proto)) return false;
     e.rule = &r;
     e.rule_wildcard = wildcard;
     for (const auto& pat : r.names) {
@@ -176,10 +191,11 @@ Explanation explain_name(const Policy& p, std::string_view written, std::optiona
     }
     return true;
   });
-  std::string where = std::to_string(*port) + "/" + std::string(to_string(proto));
+  std::string where = flow_text(port_or_0, proto);
   if (e.rule == nullptr) {
     e.verdict = Verdict::refused;
-    e.reason = "no rule for this name allows port " + where;
+    e.reason = proto == Protocol::icmp ? "no rule for this name allows icmp (echo)"
+                                       : "no rule for this name allows port " + where;
     p.for_each_rule_matching(n, [&](const AllowRule& r, bool) {
       e.details.push_back("rule at " + r.where.to_string() + " allows ports " + ports_text(r) + " " +
                           protocols_text(r));
@@ -189,6 +205,9 @@ Explanation explain_name(const Policy& p, std::string_view written, std::optiona
   }
   e.verdict = Verdict::allowed;
   e.reason = "[[allow]] at " + e.rule->where.to_string() + " (" + e.rule_pattern + ") allows " + where;
+  if (proto == Protocol::icmp) {
+    e.details.push_back("echo requests (ping) only, relayed through an unprivileged ping socket");
+  }
   if (proto == Protocol::tcp) {
     e.name_check = e.rule->requires_name(*port);
     std::string why = e.rule->verify_name

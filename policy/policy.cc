@@ -16,7 +16,15 @@ bool valid_credential_name(std::string_view name) {
 }
 
 std::string_view to_string(Protocol p) {
-  return p == Protocol::tcp ? "tcp" : "udp";
+  switch (p) {
+    case Protocol::tcp:
+      return "tcp";
+    case Protocol::udp:
+      return "udp";
+    case Protocol::icmp:
+      return "icmp";
+  }
+  return "tcp";
 }
 
 std::string PortRange::to_string() const {
@@ -25,6 +33,7 @@ std::string PortRange::to_string() const {
 }
 
 bool AllowRule::allows(std::uint16_t port, Protocol p) const {
+  if (p == Protocol::icmp) return icmp;  // ports do not apply to echo
   if ((p == Protocol::tcp && !tcp) || (p == Protocol::udp && !udp)) return false;
   for (const auto& r : ports)
     if (r.contains(port)) return true;

@@ -37,7 +37,9 @@ struct SourceLocation {
   std::string to_string() const;  // "file:line:column"
 };
 
-enum class Protocol : std::uint8_t { tcp = 1, udp = 2 };
+// icmp: echo requests (ping) only, IPv4 type 8 and ICMPv6 type 128; ports
+// do not apply to it.
+enum class Protocol : std::uint8_t { tcp = 1, udp = 2, icmp = 3 };
 std::string_view to_string(Protocol p);
 
 // A credential's name (a binding's `credential`, a name in the credential
@@ -68,11 +70,13 @@ struct AllowRule {
   std::vector<PortRange> ports;
   bool tcp = true;
   bool udp = false;
+  bool icmp = false;  // echo requests to the names, whatever the ports (never a default)
   // verify_name: unset means "on for ports 80 and 443 only".
   std::optional<bool> verify_name;
   std::optional<Budget> budget;  // set when max_bytes_out or max_flows is
   SourceLocation where;
 
+  // For Protocol::icmp the port is not looked at: icmp is allowed or not.
   bool allows(std::uint16_t port, Protocol p) const;
   // Must a TCP flow on this port show a TLS SNI / HTTP Host naming the name
   // its address was answered for?
@@ -125,6 +129,7 @@ struct Timeouts {
   std::uint32_t peek_ms = 5000;
   std::uint32_t tcp_idle_s = 600;
   std::uint32_t udp_idle_s = 60;
+  std::uint32_t icmp_idle_s = 30;  // an echo flow (ping) without a request or reply this long
   // Broker deadlines, whatever arrives meanwhile (not reset by activity):
   std::uint32_t tls_handshake_ms =
       10000;  // accept (hand-off line included) to the end of the guest's TLS handshake
@@ -168,7 +173,8 @@ class Policy {
 
   // The first rule, in file order of matching specificity (exact before
   // wildcard), that admits this name on this port and protocol; nullptr if
-  // none. Broker bindings are not rules: see broker_for().
+  // none. Broker bindings are not rules: see broker_for(). For
+  // Protocol::icmp (echo) the port is ignored.
   const AllowRule* admits(std::string_view canonical, std::uint16_t port, Protocol p) const;
 
   const BrokerBinding* broker_for(std::string_view canonical, std::uint16_t port) const;

@@ -485,12 +485,16 @@ void read_allow(Reader& r, const toml::table& t, std::size_t index, std::vector<
           [&](const toml::node& n) {
             rule.tcp = false;
             rule.udp = false;
+            rule.icmp = false;
             read_array(r, n, "protocols", [&](const toml::node& e) {
               auto p = read_string(r, e, "protocol");
               if (!p) return;
-              bool* slot = *p == "tcp" ? &rule.tcp : *p == "udp" ? &rule.udp : nullptr;
+              bool* slot = *p == "tcp"    ? &rule.tcp
+                           : *p == "udp"  ? &rule.udp
+                           : *p == "icmp" ? &rule.icmp
+                                          : nullptr;
               if (slot == nullptr) {
-                r.error(e, "protocol: expected \"tcp\" or \"udp\", found \"" + *p + "\"");
+                r.error(e, "protocol: expected \"tcp\", \"udp\" or \"icmp\", found \"" + *p + "\"");
               } else if (*slot) {
                 r.error(e, "protocol \"" + *p + "\" is listed twice");
               } else {
@@ -548,7 +552,15 @@ void read_allow(Reader& r, const toml::table& t, std::size_t index, std::vector<
     }
   }
   if (!s.has("names")) r.error(t.source(), "[[allow]]: missing key 'names' (the names this rule allows)");
-  if (!s.has("ports")) {
+  // icmp (echo) has no ports: a rule that allows only icmp needs none, and
+  // ports there would say something the rule does not do.
+  const bool icmp_only = rule.icmp && !rule.tcp && !rule.udp;
+  if (icmp_only && s.has("ports")) {
+    r.error(t.source(),
+            "[[allow]]: ports apply to tcp and udp, and this rule allows only icmp (echo, which "
+            "has no ports); remove ports or add \"tcp\" or \"udp\" to protocols");
+  }
+  if (!s.has("ports") && !icmp_only) {
     r.error(t.source(),
             "[[allow]]: missing key 'ports' (for example ports = [443]); no port is allowed by default");
   }
@@ -722,6 +734,8 @@ void read_timeouts(Reader& r, const toml::table& t, Timeouts& to) {
           [&](const toml::node& n) { read_uint_into(r, n, "tcp_idle_s", 1, 86400, to.tcp_idle_s); })
       .on("udp_idle_s",
           [&](const toml::node& n) { read_uint_into(r, n, "udp_idle_s", 1, 3600, to.udp_idle_s); })
+      .on("icmp_idle_s",
+          [&](const toml::node& n) { read_uint_into(r, n, "icmp_idle_s", 1, 3600, to.icmp_idle_s); })
       .on("tls_handshake_ms",
           [&](const toml::node& n) {
             read_uint_into(r, n, "tls_handshake_ms", 100, 120000, to.tls_handshake_ms);
@@ -795,9 +809,18 @@ void check_overlaps(Reader& r, const Parsed& p) {
     const AllowRule* rule;
     PortRange ports;
   };
-  std::map<std::string, std::vector<Grant>> by_name;  // key: pattern text
+  std::map<std::string, std::vector<Grant>> by_name;     // key: pattern text
+  std::map<std::string, const AllowRule*> icmp_by_name;  // echo has no ports: granted once per name
   for (const auto& rule : p.rules) {
     for (const auto& name : rule.names) {
+      if (rule.icmp) {
+        auto [it, fresh] = icmp_by_name.emplace(name.to_string(), &rule);
+        if (!fresh) {
+          r.error(toml::source_region{{rule.where.line, rule.where.column}, {}, nullptr},
+                  "[[allow]]: \"" + name.to_string() + "\" icmp is already allowed by the rule at " +
+                      it->second->where.to_string());
+        }
+      }
       auto& grants = by_name[name.to_string()];
       for (const auto& g : grants) {
         bool same_proto = (g.rule->tcp && rule.tcp) || (g.rule->udp && rule.udp);

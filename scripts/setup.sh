@@ -37,6 +37,7 @@ peer_pkgs=(
   python3 iproute2 procps
   unbound nsd dnsmasq-base dnsutils ldnsutils dnsperf
   nginx-light curl wrk iperf3 socat tcpdump strace
+  iputils-ping  # ping from the guest: echo flows (netstack_e2e.py, ipv6_flows_e2e.py)
   passt slirp4netns python3-scapy
   qemu-system-x86 busybox-static cpio lz4
   debootstrap e2fsprogs  # the Debian agent image (guest/image/debian/build.sh)

@@ -27,7 +27,7 @@ constexpr std::string_view kPolicyUsage =
     "\n"
     "Commands:\n"
     "  check [--json] [--quiet] FILE...        validate policy files\n"
-    "  explain [--json] [--udp] FILE TARGET    say whether a policy admits TARGET, and why\n"
+    "  explain [--json] [--udp|--icmp] FILE TARGET  say whether a policy admits TARGET, and why\n"
     "  suggest [--from POLICY] EVENTS.jsonl    write a policy allowing what an event log shows\n"
     "  apply [--json] NAME FILE                make FILE instance NAME's policy, reloaded if it runs\n"
     "\n"
@@ -51,7 +51,7 @@ constexpr std::string_view kCheckUsage =
     "could not be read (missing, a folder, no permission; the message says why).\n";
 
 constexpr std::string_view kExplainUsage =
-    "usage: abox policy explain [--json] [--udp] FILE TARGET\n"
+    "usage: abox policy explain [--json] [--udp|--icmp] FILE TARGET\n"
     "\n"
     "TARGET is NAME, NAME:PORT, ADDRESS, ADDRESS:PORT or [IPV6]:PORT.\n"
     "For a name: whether the DNS gate resolves it, which [[allow]] rule admits\n"
@@ -59,11 +59,13 @@ constexpr std::string_view kExplainUsage =
     "checked, or which [[broker]] binding takes it. For an address: the reserved\n"
     "range that refuses it; with a port, whether any rule allows that port and\n"
     "protocol, and if so the names a DNS answer with this address must be for\n"
-    "(answer-required: not allowed by itself).\n"
+    "(answer-required: not allowed by itself). With --icmp: whether echo\n"
+    "requests (ping) to NAME or ADDRESS are admitted (no port: icmp has none).\n"
     "\n"
     "Options:\n"
     "      --json     one JSON object on stdout\n"
     "  -u, --udp      ask about udp instead of tcp\n"
+    "      --icmp     ask about icmp echo (ping); TARGET takes no port\n"
     "\n"
     "Exit status: 0 allowed (or a name the DNS gate resolves), 1 refused, 2 usage\n"
     "error, 3 the policy file cannot be read or is invalid, 4 answer-required: an\n"
@@ -110,7 +112,8 @@ void print_diagnostics_json(base::JsonWriter& w, std::string_view key,
 }
 
 constexpr base::OptionSpec kCheckOptions[] = {{"json", 0, false}, {"quiet", 'q', false}};
-constexpr base::OptionSpec kExplainOptions[] = {{"json", 0, false}, {"udp", 'u', false}, {"tcp", 't', false}};
+constexpr base::OptionSpec kExplainOptions[] = {
+    {"json", 0, false}, {"udp", 'u', false}, {"tcp", 't', false}, {"icmp", 0, false}};
 
 constexpr base::OptionSpec kSuggestOptions[] = {{"from", 0, true}, {"group-wildcards", 0, false}};
 
@@ -263,6 +266,7 @@ int explain(std::span<const std::string_view> args, std::ostream& out, std::ostr
   for (const auto& o : parsed->options) {
     if (o.name == "udp") proto = Protocol::udp;
     if (o.name == "tcp") proto = Protocol::tcp;
+    if (o.name == "icmp") proto = Protocol::icmp;
   }
   const auto& pos = parsed->positionals;
   if (pos.size() != 2) {
@@ -274,6 +278,10 @@ int explain(std::span<const std::string_view> args, std::ostream& out, std::ostr
     err << base::usage_error_line(kCommand, "cannot read target '" + pos[1] +
                                                 "': expected NAME, NAME:PORT, ADDRESS, ADDRESS:PORT or "
                                                 "[IPV6]:PORT (port 1-65535)");
+    return kExitUsage;
+  }
+  if (proto == Protocol::icmp && target->port) {
+    err << base::usage_error_line(kCommand, "--icmp takes NAME or ADDRESS without a port (icmp has none)");
     return kExitUsage;
   }
   auto loaded = policy::load_policy(pos[0]);

@@ -137,13 +137,21 @@ base::Result<Suggestion, std::string> suggest_policy(std::string_view events, co
     }
     const auto proto_text = string_field(o, "proto");
     const auto dst = string_field(o, "dst");
-    const std::optional<std::uint16_t> port_found = dst ? port_of(*dst) : std::optional<std::uint16_t>();
-    if (!proto_text || (*proto_text != "tcp" && *proto_text != "udp") || !port_found.has_value()) {
+    // An echo flow's dst is an address alone (icmp has no port): port 0.
+    const bool icmp = proto_text == std::optional<std::string_view>("icmp");
+    std::uint16_t port = 0;
+    if (!icmp) {
+      const std::optional<std::uint16_t> port_found = dst ? port_of(*dst) : std::optional<std::uint16_t>();
+      if (!proto_text || (*proto_text != "tcp" && *proto_text != "udp") || !port_found.has_value()) {
+        skip();
+        continue;
+      }
+      port = port_found.value();
+    } else if (!dst) {
       skip();
       continue;
     }
-    const std::uint16_t port = port_found.value();
-    const Protocol proto = *proto_text == "udp" ? Protocol::udp : Protocol::tcp;
+    const Protocol proto = icmp ? Protocol::icmp : *proto_text == "udp" ? Protocol::udp : Protocol::tcp;
     const std::string where = comment_safe(dst->substr(0, 64)) + "/" + std::string(*proto_text);
     if (*kind == "deny") {
       const auto reason = string_field(o, "reason").value_or("");
@@ -215,7 +223,7 @@ base::Result<Suggestion, std::string> suggest_policy(std::string_view events, co
 
   std::string rules;
   for (const auto& [pattern, names] : patterns) {
-    for (const Protocol proto : {Protocol::tcp, Protocol::udp}) {
+    for (const Protocol proto : {Protocol::tcp, Protocol::udp, Protocol::icmp}) {
       std::set<std::uint16_t> ports;
       Seen total;
       for (const auto& name : names) {
@@ -243,8 +251,11 @@ base::Result<Suggestion, std::string> suggest_policy(std::string_view events, co
         rules += "; names seen:";
         for (const auto& n : names) rules += " " + n;
       }
-      rules += "\n[[allow]]\nnames = [\"" + pattern + "\"]\nports = " + ports_list(ports) + "\n";
+      rules += "\n[[allow]]\nnames = [\"" + pattern + "\"]\n";
+      // Echo has no ports: its rule is protocols = ["icmp"] alone.
+      if (proto != Protocol::icmp) rules += "ports = " + ports_list(ports) + "\n";
       if (proto == Protocol::udp) rules += "protocols = [\"udp\"]\n";
+      if (proto == Protocol::icmp) rules += "protocols = [\"icmp\"]\n";
       ++out.rules;
       out.flows += total.flows;
     }

@@ -4,6 +4,7 @@
 #include <linux/filter.h>
 #include <linux/io_uring.h>
 #include <linux/seccomp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
 #include <sched.h>
@@ -207,6 +208,29 @@ CheckItem check_seccomp() {
   if (why.empty()) return ok("seccomp", "seccomp", "a filter loads (no_new_privs, SECCOMP_MODE_FILTER)");
   return missing("seccomp", "seccomp", why,
                  "a kernel with CONFIG_SECCOMP_FILTER: abox-net and the broker will not run unconfined");
+}
+
+// abox-net keeps the user and groups it was started with (it drops
+// capabilities only), so a ping socket this process can make is one it can
+// make in the same network namespace.
+CheckItem check_ping() {
+  const int protocol = int{IPPROTO_ICMP};
+  base::UniqueFd ping(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, protocol));
+  if (ping) return ok("ping", "ping", "ping sockets open: echo from the guest is relayed (rules with icmp)");
+  std::string range = read_text("/proc/sys/net/ipv4/ping_group_range");
+  while (!range.empty() && (range.back() == '\n' || range.back() == '\t')) range.pop_back();
+  for (char& c : range)
+    if (c == '\t') c = ' ';
+  return degraded(
+      "ping", "ping",
+      "socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP): " + errno_text() +
+          (range.empty()
+               ? ""
+               : " (net.ipv4.ping_group_range = " + range + ", group " + std::to_string(::getgid()) + ")"),
+      "ping not relayed: echo to names whose rule allows icmp is refused (the guest's ping says "
+      "\"Packet filtered\")",
+      "sudo sysctl -w net.ipv4.ping_group_range=\"0 2147483647\" (in the network namespace abox-net "
+      "runs in)");
 }
 
 CheckItem check_userns() {
@@ -587,9 +611,11 @@ CheckItem judge_daemon_answer(std::string_view answer, std::string_view abox_ver
 std::vector<CheckItem> run_host_checks(const HostCheckInputs& in) {
   const HelperState helper = probe_helper(in.helper_socket);
   return {
-      check_kvm(in),         check_tun(),      check_io_uring(),
-      check_seccomp(),       check_userns(),   check_cgroup(helper),
-      check_qemu(in.layout), check_images(in), check_helper(in, helper),
+      check_kvm(in),        check_tun(),
+      check_io_uring(),     check_seccomp(),
+      check_userns(),       check_ping(),
+      check_cgroup(helper), check_qemu(in.layout),
+      check_images(in),     check_helper(in, helper),
       check_daemon(in),
   };
 }

@@ -10,6 +10,10 @@
 //   seccomp      a forked child sets no_new_privs and loads an allow-all
 //                filter
 //   userns       a forked child unshares a user and a network namespace
+//   ping         a ping socket (AF_INET, SOCK_DGRAM, IPPROTO_ICMP) opens:
+//                net.ipv4.ping_group_range holds this user's group, so
+//                abox-net (same user, same namespace) relays echo; else
+//                DEGRADED: ping not relayed
 //   cgroup       what the daemon's instances will get: OK only when
 //                abox-helper answers cgroups=available (each instance then
 //                gets a cgroup with limits); else DEGRADED with the cause

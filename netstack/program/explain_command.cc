@@ -19,7 +19,7 @@ namespace abox::netstack {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: abox-net explain [--json] [--udp] SOCKET TARGET\n"
+    "usage: abox-net explain [--json] [--udp|--icmp] SOCKET TARGET\n"
     "\n"
     "Asks the 'abox-net run' whose --stats-socket is SOCKET about TARGET now, as\n"
     "'cilium policy trace' does: TARGET is ADDRESS, ADDRESS:PORT, [IPV6]:PORT,\n"
@@ -33,12 +33,14 @@ constexpr std::string_view kUsage =
     "Options:\n"
     "      --json   one JSON object on stdout\n"
     "  -u, --udp    ask about a UDP flow instead of TCP\n"
+    "      --icmp   ask about echo (ping) to ADDRESS or NAME, given without a port\n"
     "\n"
     "Exit status: 0 a new flow would be admitted now (a name: the policy allows\n"
     "it), 1 it would be refused, 2 usage error, 3 no answer from SOCKET (nothing\n"
     "running there, not an 'abox-net run', no reply within 5 s).\n";
 
-constexpr base::OptionSpec kOptions[] = {{"json", 'j', false}, {"udp", 'u', false}, {"tcp", 't', false}};
+constexpr base::OptionSpec kOptions[] = {
+    {"json", 'j', false}, {"udp", 'u', false}, {"tcp", 't', false}, {"icmp", 0, false}};
 
 std::string seconds_text(std::int64_t ms) {
   return std::to_string((ms + 999) / 1000) + " s";
@@ -74,12 +76,15 @@ std::string answer_explain(const GuestStack& stack, std::string_view args_text, 
   for (const auto& o : parsed->options) {
     if (o.name == "udp") proto = policy::Protocol::udp;
     if (o.name == "tcp") proto = policy::Protocol::tcp;
+    if (o.name == "icmp") proto = policy::Protocol::icmp;
   }
+  const bool icmp = proto == policy::Protocol::icmp;
+  if (icmp && target->port) return "2\nabox-net explain: --icmp takes ADDRESS or NAME without a port";
   const policy::Policy& pol = stack.policy();
   const dns::AnswerTable& table = stack.table();
   const policy::Explanation pe = policy::explain(pol, *target, proto);
   const std::string shown =
-      target->text + (target->port ? "/" + std::string(policy::to_string(proto)) : std::string());
+      target->text + (target->port || icmp ? "/" + std::string(policy::to_string(proto)) : std::string());
 
   std::vector<Answered> answered;
   bool admitted = false;
@@ -90,8 +95,9 @@ std::string answer_explain(const GuestStack& stack, std::string_view args_text, 
       answered.push_back(
           {std::string(n.name), std::chrono::duration_cast<base::Millis>(n.expires - now).count()});
     }
-    if (target->port) {
-      admission = admit_flow(pol, stack.host_addresses(), table, *target->address, *target->port, proto, now);
+    if (target->port || icmp) {
+      const std::uint16_t port = target->port.value_or(0);  // echo has none
+      admission = admit_flow(pol, stack.host_addresses(), table, *target->address, port, proto, now);
       admitted = admission->admitted();
       if (admitted && admission->broker != nullptr && stack.config().broker_path.empty()) {
         admitted = false;
@@ -102,8 +108,9 @@ std::string answer_explain(const GuestStack& stack, std::string_view args_text, 
                            ", handed to the broker ([[broker]] at " + admission->broker->where.to_string() +
                            ")"
                      : "answered for " + std::string(admission->name) + ", [[allow]] at " +
-                           admission->rule->where.to_string() + " allows " + std::to_string(*target->port) +
-                           "/" + std::string(policy::to_string(proto));
+                           admission->rule->where.to_string() + " allows " +
+                           (icmp ? std::string("icmp echo")
+                                 : std::to_string(port) + "/" + std::string(policy::to_string(proto)));
         if (admission->needs_name) reason += "; its TLS SNI or HTTP Host must then name an answered name";
       } else {
         reason = std::string(describe(*admission->refusal));
@@ -196,6 +203,7 @@ int run_explain_command(std::span<const std::string_view> args) {
   for (const auto& o : parsed->options) {
     if (o.name == "udp") request += " --udp";
     if (o.name == "tcp") request += " --tcp";
+    if (o.name == "icmp") request += " --icmp";
   }
   request += " " + target;
   std::string error;

@@ -106,6 +106,7 @@ std::string PolicyReloader::apply(std::string_view source, std::string_view text
                           {"policy", source},
                           {"tcp_revoked", static_cast<std::uint64_t>(done.tcp_revoked)},
                           {"udp_revoked", static_cast<std::uint64_t>(done.udp_revoked)},
+                          {"echo_revoked", static_cast<std::uint64_t>(done.echo_revoked)},
                           {"answers_forgotten", static_cast<std::uint64_t>(done.answers_forgotten)}});
   return "0\n" + notes + "applied " + std::string(source) + ": " + std::to_string(done.tcp_revoked) +
          " TCP and " + std::to_string(done.udp_revoked) + " UDP flows revoked, " +

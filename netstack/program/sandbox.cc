@@ -1,9 +1,11 @@
 #include "netstack/program/sandbox.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "base/drop_privileges.h"
 #include "io/syscall_filter.h"
@@ -13,6 +15,7 @@ namespace abox::netstack {
 namespace {
 
 using io::arg_eq;
+using io::arg_masked_eq;
 
 std::string errno_text(const std::string& what, int err) {
   return what + ": " + std::strerror(err);
@@ -42,12 +45,23 @@ void add_allowed_syscalls(io::SyscallFilter& f) {
   f.allow(SCMP_SYS(sendmsg));
   f.allow(SCMP_SYS(sendmmsg));
 
-  // Upstream flows: TcpFlow::connect_host, UdpFlow::start and the DNS
-  // upstream client make sockets to the internet (AF_INET, AF_INET6); the
-  // broker's flows are AF_UNIX stream sockets. No other family (netlink,
-  // packet, vsock ... stay out of reach).
-  f.allow(SCMP_SYS(socket), {arg_eq(0, AF_INET)});
-  f.allow(SCMP_SYS(socket), {arg_eq(0, AF_INET6)});
+  // Upstream flows: TcpFlow::connect_host (stream), UdpFlow::start, the
+  // route probe and the DNS upstream client (datagram), each with protocol
+  // 0, and EchoFlow::start (the unprivileged ping sockets: datagram with
+  // IPPROTO_ICMP, IPPROTO_ICMPV6) make sockets to the internet (AF_INET,
+  // AF_INET6): those and nothing else of these families (no raw socket, no
+  // SCTP ...); the type is compared without its SOCK_NONBLOCK/SOCK_CLOEXEC
+  // flags. The broker's flows are AF_UNIX stream sockets. No other family
+  // (netlink, packet, vsock ... stay out of reach).
+  constexpr scmp_datum_t kSocketTypeMask = 0xF;  // SOCK_TYPE_MASK
+  for (const auto& [family, ping_protocol] :
+       {std::pair{AF_INET, int{IPPROTO_ICMP}}, std::pair{AF_INET6, int{IPPROTO_ICMPV6}}}) {
+    const auto fam = static_cast<scmp_datum_t>(family);
+    f.allow(SCMP_SYS(socket), {arg_eq(0, fam), arg_masked_eq(1, kSocketTypeMask, SOCK_STREAM), arg_eq(2, 0)});
+    f.allow(SCMP_SYS(socket), {arg_eq(0, fam), arg_masked_eq(1, kSocketTypeMask, SOCK_DGRAM), arg_eq(2, 0)});
+    f.allow(SCMP_SYS(socket), {arg_eq(0, fam), arg_masked_eq(1, kSocketTypeMask, SOCK_DGRAM),
+                               arg_eq(2, static_cast<scmp_datum_t>(ping_protocol))});
+  }
   f.allow(SCMP_SYS(socket), {arg_eq(0, AF_UNIX)});
   // TcpFlow (connect, SO_LINGER, SO_ERROR, shutdown(SHUT_WR)), UdpFlow and
   // the DNS upstream client (connect).

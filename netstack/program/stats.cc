@@ -96,6 +96,7 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("frames_dropped_oversize", l.dropped_oversize)
       .field("tcp_flows", u64(s.tcp_flows()))
       .field("udp_flows", u64(s.udp_flows()))
+      .field("echo_flows", u64(s.echo_flows()))
       .field("tcp_admitted", c.tcp_admitted)
       .field("tcp_refused", c.tcp_refused)
       .field("tcp_brokered", c.tcp_brokered)
@@ -222,6 +223,13 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("route_cache_misses", rc.misses())
       .field("route_cache_invalidations", rc.invalidations())
       .field("route_cache_entries", u64(rc.size()));
+  // Echo flows (echo_flow.h; added at the end).
+  w.field("echo_admitted", c.echo_admitted)
+      .field("echo_refused", c.echo_refused)
+      .field("echo_not_permitted", c.echo_not_permitted)
+      .field("echo_requests", c.echo_requests)
+      .field("echo_replies", c.echo_replies)
+      .field("echo_replies_dropped", c.echo_replies_dropped);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

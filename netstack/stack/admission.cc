@@ -74,7 +74,7 @@ Admission admit_flow(const policy::Policy& policy, const policy::HostAddresses& 
       return a;
     }
   }
-  a.refusal = Refusal::port_not_allowed;
+  a.refusal = protocol == policy::Protocol::icmp ? Refusal::icmp_not_allowed : Refusal::port_not_allowed;
   return a;
 }
 

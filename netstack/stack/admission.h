@@ -33,7 +33,8 @@ namespace abox::netstack {
 // destination is in a reserved range), host_address (an address of this
 // host), not_answered (no unexpired answer for an allowed name carries it),
 // port_not_allowed (answered, but no rule for its names allows this
-// port/protocol).
+// port/protocol), icmp_not_allowed (answered, but no rule for its names
+// allows icmp: echo, where the port is 0 and not looked at).
 using Refusal = DropReason;
 
 struct Admission {

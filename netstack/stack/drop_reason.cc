@@ -57,6 +57,13 @@ constexpr std::array<DropReasonInfo, kDropReasons> kTable = {{
      &StackCounters::budget_cut, &StackCounters::budget_cut},
     {"no_route", "this host has no route to the destination", DropLog::deny, &StackCounters::connect_failed,
      &StackCounters::connect_failed},
+    {"icmp_not_allowed", "icmp (echo) not allowed for the names this destination was answered for",
+     DropLog::deny, &StackCounters::echo_refused, &StackCounters::echo_refused},
+    {"echo_not_permitted",
+     "ping sockets are not permitted to abox-net's group in its network namespace "
+     "(net.ipv4.ping_group_range): echo is refused; enable it there with "
+     "sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"",
+     DropLog::once, &StackCounters::echo_not_permitted, &StackCounters::echo_not_permitted},
 }};
 
 constexpr bool every_row_filled() {

@@ -61,7 +61,12 @@ enum class DropReason : std::uint8_t {
   budget_spent,
   budget_cut,
   no_route,  // an IPv6 TCP flow: the host has no route to the destination
-  count_,    // not a reason: the number of them
+  // Echo (ping) flows (echo_flow.h): answered, but no rule for the names
+  // allows icmp; and ping sockets not permitted to abox-net's group
+  // (net.ipv4.ping_group_range), logged once with how to enable them.
+  icmp_not_allowed,
+  echo_not_permitted,
+  count_,  // not a reason: the number of them
 };
 
 enum class DropLog : std::uint8_t { none, once, deny, limit };
@@ -70,7 +75,9 @@ struct DropReasonInfo {
   std::string_view name;      // short, stable: the `reason` of a limit event
   std::string_view sentence;  // the `reason` of a deny event
   DropLog log = DropLog::none;
-  // The counter it goes to, for a TCP flow (and every frame) and for a UDP flow.
+  // The counter it goes to, for a TCP flow (and every frame) and for a UDP
+  // flow. An echo flow ("icmp") counts as a UDP flow would, but udp_refused
+  // goes to echo_refused (GuestStack::drop()).
   std::uint64_t StackCounters::*tcp_counter = nullptr;
   std::uint64_t StackCounters::*udp_counter = nullptr;
 };

@@ -1,4 +1,4 @@
-// FlowServices: what a TCP or UDP flow gets from the stack that owns it,
+// FlowServices: what a TCP, UDP or echo flow gets from the stack that owns it,
 // and nothing more: the loop, the policy, the event log, the answer table,
 // this host's addresses, the counters, the stack's configuration, and the
 // ways a flow ends (retire()) or hands a ring receive over. GuestStack is
@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "base/event_log.h"
@@ -34,6 +35,7 @@ namespace abox::netstack {
 
 class TcpFlow;
 class UdpFlow;
+class EchoFlow;
 class HostReceive;
 
 class FlowServices {
@@ -61,6 +63,11 @@ class FlowServices {
   // inside its own callback now).
   virtual void retire(TcpFlow* flow) = 0;
   virtual void retire(UdpFlow* flow) = 0;
+  virtual void retire(EchoFlow* flow) = 0;
+
+  // Echo flows: a whole frame the flow built (echo_message.h) straight to
+  // the guest's link, past lwIP; false when the link did not take it.
+  virtual bool send_to_guest(std::span<const std::uint8_t> frame) = 0;
 
   // UDP flows: the guest's lwIP interface; the pcb that answers the guest
   // from dst (either family), shared by every flow to it and

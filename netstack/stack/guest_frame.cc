@@ -112,16 +112,21 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse_checked(std::span<const
   using base::Err;
   GuestFrame view;
   base::ByteReader eth(frame);
-  if (!eth.skip(12)) return Err{FrameRefusal::ethernet_short};
+  const bool destination_mac = eth.skip(6);
+  const auto source_mac = eth.bytes(6);
   const auto ethertype = eth.u16be();
-  if (!ethertype) return Err{FrameRefusal::ethernet_short};
+  if (!destination_mac || !source_mac || !ethertype) return Err{FrameRefusal::ethernet_short};
+  std::memcpy(view.source_mac_.data(), source_mac->data(), 6);
   switch (*ethertype) {
     case kEtherArp:
       if (eth.remaining() < kArpHeader) return Err{FrameRefusal::arp_short};
       view.kind_ = EtherKind::arp;
       return view;
-    case kEtherIpv6:
-      return parse_ipv6(eth.rest(), missing);
+    case kEtherIpv6: {
+      auto v6 = parse_ipv6(eth.rest(), missing);
+      if (v6.ok()) std::memcpy(v6->source_mac_.data(), source_mac->data(), 6);
+      return v6;
+    }
     case kEtherIpv4:
       view.kind_ = EtherKind::ipv4;
       break;
@@ -161,6 +166,8 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse_checked(std::span<const
   view.ipv4_.protocol = protocol;
   view.ipv4_.fragment = (fragment & 0x3FFF) != 0;
   view.ipv4_.dont_fragment = (fragment & 0x4000) != 0;
+  view.ipv4_.packet = packet;
+  view.ipv4_.payload = packet.subspan(header_length);
   if (view.ipv4_.fragment || (protocol != kProtoTcp && protocol != kProtoUdp) || missing != 0) return view;
   if (auto t = view.parse_transport(protocol, packet.subspan(header_length)); !t.ok()) return Err{t.error()};
   return view;

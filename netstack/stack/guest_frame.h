@@ -92,6 +92,11 @@ struct Ipv4Fields {
   std::uint8_t protocol = 0;
   bool fragment = false;       // MF set or a non-zero offset
   bool dont_fragment = false;  // DF set
+  // The packet (header to the total length's end) and what follows the
+  // header in it: an echo request is read from `payload`, and `packet` is
+  // what an ICMP error quotes (echo_message.h).
+  std::span<const std::uint8_t> packet = {};
+  std::span<const std::uint8_t> payload = {};
 };
 
 // Extension headers walked before the upper layer; a real guest sends at most
@@ -124,8 +129,11 @@ struct Ipv6Fields {
   std::uint8_t icmp_type = 0;
   std::uint8_t icmp_code = 0;
   // The upper-layer bytes (from its header to the payload length's end):
-  // ICMPv6 messages are read from here (NDP).
+  // ICMPv6 messages are read from here (NDP, echo).
   std::span<const std::uint8_t> upper_layer = {};
+  // The whole packet, fixed header to the payload length's end (what an
+  // ICMPv6 error quotes).
+  std::span<const std::uint8_t> packet = {};
 };
 
 // Checked fields of a TCP or UDP header (present only for an unfragmented
@@ -157,6 +165,8 @@ class GuestFrame {
                                                               std::size_t frame_size);
 
   EtherKind kind() const { return kind_; }
+  // The Ethernet source address (the guest's MAC, as the guest wrote it).
+  const std::array<std::uint8_t, 6>& source_mac() const { return source_mac_; }
   bool is_ipv4() const { return kind_ == EtherKind::ipv4; }
   // Meaningful when is_ipv4().
   const Ipv4Fields& ipv4() const { return ipv4_; }
@@ -186,6 +196,7 @@ class GuestFrame {
                                                    std::span<const std::uint8_t> segment);
 
   EtherKind kind_ = EtherKind::other;
+  std::array<std::uint8_t, 6> source_mac_{};
   bool has_transport_ = false;
   std::uint8_t transport_protocol_ = 0;
   Ipv4Fields ipv4_;

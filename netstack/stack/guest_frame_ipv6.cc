@@ -88,6 +88,7 @@ base::Result<GuestFrame, FrameRefusal> GuestFrame::parse_ipv6(std::span<const st
   // past it is short, as one that runs past a whole packet.
   const std::span<const std::uint8_t> packet =
       after_ethernet.first(std::min(kIpv6Header + *payload_length, after_ethernet.size()));
+  ip.packet = packet;
   std::size_t at = kIpv6Header;  // where the header named by `next` starts
   std::uint8_t next = *next_header;
   bool first_fragment = false;  // inside a fragment whose offset is 0

@@ -253,6 +253,7 @@ GuestStack::~GuestStack() {
   ring_writer_.reset();
   tcp_flows_.clear();
   udp_flows_.clear();
+  echo_flows_.clear();
   // Flows retired this turn wait in the loop and refer to this stack.
   loop_.delete_retired_now();
   // After the flows, which hand what they queued to the kernel as they go
@@ -298,6 +299,7 @@ void GuestStack::sweep(base::MonoTime now) {
   sweep_udp_.clear();
   for (auto& [_, f] : udp_flows_) sweep_udp_.push_back(f.get());
   for (UdpFlow* f : sweep_udp_) f->check_idle(now);
+  sweep_echo(now);
   bound_time_wait();
 }
 
@@ -494,6 +496,10 @@ void GuestStack::take_frame(std::size_t n) {
         return;
       }
       if (drop_before_lwip(frame)) return;
+      if (is_relayed_echo_v4(frame)) {
+        take_echo(frame);
+        return;
+      }
       break;
   }
   to_lwip(bytes);
@@ -818,7 +824,15 @@ std::size_t GuestStack::half_open_now() const {
 void GuestStack::drop(DropReason reason, std::string_view proto, const policy::Endpoint* dst,
                       std::string_view name) {
   const DropReasonInfo& row = info(reason);
-  ++(counters_.*(proto == "udp" ? row.udp_counter : row.tcp_counter));
+  // An echo flow's destination is an address alone: icmp has no port.
+  const std::string to = dst == nullptr    ? std::string()
+                         : proto == "icmp" ? dst->address.to_string()
+                                           : dst->to_string();
+  // Echo counts as UDP does, its admission refusals under their own counter.
+  std::uint64_t StackCounters::*counter =
+      proto == "udp" || proto == "icmp" ? row.udp_counter : row.tcp_counter;
+  if (proto == "icmp" && counter == &StackCounters::udp_refused) counter = &StackCounters::echo_refused;
+  ++(counters_.*counter);
   switch (row.log) {
     case DropLog::none:
       return;
@@ -836,15 +850,12 @@ void GuestStack::drop(DropReason reason, std::string_view proto, const policy::E
       const std::uint64_t limit =
           reason == DropReason::half_open ? policy_->limits().half_open : policy_->limits().flows;
       if (events_.reserve_line())
-        events_.write_reserved("limit", {{"reason", row.name},
-                                         {"limit", limit},
-                                         {"dst", dst != nullptr ? dst->to_string() : std::string()},
-                                         {"proto", proto}});
+        events_.write_reserved("limit",
+                               {{"reason", row.name}, {"limit", limit}, {"dst", to}, {"proto", proto}});
       return;
     }
   }
   if (!events_.reserve_line()) return;
-  const std::string to = dst != nullptr ? dst->to_string() : std::string();
   // A flow to port 53 or 853 of anything but the gateway is a guest asking
   // another resolver, which is never allowed: the event says where DNS is
   // served.
@@ -883,7 +894,7 @@ SynVerdict GuestStack::decide_syn(const policy::IpAddress& dst, std::uint16_t ds
   const policy::Endpoint to{dst, dst_port};
   // Handshakes in progress become flows: they count against the limit too.
   std::size_t half_open = half_open_now();
-  if (tcp_flows_.size() + udp_flows_.size() + half_open >= policy_->limits().flows) {
+  if (flows_now() + half_open >= policy_->limits().flows) {
     drop(DropReason::flows, "tcp", &to);
     return SynVerdict::reset;
   }
@@ -960,7 +971,7 @@ bool GuestStack::on_accept(tcp_pcb* pcb) {
                         again.broker != nullptr ? kNoBudget : budget_rule_of(again.rule)};
     }
   }
-  if (tcp_flows_.size() + udp_flows_.size() >= policy_->limits().flows) {
+  if (flows_now() >= policy_->limits().flows) {
     drop(DropReason::flows, "tcp", &dst);  // exact even if handshakes raced past the SYN check
     tcp_abort(pcb);
     return false;
@@ -1033,7 +1044,7 @@ void GuestStack::on_udp(pbuf* p, const policy::IpAddress& src, std::uint16_t src
     it->second->from_guest(p);
     return;
   }
-  if (tcp_flows_.size() + udp_flows_.size() >= policy_->limits().flows) {
+  if (flows_now() >= policy_->limits().flows) {
     drop(DropReason::flows, "udp", &to);
     pbuf_free(p);
     return;
@@ -1160,6 +1171,7 @@ GuestStack::PolicyApplied GuestStack::apply_policy(std::unique_ptr<const policy:
     f->cut();
     ++out.udp_revoked;
   }
+  out.echo_revoked = recheck_echo(now_in_force);
   // Nothing refers to the previous reload's policy any more: flows follow
   // the new bindings, handshakes carry a generation, the gate the new one.
   reloaded_policy_ = std::move(next);
@@ -1233,7 +1245,8 @@ void GuestStack::cut_budget_flows() {
 }
 
 bool GuestStack::audit_lifts(DropReason refusal) const {
-  return audit() && (refusal == DropReason::not_answered || refusal == DropReason::port_not_allowed);
+  return audit() && (refusal == DropReason::not_answered || refusal == DropReason::port_not_allowed ||
+                     refusal == DropReason::icmp_not_allowed);
 }
 
 std::string GuestStack::audited_name(const policy::IpAddress& dst) const {
@@ -1245,9 +1258,11 @@ void GuestStack::would_deny(std::string_view reason, std::string_view proto, con
                             std::string_view name) {
   ++counters_.audit_would_deny;
   if (!events_.reserve_line()) return;
-  events_.write_reserved(
-      "would_deny",
-      {{"reason", reason}, {"name", name}, {"dst", dst.to_string()}, {"proto", proto}, {"audit", true}});
+  events_.write_reserved("would_deny", {{"reason", reason},
+                                        {"name", name},
+                                        {"dst", proto == "icmp" ? dst.address.to_string() : dst.to_string()},
+                                        {"proto", proto},
+                                        {"audit", true}});
 }
 
 // Every flow ends here once: its `close` event carries its name, where it

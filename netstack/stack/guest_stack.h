@@ -19,7 +19,10 @@
 //             (take_ipv6())
 //     anything not IPv4/ARP/IPv6 ── counted, dropped
 //     ARP, IPv4 ──▶ lwIP (netif->input; accept-all, see netstack/lwip/abox_lwip.h)
-//        ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
+//        echo requests to anything but the gateway ──▶ take_echo() (before
+//                           lwIP): admission → EchoFlow (a host ping socket),
+//                           or refused with an ICMP(v6) prohibited error
+//        other ICMP to anything but the gateway ── eaten by the IPv4 hook, counted
 //        UDP ──▶ on_udp():  gateway:53 → GuestDns (the DNS gate)
 //                           else       → admission → UdpFlow (a host UDP socket),
 //                                        or refused with an ICMP(v6) unreachable
@@ -57,6 +60,7 @@
 #include "netstack/gateway/ndp_responder.h"
 #include "netstack/link/link.h"
 #include "netstack/stack/drop_reason.h"
+#include "netstack/stack/echo_flow.h"
 #include "netstack/stack/flow_services.h"
 #include "netstack/stack/guest_config.h"
 #include "netstack/stack/route_cache.h"
@@ -143,6 +147,9 @@ class GuestStack final : public FlowServices {
   void spend(std::size_t rule, std::uint64_t bytes) override;
   std::size_t tcp_flows() const { return tcp_flows_.size(); }
   std::size_t udp_flows() const { return udp_flows_.size(); }
+  std::size_t echo_flows() const { return echo_flows_.size(); }
+  // Every flow [limits] flows counts: TCP, UDP and echo.
+  std::size_t flows_now() const { return tcp_flows_.size() + udp_flows_.size() + echo_flows_.size(); }
   // What lwIP's glue (netstack/lwip/abox_lwip.h) dropped: ICMP to a foreign
   // address, for the stats.
   struct LwipDrops {
@@ -189,6 +196,7 @@ class GuestStack final : public FlowServices {
   struct PolicyApplied {
     std::size_t tcp_revoked = 0;
     std::size_t udp_revoked = 0;
+    std::size_t echo_revoked = 0;
     std::size_t answers_forgotten = 0;
   };
   PolicyApplied apply_policy(std::unique_ptr<const policy::Policy> next);
@@ -223,6 +231,8 @@ class GuestStack final : public FlowServices {
   // inside its own callback now).
   void retire(TcpFlow* flow) override;
   void retire(UdpFlow* flow) override;
+  void retire(EchoFlow* flow) override;
+  bool send_to_guest(std::span<const std::uint8_t> frame) override;
   // An inbound flow (a published port, inbound_ports.h) joins the flow
   // table: swept, in the gauges and [limits] flows, retired like the
   // guest's own flows; a reload leaves it alone (no policy admitted it).
@@ -277,6 +287,21 @@ class GuestStack final : public FlowServices {
   // An IPv6 frame (guest_stack_ipv6.cc): checked, neighbour discovery
   // answered when on, the rest dropped.
   void take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame& frame);
+  // An echo request from the guest to anything but the gateway
+  // (guest_stack_echo.cc): admitted like a UDP flow's first datagram and
+  // relayed by an EchoFlow, or refused with an ICMP(v6) administratively
+  // prohibited error. `frame` is an IPv4 ICMP or IPv6 ICMPv6 packet.
+  void take_echo(const GuestFrame& frame);
+  // Refuses an echo: counted and logged under `why`, and the error to the
+  // guest (within icmp_errors_).
+  void refuse_echo(DropReason why, const GuestFrame& frame, const policy::IpAddress& src,
+                   const policy::IpAddress& dst, std::string_view name = {});
+  // The guest's echo request to the gateway's own addresses is lwIP's: true
+  // for an echo request (IPv4) that take_echo() relays instead.
+  bool is_relayed_echo_v4(const GuestFrame& frame) const;
+  // The sweep's and a reload's passes over echo flows.
+  void sweep_echo(base::MonoTime now);
+  std::size_t recheck_echo(const policy::Policy& now_in_force);
   // Whether the host can route to `to` (RouteCache: asked once per
   // destination until the routes change).
   bool host_has_route(const policy::Endpoint& to) { return routes_.has_route(to.address, loop_.now()); }
@@ -389,6 +414,8 @@ class GuestStack final : public FlowServices {
   std::uint8_t syn_admission_arg_ = 0;           // lwIP ext arg id (one per process)
   std::unordered_map<TcpFlow*, std::unique_ptr<TcpFlow>> tcp_flows_;
   std::unordered_map<UdpFlowKey, std::unique_ptr<UdpFlow>, UdpFlowKeyHash> udp_flows_;
+  std::unordered_map<EchoFlowKey, std::unique_ptr<EchoFlow>, EchoFlowKeyHash> echo_flows_;
+  std::vector<EchoFlow*> sweep_echo_;
   struct ReplyPcb {
     udp_pcb* pcb = nullptr;
     std::uint32_t users = 0;

@@ -78,6 +78,13 @@ void GuestStack::take_ipv6(std::span<const std::uint8_t> bytes, const GuestFrame
       (ip.upper_protocol == GuestFrame::kProtoUdp && frame.is_udp() && ip.destination[0] != kMulticastByte) ||
       (ip.upper_protocol == GuestFrame::kProtoIcmpv6 && ip.icmp_type == kEchoRequestType);
   if (ndp_on && config_.ipv6_flows && ip.extension_headers == 0 && carried) {
+    // Echo to anything but the gateway's own addresses: relayed
+    // (guest_stack_echo.cc); the gateway's stays lwIP's.
+    if (ip.upper_protocol == GuestFrame::kProtoIcmpv6 &&
+        !is_gateway_ipv6(policy::IpAddress::v6(ip.destination)) && ip.destination[0] != kMulticastByte) {
+      take_echo(frame);
+      return;
+    }
     if (dns_half_open_full(frame)) return;
     to_lwip(bytes);
     return;

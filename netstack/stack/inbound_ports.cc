@@ -32,7 +32,7 @@ std::string describe_errno(const policy::PublishSpec& spec, const char* what, in
 void udp_recv_cb(void* arg, udp_pcb*, pbuf* p, const ip_addr_t*, u16_t);
 
 bool flow_table_full(const GuestStack& stack) {
-  return stack.tcp_flows() + stack.udp_flows() >= stack.policy().limits().flows;
+  return stack.flows_now() >= stack.policy().limits().flows;
 }
 
 }  // namespace

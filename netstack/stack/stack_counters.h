@@ -71,13 +71,24 @@ struct StackCounters {
   std::uint64_t inbound_accepted = 0;
   std::uint64_t inbound_refused_limit = 0;
   std::uint64_t inbound_refused_guest = 0;
+  // Echo (ping) flows (echo_flow.h): admitted, refused (admission, limits
+  // and the rest count as for UDP), refused because ping sockets are not
+  // permitted (net.ipv4.ping_group_range), echo requests relayed, replies
+  // relayed to the guest, and replies dropped (not an echo reply to the
+  // flow's id, too short, or no room on the link).
+  std::uint64_t echo_admitted = 0;
+  std::uint64_t echo_refused = 0;
+  std::uint64_t echo_not_permitted = 0;
+  std::uint64_t echo_requests = 0;
+  std::uint64_t echo_replies = 0;
+  std::uint64_t echo_replies_dropped = 0;
 };
 
 struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 39> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 45> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -117,6 +128,12 @@ inline constexpr std::array<StackCounterField, 39> kStackCounterFields = {{
     {"inbound_accepted", &StackCounters::inbound_accepted},
     {"inbound_refused_limit", &StackCounters::inbound_refused_limit},
     {"inbound_refused_guest", &StackCounters::inbound_refused_guest},
+    {"echo_admitted", &StackCounters::echo_admitted},
+    {"echo_refused", &StackCounters::echo_refused},
+    {"echo_not_permitted", &StackCounters::echo_not_permitted},
+    {"echo_requests", &StackCounters::echo_requests},
+    {"echo_replies", &StackCounters::echo_replies},
+    {"echo_replies_dropped", &StackCounters::echo_replies_dropped},
 }};
 static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
               "every StackCounters field has its name in kStackCounterFields");

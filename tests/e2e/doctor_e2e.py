@@ -36,7 +36,7 @@ import tempfile
 import time
 
 OPERATOR = 64126
-IDS = ["kvm", "tun", "io_uring", "seccomp", "userns", "cgroup", "qemu", "images", "helper", "daemon"]
+IDS = ["kvm", "tun", "io_uring", "seccomp", "userns", "ping", "cgroup", "qemu", "images", "helper", "daemon"]
 
 
 class Suite:
@@ -179,6 +179,31 @@ def case_as_root(t):
     lines = [l for l in text.splitlines() if not l.startswith(" ")][:-1]
     t.check("text and JSON agree", rc2 == rc and [l.split()[0] for l in lines] == [status[i] for i in IDS],
             text)
+
+
+def case_ping(t):
+    """The ping item follows net.ipv4.ping_group_range of the namespace
+    doctor runs in: a new namespace's "1 0" (nobody) is DEGRADED (ping not
+    relayed, the sysctl as the fix); "0 2147483647" is OK."""
+    ns = f"doctor-ping-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True, timeout=10)
+    try:
+        for value, want in (("1 0", "DEGRADED"), ("0 2147483647", "OK")):
+            subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv4.ping_group_range={value}"],
+                           check=True, timeout=10)
+            r = subprocess.run(["ip", "netns", "exec", ns, t.abox, "doctor", "--json"], capture_output=True,
+                               text=True, timeout=120, env=t.env(0))
+            try:
+                items = {i["id"]: i for i in json.loads(r.stdout).get("items", [])}
+            except ValueError:
+                items = {}
+            item = items.get("ping", {})
+            good = item.get("status") == want
+            if want == "DEGRADED":
+                good = good and "ping_group_range" in item.get("fix", "") and "not relayed" in item.get("cost", "")
+            t.check(f"ping with ping_group_range \"{value}\": {want}", good, item)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], timeout=10)
 
 
 def case_missing_parts(t):
@@ -358,7 +383,7 @@ def main(argv):
     os.chmod(root, 0o711)
     t = Suite(os.path.abspath(argv[0]), os.path.abspath(argv[1]), root)
     try:
-        for case in (case_as_root, case_missing_parts, case_helper_flips, case_daemon):
+        for case in (case_as_root, case_ping, case_missing_parts, case_helper_flips, case_daemon):
             try:
                 case(t)
             except Exception as e:  # noqa: BLE001 - one case's failure is reported, the rest run

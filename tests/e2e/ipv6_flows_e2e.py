@@ -25,6 +25,11 @@ gate on 10.0.2.2. Cases:
     and to the allowed name on another port gets an ICMPv6 destination
     unreachable, administratively prohibited, at once (the guest's socket
     reports EACCES; scapy sees type 1 code 1), each a deny event;
+  - echo over IPv6 (net.ipv4.ping_group_range set in abox-net's namespace,
+    which ICMPv6 ping sockets obey too): `ping -6 -c 2` to the allowed
+    name gets both replies from its AAAA (an admit event, proto "icmp");
+    ping to a direct IPv6 address gets "Administratively prohibited" at
+    once (a deny event);
   - the not-allowed name gets no address, and a direct connection to its
     IPv6 address (never answered) is refused at once (curl exit 7 < 2 s);
   - with the outside namespace's route to web's IPv6 address removed (the
@@ -37,8 +42,8 @@ gate on 10.0.2.2. Cases:
     transaction id, the client id echoed and DNS servers = PREFIX::1; a
     Solicit gets nothing; the router advertisement sets O, not M;
   - abox-net's counters at exit: 2 TCP flows refused, 2 failed connects;
-    1 UDP flow admitted, 3 refused, 3 unreachables sent; 1 DHCPv6 answer,
-    1 ignored;
+    1 UDP flow admitted, 3 refused; 1 echo flow admitted (2 replies), 1
+    refused; 4 unreachables sent; 1 DHCPv6 answer, 1 ignored;
   - packet too big (a second abox-net, --mtu 1500): the guest ignores the
     router advertisement's MTU (accept_ra_mtu=0) and sets eth0's MTU to
     9000; 2000 bytes of UDP that may not be fragmented (PMTUDISC_DO, as
@@ -120,6 +125,9 @@ ports = [80]
 names = ["{WEB}"]
 ports = [{ECHO_PORT}]
 protocols = ["udp"]
+[[allow]]
+names = ["{WEB}"]
+protocols = ["icmp"]
 """
 
 
@@ -454,6 +462,26 @@ def cases(rig, abox_net, r):
     r.case("... each refusal a deny event", len(denies) >= 3 and
            any(e.get("dst") == f"[{SECRET6}]:{ECHO_PORT}" for e in denies), json.dumps(denies)[-300:])
 
+    # Echo over IPv6: relayed through an ICMPv6 ping socket in abox-net's
+    # namespace (the same sysctl governs them); a direct address refused.
+    rig.run(["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"], ns=rig.outside, timeout=10, check=True)
+    start = time.monotonic()
+    got = rig.run(["ping", "-6", "-n", "-c", "2", "-i", "0.2", "-W", "2", WEB], ns=rig.guest, timeout=20)
+    r.case("ping -6 to the allowed name gets both replies from its AAAA",
+           got.returncode == 0 and "2 received" in got.stdout and f"from {WEB6}" in got.stdout,
+           f"exit {got.returncode} in {time.monotonic() - start:.2f}s: {got.stdout[-300:]!r}")
+    r.case("... with an admit event (proto icmp, dst the address alone)",
+           any(e.get("kind") == "admit" and e.get("proto") == "icmp" and e.get("dst") == WEB6 and
+               e.get("name") == WEB for e in events(rig)), "")
+    start = time.monotonic()
+    got = rig.run(["ping", "-6", "-n", "-c", "1", "-W", "2", SECRET6], ns=rig.guest, timeout=20)
+    took = time.monotonic() - start
+    r.case("ping -6 to a direct address: administratively prohibited at once",
+           got.returncode != 0 and "Administratively prohibited" in got.stdout and took < 2,
+           f"exit {got.returncode} in {took:.2f}s: {got.stdout[-300:]!r}")
+    r.case("... with a deny event", any(e.get("kind") == "deny" and e.get("proto") == "icmp" and
+                                        e.get("dst") == SECRET6 for e in events(rig)), "")
+
     got, took = curl(rig, "-6", f"http://{SECRET}/")
     r.case("the not-allowed name gets no address (curl exit 6)", got.returncode == 6,
            f"exit {got.returncode}: {got.stderr.strip()}")
@@ -500,11 +528,12 @@ def cases(rig, abox_net, r):
            c.get("frames_dropped_spoofed") == 0 and c.get("frames_dropped_malformed") == 0,
            str({k: (c or {}).get(k) for k in ("tcp_admitted", "tcp_refused", "connect_failed",
                                                "frames_dropped_ipv6", "frames_dropped_spoofed")}))
-    r.case("counters: 1 IPv6 UDP flow admitted, 3 refused, each answered with an unreachable",
+    r.case("counters: 1 IPv6 UDP flow admitted, 3 refused; 1 echo flow, 1 refused; each refusal an unreachable",
            c is not None and c.get("udp_admitted") == 1 and c.get("udp_refused") == 3 and
-           c.get("icmp_unreachable_sent") == 3 and c.get("icmp_unreachable_limited") == 0,
-           str({k: (c or {}).get(k) for k in ("udp_admitted", "udp_refused", "icmp_unreachable_sent",
-                                               "icmp_unreachable_limited")}))
+           c.get("echo_admitted") == 1 and c.get("echo_replies") == 2 and c.get("echo_refused") == 1 and
+           c.get("icmp_unreachable_sent") == 4 and c.get("icmp_unreachable_limited") == 0,
+           str({k: (c or {}).get(k) for k in ("udp_admitted", "udp_refused", "echo_admitted", "echo_replies",
+                                               "echo_refused", "icmp_unreachable_sent", "icmp_unreachable_limited")}))
     r.case("counters: 1 DHCPv6 answer, 1 ignored (the Solicit), none malformed or rate-limited",
            c is not None and c.get("dhcpv6_answered") == 1 and c.get("dhcpv6_ignored") == 1 and
            c.get("dhcpv6_malformed") == 0 and c.get("dhcpv6_rate_limited") == 0,

@@ -42,6 +42,14 @@ What abox-net is held to here, beyond its policy decisions:
   readiness from then on: one `udp` event naming the flow's name,
   udp_ring_receive_fallbacks +1, and the flow still carries datagrams both
   ways; errors with a datagram between them never add up to that;
+- echo (ping) to a name whose rule allows icmp is relayed through a ping
+  socket in abox-net's namespace: `ping -c 2 NAME` in the guest gets both
+  replies from the fake internet's host; where net.ipv4.ping_group_range
+  leaves abox-net's group out (the default "1 0" of a new namespace), the
+  echo is refused at once (the guest's ping says "Packet filtered") and one
+  event names the sysctl; ping to a name whose rule lacks icmp, and to an
+  address no name was answered with, is filtered the same way, with a deny
+  event (proto "icmp", dst the address alone);
 - SIGTERM: exits within 5 s, and its tap is gone from the guest.
 """
 import hashlib
@@ -94,6 +102,10 @@ timeout_ms = 2000
 [[allow]]
 names = ["{WEB}"]
 ports = [80, 443]
+
+[[allow]]
+names = ["{WEB}"]
+protocols = ["icmp"]
 
 [[allow]]
 names = ["{IPERF}"]
@@ -665,6 +677,58 @@ def udp_to_an_allowed_port_works_and_other_udp_is_refused(t):
     assert got["echoed"] >= 4, got
 
 
+def ping(t, target, count=2):
+    return t.timed(["ping", "-n", "-c", str(count), "-i", "0.2", "-W", "2", target], timeout=30)
+
+
+def ping_sockets_permitted(t, yes):
+    """net.ipv4.ping_group_range in the namespace abox-net runs in (the test's
+    setup: a new namespace's "1 0" permits nobody)."""
+    value = "0 2147483647" if yes else "1 0"
+    t.rig.run(["sysctl", "-qw", f"net.ipv4.ping_group_range={value}"], ns=t.rig.outside, timeout=10, check=True)
+
+
+@case
+@abox_only
+def ping_is_refused_where_ping_sockets_are_not_permitted(t):
+    ping_sockets_permitted(t, False)
+    r = ping(t, WEB, count=1)
+    assert r.rc != 0 and "Packet filtered" in r.out and r.elapsed < FAST, r
+    t.expect("deny", "ping sockets not permitted, said once", mention="ping_group_range", proto="icmp")
+    ping_sockets_permitted(t, True)
+
+
+@case
+def ping_to_an_allowed_name_gets_replies(t):
+    if not t.control:
+        ping_sockets_permitted(t, True)
+    r = ping(t, WEB)
+    assert r.rc == 0 and "2 received" in r.out and f"from {WEB_ADDR}" in r.out, r
+    t.expect("admit", f"ping to {WEB}", WEB_ADDR, None, WEB, proto="icmp")
+    if not t.control:  # abox-net explain --icmp agrees, now: web's address yes, tools' no
+        for addr, want in ((WEB_ADDR, 0), (TOOLS_ADDR, 1)):
+            r = t.timed([t.abox_path, "explain", "--icmp", t.rig.path("stats.sock"), addr], timeout=15)
+            assert r.rc == want and ("admitted now" if want == 0 else "refused now") in r.out, r
+
+
+@case
+def ping_to_a_name_whose_rule_lacks_icmp_is_filtered(t):
+    r = ping(t, TOOLS)
+    t.attack(f"ping to {TOOLS} (its rules have no icmp)",
+             r.rc != 0 and "Packet filtered" in r.out and r.elapsed < FAST, r.rc == 0, r,
+             deny=dict(mention=TOOLS_ADDR, proto="icmp"))
+    r = ping(t, WEB)
+    assert r.rc == 0 and "2 received" in r.out, f"legitimate ping to {WEB} broke: {r}"
+
+
+@case
+def ping_to_a_direct_address_is_refused(t):
+    r = ping(t, SECRET_ADDR, count=1)
+    t.attack(f"ping to {SECRET_ADDR} by address", r.rc != 0 and "Packet filtered" in r.out and r.elapsed < FAST,
+             r.rc == 0, r, deny=dict(addr=SECRET_ADDR, proto="icmp"))
+    t.web_works()
+
+
 def _fallback_events(t):
     """The events that say a UDP flow to TOOLS left its ring receive."""
     found = []
@@ -987,7 +1051,8 @@ def start_abox_net(rig, abox):
     # ABOX_NET_IO=syscalls runs the whole suite with `--io syscalls` (ctest's
     # e2e.netstack_syscalls): both I/O paths must pass every case.
     io = os.environ.get("ABOX_NET_IO", "ring")
-    return rig.start_abox_net(abox, POLICY, "--instance", INSTANCE, "--broker", rig.path("broker.sock"), "--io", io)
+    return rig.start_abox_net(abox, POLICY, "--instance", INSTANCE, "--broker", rig.path("broker.sock"), "--io", io,
+                              "--stats-socket", rig.path("stats.sock"))
 
 
 def run_cases(rig, mode, abox=None):
@@ -1006,6 +1071,7 @@ def run_cases(rig, mode, abox=None):
     if mode == "abox":
         t.broker = BrokerRecorder(rig.path("broker.sock"))
         t.abox = start_abox_net(rig, abox)
+        t.abox_path = abox
     for fn in CASES:
         if getattr(fn, "abox_only", False) and mode != "abox":
             continue
@@ -1147,7 +1213,8 @@ def main(argv):
     if argv[:1] == ["--client"]:
         print(json.dumps(CLIENTS[argv[1]](*argv[2:])))
         return 0
-    return nr.run_suite("netstack_e2e", "ns", ("ip", "nsd", "nginx", "curl", "dig", "iperf3", "openssl", "ss"),
+    return nr.run_suite("netstack_e2e", "ns", ("ip", "nsd", "nginx", "curl", "dig", "iperf3", "openssl", "ss",
+                                               "ping", "sysctl"),
                         argv, CASES, setup, run, modes={"--selfcheck": "selfcheck", "--control": "control"},
                         doc=__doc__)
 

@@ -55,6 +55,22 @@ TEST_F(PolicyCommand, ExplainAnAddressOnAPortNoRuleAllowsIsRefused) {
   EXPECT_NE(u.out.find("refused"), std::string::npos);
 }
 
+// --icmp: echo to a name or an address, never with a port.
+TEST_F(PolicyCommand, ExplainIcmpTakesNoPort) {
+  auto p = write("p.toml",
+                 std::string(kTcp443) + "[[allow]]\nnames = [\"ping.example\"]\nprotocols = [\"icmp\"]\n");
+  auto yes = policy({"explain", "--icmp", p, "ping.example"});
+  EXPECT_EQ(yes.code, 0) << yes.out << yes.err;
+  EXPECT_NE(yes.out.find("allows icmp echo"), std::string::npos) << yes.out;
+  EXPECT_EQ(policy({"explain", "--icmp", p, "github.com"}).code, 1);
+  auto j = policy({"explain", "--json", "--icmp", p, "140.82.112.3"});
+  EXPECT_EQ(j.code, 4) << j.out;
+  EXPECT_NE(j.out.find("\"protocol\":\"icmp\""), std::string::npos) << j.out;
+  auto port = policy({"explain", "--icmp", p, "ping.example:443"});
+  EXPECT_EQ(port.code, 2);
+  EXPECT_NE(port.err.find("--icmp takes NAME or ADDRESS without a port"), std::string::npos) << port.err;
+}
+
 // "Needs an answer" is its own exit code (4), and allowed:false.
 TEST_F(PolicyCommand, ExplainAnswerRequiredDoesNotReadAsAllowed) {
   auto p = write("p.toml", kTcp443);

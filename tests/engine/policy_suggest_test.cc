@@ -69,6 +69,27 @@ TEST(PolicySuggest, AllowsExactlyWhatWasObservedWithACommentPerRule) {
   EXPECT_EQ(s->text.find("\"169.254.169.254"), std::string::npos);
 }
 
+// Echo events (proto "icmp", dst an address alone) become a rule with
+// protocols = ["icmp"] and no ports.
+TEST(PolicySuggest, EchoBecomesAnIcmpRuleWithoutPorts) {
+  const std::string log =
+      R"({"kind":"would_deny","reason":"icmp (echo) not allowed","name":"ping.example.test","dst":"93.184.215.14","proto":"icmp","audit":true}
+{"kind":"admit","name":"web.example.test","dst":"93.184.215.15:443","proto":"tcp"}
+{"kind":"admit","name":"web.example.test","dst":"2001:db8::15","proto":"icmp"}
+{"kind":"close","name":"web.example.test","dst":"2001:db8::15","proto":"icmp","bytes_out":112,"bytes_in":112}
+)";
+  auto s = suggest_policy(log, with(false));
+  ASSERT_TRUE(s.ok()) << s.error();
+  const policy::Policy p = parsed(s->text);
+  EXPECT_NE(p.admits("ping.example.test", 0, Protocol::icmp), nullptr);
+  EXPECT_EQ(p.admits("ping.example.test", 443, Protocol::tcp), nullptr);
+  EXPECT_NE(p.admits("web.example.test", 0, Protocol::icmp), nullptr);
+  EXPECT_NE(p.admits("web.example.test", 443, Protocol::tcp), nullptr);
+  EXPECT_EQ(s->rules, 3u) << s->text;
+  EXPECT_NE(s->text.find("protocols = [\"icmp\"]"), std::string::npos) << s->text;
+  EXPECT_NE(s->text.find("112 bytes out and 112 in"), std::string::npos) << s->text;
+}
+
 TEST(PolicySuggest, FromAPolicyAddsOnlyWhatItDoesNotAllow) {
   const std::string from_text =
       "[dns]\nupstreams = [\"93.184.215.53:53\"]\n[[allow]]\nnames = [\"tools.example.test\"]\nports = "

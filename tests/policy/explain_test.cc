@@ -100,6 +100,34 @@ TEST(Explain, AnAddressIsJudgedAgainstTheRulesProtocols) {
   EXPECT_EQ(ntp.port_rules[0]->names[0].to_string(), "ntp.example");
 }
 
+TEST(Explain, IcmpIsAskedWithoutAPort) {
+  Policy p = parse(R"([[allow]]
+names = ["github.com"]
+ports = [443]
+
+[[allow]]
+names = ["ping.example"]
+protocols = ["icmp"]
+)");
+  auto yes = ask(p, "ping.example", Protocol::icmp);
+  EXPECT_EQ(yes.verdict, Verdict::allowed);
+  EXPECT_NE(yes.reason.find("allows icmp echo"), std::string::npos) << yes.reason;
+  auto no = ask(p, "github.com", Protocol::icmp);
+  EXPECT_EQ(no.verdict, Verdict::refused);
+  EXPECT_NE(no.reason.find("no rule for this name allows icmp"), std::string::npos) << no.reason;
+  auto address = ask(p, "140.82.112.3", Protocol::icmp);
+  EXPECT_EQ(address.verdict, Verdict::answer_required);
+  ASSERT_EQ(address.port_rules.size(), 1u);
+  EXPECT_EQ(address.port_rules[0]->names[0].to_string(), "ping.example");
+  EXPECT_EQ(ask(p, "127.0.0.1", Protocol::icmp).verdict, Verdict::refused);  // reserved
+  // Without icmp anywhere: no answer can admit echo.
+  Policy none = parse("[[allow]]\nnames = [\"a.com\"]\nports = [443]\n");
+  auto refused = ask(none, "140.82.112.3", Protocol::icmp);
+  EXPECT_EQ(refused.verdict, Verdict::refused);
+  EXPECT_NE(refused.reason.find("no rule allows icmp echo for any name"), std::string::npos)
+      << refused.reason;
+}
+
 TEST(Explain, AnswerRequiredIsNotAllowedAndNamesTheNamesItNeeds) {
   Policy p = parse(kPolicy);
   auto e = ask(p, "140.82.112.3:443");

@@ -212,6 +212,40 @@ nonce_env = "ANTHROPIC_API_KEY"
   EXPECT_EQ(p.broker_for("github.com", 443), nullptr);
 }
 
+// icmp (echo) is never a default, has no ports, and a rule may give it
+// alone (no ports) or beside tcp/udp (the ports are theirs).
+TEST(PolicyFile, IcmpIsAnOptInWithoutPorts) {
+  Policy p = parse_ok(R"(
+[[allow]]
+names = ["github.com"]
+ports = [443]
+[[allow]]
+names = ["ping.example"]
+protocols = ["icmp"]
+[[allow]]
+names = ["*.example.org"]
+ports = [123]
+protocols = ["udp", "icmp"]
+[timeouts]
+icmp_idle_s = 10
+)");
+  EXPECT_EQ(p.timeouts().icmp_idle_s, 10u);
+  EXPECT_FALSE(p.rules()[0].icmp);
+  EXPECT_EQ(p.admits("github.com", 0, Protocol::icmp), nullptr);
+  const AllowRule* r = p.admits("ping.example", 0, Protocol::icmp);
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(r->ports.empty());
+  EXPECT_FALSE(r->tcp);
+  // Ports are not looked at for icmp.
+  EXPECT_EQ(p.admits("ping.example", 443, Protocol::icmp), r);
+  EXPECT_EQ(p.admits("ping.example", 443, Protocol::tcp), nullptr);
+  EXPECT_NE(p.admits("ntp.example.org", 0, Protocol::icmp), nullptr);
+  EXPECT_NE(p.admits("ntp.example.org", 123, Protocol::udp), nullptr);
+  EXPECT_EQ(p.admits("ntp.example.org", 123, Protocol::tcp), nullptr);
+  EXPECT_EQ(to_string(Protocol::icmp), "icmp");
+  EXPECT_EQ(parse_ok("[[allow]]\nnames = [\"a.com\"]\nports = [443]\n").timeouts().icmp_idle_s, 30u);
+}
+
 TEST(PolicyFile, ReservedAndUnsafe) {
   Policy strict = parse_ok(kRule);
   EXPECT_TRUE(strict.is_reserved(*IpAddress::parse("127.0.0.1")));
@@ -381,7 +415,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"port_overlap", "[[allow]]\nnames = [\"a.com\"]\nports = [443, \"400-500\"]\n",
                 "3:15: port 400-500 overlaps port 443 already listed in this rule"},
         BadCase{"protocol_unknown", rule_with("protocols = [\"sctp\"]\n"),
-                "4:14: protocol: expected \"tcp\" or \"udp\", found \"sctp\""},
+                "4:14: protocol: expected \"tcp\", \"udp\" or \"icmp\", found \"sctp\""},
+        BadCase{"icmp_twice", "[[allow]]\nnames = [\"a.com\"]\nprotocols = [\"icmp\", \"icmp\"]\n",
+                "3:22: protocol \"icmp\" is listed twice"},
+        BadCase{"icmp_only_with_ports", rule_with("protocols = [\"icmp\"]\n"),
+                "1:1: [[allow]]: ports apply to tcp and udp, and this rule allows only icmp"},
+        BadCase{"icmp_granted_twice",
+                "[[allow]]\nnames = [\"a.com\"]\nprotocols = [\"icmp\"]\n[[allow]]\nnames = [\"a.com\", "
+                "\"b.com\"]\nports = [443]\nprotocols = [\"tcp\", \"icmp\"]\n",
+                "4:1: [[allow]]: \"a.com\" icmp is already allowed by the rule at test.toml:1:1"},
+        BadCase{"icmp_verify_name",
+                "[[allow]]\nnames = [\"a.com\"]\nprotocols = [\"icmp\"]\nverify_name = true\n",
+                "1:1: [[allow]]: verify_name = true needs tcp"},
+        BadCase{"icmp_idle_zero", "[timeouts]\nicmp_idle_s = 0\n" + rule_with(""),
+                "2:15: icmp_idle_s: expected an integer from 1 to 3600, found 0"},
         BadCase{"protocol_twice", rule_with("protocols = [\"tcp\", \"tcp\"]\n"),
                 "4:21: protocol \"tcp\" is listed twice"},
         BadCase{"verify_name_not_bool", rule_with("verify_name = \"yes\"\n"),

@@ -212,6 +212,10 @@ names = ["{WEB}"]
 ports = [80, 443]
 
 [[allow]]
+names = ["{WEB}"]
+protocols = ["icmp"]
+
+[[allow]]
 names = ["{TOOLS}"]
 ports = ["{nr.STREAM_PORT}-{nr.HALFCLOSE_PORT}"]
 
@@ -2355,11 +2359,14 @@ def udp_and_icmp_to_anything_not_admitted(t):
            [TTL_ADDR, UDP_PORT, "udp to ttl, unanswered now"]]
     for r in t.client("udp", json.dumps(udp))["results"]:
         t.attack(r["text"], r["outcome"] != "echo", r["outcome"] == "echo", r)
-    icmp = [[SECRET_ADDR, 8], [WEB_ADDR, 8], [TOOLS_ADDR, 8], [NS_ADDR, 8], ["10.99.0.1", 8], [SECRET_ADDR, 13],
-            [WEB_ADDR, 13]]
+    # (echo to web is allowed: its rule has icmp, see the echo case below)
+    icmp = [[SECRET_ADDR, 8], [TOOLS_ADDR, 8], [NS_ADDR, 8], ["10.99.0.1", 8], [SECRET_ADDR, 13], [WEB_ADDR, 13]]
     res = t.client("icmp", json.dumps(icmp + [[nr.GATEWAY, 8]]))["results"]
     for r in res[:-1]:
-        t.attack(f"icmp type {r['type']} to {r['addr']}", r["outcome"] == "none", r["outcome"].startswith("reply"), r)
+        # a refused echo gets abox-net's "administratively prohibited" (code 13) at once; nothing else
+        t.attack(f"icmp type {r['type']} to {r['addr']}",
+                 r["outcome"] == "none" or r["outcome"] == f"unreachable code 13 from {nr.GATEWAY}",
+                 r["outcome"].startswith("reply"), r)
     assert res[-1]["outcome"].startswith("reply"), f"a ping to the gateway went unanswered: {res[-1]}"
     if not t.control:
         before = t.counters()
@@ -2369,16 +2376,45 @@ def udp_and_icmp_to_anything_not_admitted(t):
         # with --ipv6 on, UDP from the guest's link-local address to an unanswered address is refused as a
         # flow (and answered with an ICMPv6 unreachable), an echo request to one dropped
         keys = ("frames_dropped_ipv6", "frames_dropped_spoofed", "frames_dropped_ipv6_extension", "udp_refused",
-                "icmp_not_for_gateway")
+                "icmp_not_for_gateway", "echo_refused")
         d = {k: after[k] - before[k] for k in keys}
         assert sum(d.values()) >= sent["frames"], f"{sent['frames']} IPv6 frames sent, counted as dropped: {d}"
         assert d["frames_dropped_ipv6_extension"] >= 3 and d["frames_dropped_spoofed"] >= 6, d
-        t.saw = "ICMP: no counter (lwIP's icmp_not_for_netif is not among the SIGUSR1 counters)"
+        t.saw = "ICMP: echo refused as echo_refused (a prohibited error each), timestamps as icmp_not_for_gateway"
         r = t.client("udp", json.dumps([[nr.GATEWAY, 9999, "udp to the gateway, no service"]]))["results"][0]
         assert r["outcome"] != "echo", r
         got = t.spied(lambda r: r.get("p") in (1, 58) or (r.get("p") == 17 and r.get("dp") != 53))
         assert not got, f"abox-net let through: {got[:3]}"
     t.udp_works()
+    t.web_works()
+
+
+@case("echo_admitted", "echo_refused", "icmp_unreachable_sent")
+def icmp_echo_only_to_a_name_whose_rule_allows_it(t):
+    """Echo flows (a rule with "icmp"; ping sockets in abox-net's namespace,
+    net.ipv4.ping_group_range set as the rig's setup): echo to web (its rule
+    has icmp) is relayed and answered by web's host; echo to tools (answered,
+    its rules have no icmp), to secret (never answered) and a timestamp
+    request to web never leave: the guest gets an administratively
+    prohibited error (echo) or nothing (other ICMP)."""
+    if not t.control:
+        t.rig.run(["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"], ns=t.rig.outside, timeout=10,
+                  check=True)
+    for name in (WEB, TOOLS):
+        t.dig(nr.GATEWAY, name)
+    res = t.client("icmp", json.dumps([[WEB_ADDR, 8]]))["results"]
+    assert res[0]["outcome"] == f"reply from {WEB_ADDR}", f"legitimate echo to {WEB} went unanswered: {res[0]}"
+    res = t.client("icmp", json.dumps([[TOOLS_ADDR, 8], [SECRET_ADDR, 8], [WEB_ADDR, 13]]))["results"]
+    for r in res:
+        t.attack(f"icmp type {r['type']} to {r['addr']}",
+                 r["outcome"] == ("none" if r["type"] == 13 else f"unreachable code 13 from {nr.GATEWAY}"),
+                 r["outcome"].startswith("reply"), r)
+    if not t.control:
+        for addr in (TOOLS_ADDR, SECRET_ADDR):
+            got = t.reached(addr, proto=1)
+            assert not got, f"abox-net let ICMP reach {addr}: {got[:3]}"
+    res = t.client("icmp", json.dumps([[WEB_ADDR, 8]]))["results"]
+    assert res[0]["outcome"] == f"reply from {WEB_ADDR}", f"legitimate echo to {WEB} broke: {res[0]}"
     t.web_works()
 
 
@@ -2900,8 +2936,11 @@ def events_name_refusals_and_admit_nothing_forbidden(t):
         addr = _canon(addr.strip("[]"))
         port = int(port) if port.isdigit() else None
         proto = str(e.get("proto", ""))
+        if proto == "icmp":  # echo: the address alone (dst has no port)
+            addr, port = _canon(dst), None
         ok = ((proto == "tcp" and (addr, port) in ALLOWED_TCP | ALLOWED_TCP6)
-              or (proto == "udp" and (addr, port) in ALLOWED_UDP | ALLOWED_UDP6))
+              or (proto == "udp" and (addr, port) in ALLOWED_UDP | ALLOWED_UDP6)
+              or (proto == "icmp" and addr == _canon(WEB_ADDR)))
         if not ok or addr in FORBIDDEN_ADDRS:
             wrong.append(e)
     assert not wrong, f"admitted: {wrong[:5]}"

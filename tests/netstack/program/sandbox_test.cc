@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/capability.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -28,6 +29,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "base/unique_fd.h"
 #include "tests/support/asan.h"
@@ -110,6 +112,13 @@ TEST(Sandbox, WhatAboxNetNeedsStillWorks) {
     }
     base::UniqueFd udp(::socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!udp) return 16;
+    // EchoFlow's ping sockets: allowed by the filter (the kernel may still
+    // refuse them by net.ipv4.ping_group_range: EACCES, not a kill).
+    for (auto [family, protocol] :
+         {std::pair{AF_INET, int{IPPROTO_ICMP}}, std::pair{AF_INET6, int{IPPROTO_ICMPV6}}}) {
+      base::UniqueFd ping(::socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol));
+      if (!ping && errno != EACCES) return 20;
+    }
     // Random bytes, memory (large blocks are mmapped), time.
     unsigned char rnd[16];
     if (::getrandom(rnd, sizeof rnd, 0) != static_cast<ssize_t>(sizeof rnd)) return 17;
@@ -137,6 +146,18 @@ TEST(Sandbox, ForbiddenSyscallsKillTheProcess) {
   });
   expect_killed("socket(AF_NETLINK)", [] { return ::socket(AF_NETLINK, SOCK_RAW, 0) >= 0 ? 1 : 2; });
   expect_killed("socket(AF_PACKET)", [] { return ::socket(AF_PACKET, SOCK_RAW, 0) >= 0 ? 1 : 2; });
+  // AF_INET and AF_INET6: stream and datagram with protocol 0, and the ping
+  // sockets; nothing else (a raw socket, SCTP, ICMPv6 on an IPv4 socket).
+  expect_killed("socket(AF_INET, SOCK_RAW)",
+                [] { return ::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP) >= 0 ? 1 : 2; });
+  expect_killed("socket(AF_INET6, SOCK_RAW)",
+                [] { return ::socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMPV6) >= 0 ? 1 : 2; });
+  expect_killed("socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP)",
+                [] { return ::socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) >= 0 ? 1 : 2; });
+  expect_killed("socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMPV6)",
+                [] { return ::socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMPV6) >= 0 ? 1 : 2; });
+  expect_killed("socket(AF_INET6, SOCK_SEQPACKET)",
+                [] { return ::socket(AF_INET6, SOCK_SEQPACKET, 0) >= 0 ? 1 : 2; });
   expect_killed("io_uring_setup", [] {
     io_uring ring{};
     return io_uring_queue_init(8, &ring, 0) == 0 ? 1 : 2;

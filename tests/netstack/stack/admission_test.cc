@@ -33,6 +33,9 @@ ports = [5432]
 names = ["ntp.example.net"]
 ports = [123]
 protocols = ["udp"]
+[[allow]]
+names = ["ping.example.net"]
+protocols = ["icmp"]
 [[broker]]
 name = "api.anthropic.com"
 credential = "anthropic"
@@ -69,6 +72,28 @@ TEST_F(AdmissionTest, AnsweredAllowedNameIsAdmitted) {
   auto ssh = admit("140.82.112.3", 22);
   ASSERT_TRUE(ssh.admitted());
   EXPECT_FALSE(ssh.needs_name);  // SSH carries no name
+}
+
+// Echo (Protocol::icmp, port 0): only to an answered address whose name's
+// rule allows icmp; a name with tcp ports only is refused with its own
+// reason; reserved and unanswered as for any flow.
+TEST_F(AdmissionTest, EchoNeedsARuleWithIcmp) {
+  answer("93.184.215.80", "ping.example.net");
+  answer("140.82.112.3", "github.com");
+  answer("2606:4700::80", "ping.example.net");
+  auto yes = admit("93.184.215.80", 0, Protocol::icmp);
+  ASSERT_TRUE(yes.admitted());
+  EXPECT_EQ(yes.name, "ping.example.net");
+  EXPECT_FALSE(yes.needs_name);
+  EXPECT_TRUE(admit("2606:4700::80", 0, Protocol::icmp).admitted());
+  EXPECT_EQ(admit("140.82.112.3", 0, Protocol::icmp).refusal, Refusal::icmp_not_allowed);
+  EXPECT_EQ(admit("93.184.215.99", 0, Protocol::icmp).refusal, Refusal::not_answered);
+  EXPECT_EQ(admit("127.0.0.1", 0, Protocol::icmp).refusal, Refusal::reserved);
+  // A reload keeps echo flows only while a rule for the name allows icmp.
+  EXPECT_TRUE(recheck_flow(*policy_, host_, ip("93.184.215.80"), 0, Protocol::icmp, "ping.example.net", false)
+                  .allowed);
+  EXPECT_FALSE(
+      recheck_flow(*policy_, host_, ip("140.82.112.3"), 0, Protocol::icmp, "github.com", false).allowed);
 }
 
 // Issue 21: admission is the same for an IPv6 destination: only an address

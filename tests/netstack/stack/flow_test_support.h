@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "base/unique_fd.h"
 #include "netstack/stack/guest_stack.h"
@@ -87,6 +88,7 @@ struct StackOptions {
   std::uint16_t port = 0;    // the allowed port (the server's)
   bool verify_name = false;  // the rule's verify_name
   bool udp = false;          // protocols = ["tcp", "udp"]
+  bool icmp = false;         // "icmp" in protocols too (echo)
   std::string extra;         // more policy: [timeouts], [limits], [dns]
   std::string rule_extra;    // more keys of the [[allow]] rule (budgets)
   bool host_io_on_ring = true;
@@ -106,7 +108,12 @@ inline StackOptions verified(std::string extra = {}) {
 
 class FlowRig {
  public:
-  FlowRig() : rig_(1500, [this] { return now_; }) {}
+  FlowRig() : rig_(1500, [this] { return now_; }) {
+    rig_.events = base::EventLog("flow-test", [this](std::string_view line) {
+      event_lines_.emplace_back(line);
+      return true;
+    });
+  }
   // The stack goes before the loop (its hooks stay registered on the loop:
   // the loop is not turned after).
   ~FlowRig() { stack_.reset(); }
@@ -121,7 +128,12 @@ class FlowRig {
     std::string text = "[dns]\nupstreams = [\"127.0.0.1:9\"]\n";
     text += o.extra;
     text += "\n[[allow]]\nnames = [\"example.com\"]\nports = [" + std::to_string(o.port) + "]\n";
-    text += o.udp ? "protocols = [\"tcp\", \"udp\"]\n" : "";
+    if (o.udp || o.icmp) {
+      text += "protocols = [\"tcp\"";
+      text += o.udp ? ", \"udp\"" : "";
+      text += o.icmp ? ", \"icmp\"" : "";
+      text += "]\n";
+    }
     text += o.verify_name ? "verify_name = true\n" : "verify_name = false\n";
     text += o.rule_extra;
     if (lift) text += "[unsafe]\nallow_reserved = [\"127.0.0.0/8\"]\n";
@@ -190,6 +202,11 @@ class FlowRig {
     return false;
   }
   std::vector<guest_wire::Seen> seen() { return guest_wire::read_seen(rig_.vmm.get(), in_); }
+  // The whole frames the gateway sent since the last call (use it or
+  // seen(), not both: each takes what it reads).
+  std::vector<Bytes> frames() { return guest_wire::read_frames(rig_.vmm.get(), in_); }
+  // Every event line the stack wrote so far.
+  const std::vector<std::string>& event_lines() const { return event_lines_; }
 
   // Moves the loop's clock and turns once (the sweep checks deadlines).
   void advance(base::Millis by) {
@@ -209,6 +226,7 @@ class FlowRig {
   std::optional<policy::Policy> policy_;
   std::unique_ptr<GuestStack> stack_;
   Bytes in_;
+  std::vector<std::string> event_lines_;
   static inline std::uint16_t next_port_ = 30000;
 };
 

@@ -202,7 +202,7 @@ TEST_F(GuestStackIpv6Test, NeighbourDiscoveryIsNotAnsweredWhenOff) {
 // never answered is refused with a RST from that address (after lwIP's own
 // neighbour solicitation, answered by the guest); one to the gateway's
 // address too; echo to the gateway's address is answered, to anything else
-// not.
+// refused (echo flows: guest_stack_echo.cc) unless admitted.
 class GuestStackIpv6TcpTest : public GuestStackIpv6Test {
  protected:
   GuestConfig config() const override {
@@ -273,10 +273,31 @@ TEST_F(GuestStackIpv6TcpTest, TcpGoesThroughAdmissionAndEchoIsForTheGatewayOnly)
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0].icmp_type, 129);
   EXPECT_EQ(back[0].source, gateway_global);
-  send(checksummed(kIcmpv6, icmpv6(128, 0), 2, kLinkLocal, kServer));
+  // Echo to anything else is an echo flow (guest_stack_echo.cc): never
+  // answered on the destination's behalf; this one, to an address no answer
+  // named, is refused with an administratively prohibited error from the
+  // gateway's link-local address (the guest's source is link-local),
+  // quoting the request, and a deny event.
+  const Bytes echo = checksummed(kIcmpv6, icmpv6(128, 0), 2, kLinkLocal, kServer);
+  send(echo);
+  back = ipv6_sent_back();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].icmp_type, 1);
+  EXPECT_EQ(back[0].icmp_code, 1);
+  EXPECT_EQ(back[0].source, gateway_link_local);
+  EXPECT_EQ(back[0].destination, kLinkLocal);
+  ASSERT_EQ(back[0].upper_layer.size(), 8u + echo.size() - kIp);
+  EXPECT_TRUE(std::equal(back[0].upper_layer.begin() + 8, back[0].upper_layer.end(), echo.begin() + kIp));
+  EXPECT_EQ(stack_->counters().echo_refused, 1u);
+  EXPECT_EQ(stack_->echo_flows(), 0u);
+  // A checksum left 0 is wrong: malformed, dropped, nothing back.
+  const std::uint64_t malformed = stack_->counters().frames_dropped_malformed;
+  send(ipv6_frame(kIcmpv6, icmpv6(128, 0), kLinkLocal, kServer));
   EXPECT_TRUE(ipv6_sent_back().empty());
+  EXPECT_EQ(stack_->counters().frames_dropped_malformed, malformed + 1);
 
   EXPECT_EQ(stack_->counters().tcp_admitted + stack_->counters().udp_admitted, 0u);
+  EXPECT_EQ(stack_->counters().echo_admitted, 0u);
 }
 
 // IPv6 UDP goes through the same admission as IPv4: a datagram to an address

@@ -155,6 +155,28 @@ struct Seen {
 };
 
 // Reads what the VMM's end of the stream link holds now (non-blocking,
+// bounded) and returns its whole records' frames; `in` keeps a cut record.
+inline std::vector<Bytes> read_frames(int vmm, Bytes& in) {
+  for (int i = 0; i < 256; ++i) {
+    std::array<std::uint8_t, 65536> chunk{};
+    const ssize_t n = ::recv(vmm, chunk.data(), chunk.size(), MSG_DONTWAIT);
+    if (n <= 0) break;
+    in.insert(in.end(), chunk.begin(), chunk.begin() + n);
+  }
+  std::vector<Bytes> out;
+  std::size_t at = 0;
+  while (in.size() - at >= 4) {
+    const std::size_t len = get32(in, at);
+    if (in.size() - at < 4 + len) break;
+    out.emplace_back(in.begin() + static_cast<std::ptrdiff_t>(at + 4),
+                     in.begin() + static_cast<std::ptrdiff_t>(at + 4 + len));
+    at += 4 + len;
+  }
+  in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(at));
+  return out;
+}
+
+// Reads what the VMM's end of the stream link holds now (non-blocking,
 // bounded) and parses the whole records of it; `in` keeps a cut record.
 inline std::vector<Seen> read_seen(int vmm, Bytes& in) {
   for (int i = 0; i < 256; ++i) {
