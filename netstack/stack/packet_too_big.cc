@@ -14,9 +14,7 @@ constexpr std::uint8_t kIcmpv6PacketTooBig = 2;
 constexpr std::uint8_t kIcmpDestinationUnreachable = 3;
 constexpr std::uint8_t kIcmpFragmentationNeeded = 4;
 constexpr std::uint8_t kHopLimit = 64;
-constexpr std::size_t kEthernetHeader = 14;
 constexpr std::size_t kIpv4Header = 20;
-constexpr std::size_t kIpv6Header = 40;
 constexpr std::size_t kIcmpHeader = 8;
 
 // push_back byte by byte: GCC 12's -Warray-bounds misreads a vector's
