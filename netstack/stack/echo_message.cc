@@ -91,41 +91,47 @@ std::string_view describe(EchoRefusal r) {
   return kSentences.at(static_cast<std::size_t>(r));
 }
 
+namespace {
+// The 8-byte header an echo request and reply share (RFC 792, RFC 4443
+// section 4): type, code 0, checksum (checked by the caller that needs it),
+// id, sequence; the payload is the rest.
+base::Result<EchoMessage, EchoRefusal> read_echo_header(std::span<const std::uint8_t> message,
+                                                        std::uint8_t expected_type) {
+  using base::Err;
+  base::ByteReader r(message);
+  const auto type = r.u8();
+  const auto code = r.u8();
+  const bool checksum = r.skip(2);
+  const auto id = r.u16be();
+  const auto sequence = r.u16be();
+  if (!type || !code || !checksum || !id || !sequence) return Err{EchoRefusal::short_message};
+  if (*type != expected_type) return Err{EchoRefusal::wrong_type};
+  if (*code != 0) return Err{EchoRefusal::wrong_code};
+  return EchoMessage{*id, *sequence, r.rest()};
+}
+}  // namespace
+
 base::Result<EchoMessage, EchoRefusal> parse_echo_request(std::span<const std::uint8_t> message,
                                                           const policy::IpAddress& source,
                                                           const policy::IpAddress& destination) {
   using base::Err;
   const bool v6 = destination.is_v6();
-  base::ByteReader r(message);
-  const auto type = r.u8();
-  const auto code = r.u8();
-  const bool checksum = r.skip(2);
-  const auto id = r.u16be();
-  const auto sequence = r.u16be();
-  if (!type || !code || !checksum || !id || !sequence) return Err{EchoRefusal::short_message};
-  if (*type != (v6 ? kIcmpv6EchoRequest : kIcmpEchoRequest)) return Err{EchoRefusal::wrong_type};
-  if (*code != 0) return Err{EchoRefusal::wrong_code};
-  if (r.remaining() > kMaxEchoPayload) return Err{EchoRefusal::too_long};
+  auto echo = read_echo_header(message, v6 ? kIcmpv6EchoRequest : kIcmpEchoRequest);
+  if (!echo.ok()) return echo;
+  if (echo->payload.size() > kMaxEchoPayload) return Err{EchoRefusal::too_long};
   const std::uint32_t start = v6 ? icmpv6_pseudo_sum(source, destination, message.size()) : 0;
   if (fold_checksum(sum16(message, start)) != 0) return Err{EchoRefusal::checksum};
-  return EchoMessage{*id, *sequence, r.rest()};
+  return echo;
 }
 
 base::Result<EchoMessage, EchoRefusal> parse_echo_reply(std::span<const std::uint8_t> message, bool v6,
                                                         std::uint16_t expected_id) {
   using base::Err;
-  base::ByteReader r(message);
-  const auto type = r.u8();
-  const auto code = r.u8();
-  const bool checksum = r.skip(2);
-  const auto id = r.u16be();
-  const auto sequence = r.u16be();
-  if (!type || !code || !checksum || !id || !sequence) return Err{EchoRefusal::short_message};
-  if (*type != (v6 ? kIcmpv6EchoReply : kIcmpEchoReply)) return Err{EchoRefusal::wrong_type};
-  if (*code != 0) return Err{EchoRefusal::wrong_code};
-  if (expected_id != 0 && *id != expected_id) return Err{EchoRefusal::wrong_id};
-  if (r.remaining() > kMaxEchoPayload) return Err{EchoRefusal::too_long};
-  return EchoMessage{*id, *sequence, r.rest()};
+  auto echo = read_echo_header(message, v6 ? kIcmpv6EchoReply : kIcmpEchoReply);
+  if (!echo.ok()) return echo;
+  if (expected_id != 0 && echo->id != expected_id) return Err{EchoRefusal::wrong_id};
+  if (echo->payload.size() > kMaxEchoPayload) return Err{EchoRefusal::too_long};
+  return echo;
 }
 
 std::vector<std::uint8_t> echo_request_message(bool v6, std::uint16_t sequence,
