@@ -89,36 +89,17 @@ class GuestStackAcceptTest : public ::testing::Test {
   }
 
   // Writes one frame as the VMM and turns the stack until it is handled.
-  void send(const Bytes& frame) {
-    write_all(rig_.vmm.get(), record(frame));
-    for (int i = 0; i < 4; ++i) {
-      stack_->poll_link();
-      rig_.loop.run_once(base::Millis(0));
-    }
-  }
+  void send(const Bytes& frame) { stream_stack_test::send_frame(rig_, *stack_, frame); }
   // Every TCP segment the gateway sent the guest since the last call.
   std::vector<TcpSeen> tcp_out() {
     std::vector<TcpSeen> out;
-    for (int i = 0; i < 100; ++i) {
-      std::array<std::uint8_t, 65536> chunk{};
-      const ssize_t n = ::recv(rig_.vmm.get(), chunk.data(), chunk.size(), MSG_DONTWAIT);
-      if (n <= 0) break;
-      in_.insert(in_.end(), chunk.begin(), chunk.begin() + n);
-    }
-    std::size_t at = 0;
-    while (in_.size() - at >= 4) {
-      const std::size_t len = (std::size_t{in_[at]} << 24) | (std::size_t{in_[at + 1]} << 16) |
-                              (std::size_t{in_[at + 2]} << 8) | in_[at + 3];
-      if (in_.size() - at < 4 + len) break;
-      const std::span<const std::uint8_t> frame(in_.data() + at + 4, len);
+    for (const Bytes& frame : sent_.take()) {
       if (const auto v = GuestFrame::parse(frame); v.ok() && v->is_tcp()) {
         base::ByteReader r(frame);
         (void)r.skip(14 + 20 + 4);  // lwIP sends no IP options
         out.push_back({v->transport().tcp_flags, r.u32be().value_or(0)});
       }
-      at += 4 + len;
     }
-    in_.erase(in_.begin(), in_.begin() + static_cast<long>(at));
     return out;
   }
   // SYN, and the gateway's SYN-ACK: its sequence number.
@@ -148,8 +129,8 @@ class GuestStackAcceptTest : public ::testing::Test {
   base::MonoTime now_ = base::MonoTime{} + base::Seconds(1000);  // the loop's clock: moved by hand
   const policy::Policy policy_;
   stream_stack_test::StreamStackRig rig_;
+  stream_stack_test::FramesSentBack sent_{rig_.vmm.get()};
   std::unique_ptr<GuestStack> stack_;
-  Bytes in_;
   // lwIP is process-global and keeps pcbs across stacks: each test its own port.
   static inline std::uint16_t next_port_ = 40000;
   std::uint16_t port_ = next_port_++;

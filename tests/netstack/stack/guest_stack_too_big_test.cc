@@ -86,33 +86,9 @@ class GuestStackTooBigTest : public ::testing::Test {
                                           rig_.random, config);
     (void)frames_sent_back();
   }
-  void send(const Bytes& frame) {
-    write_all(rig_.vmm.get(), guest_wire::record(frame));
-    for (int i = 0; i < 4; ++i) {
-      stack_->poll_link();
-      rig_.loop.run_once(base::Millis(0));
-    }
-  }
-  std::vector<Bytes> frames_sent_back() {
-    std::vector<Bytes> frames;
-    Bytes in;
-    for (int i = 0; i < 64; ++i) {
-      std::array<std::uint8_t, 4096> buf{};
-      const ssize_t n = ::recv(rig_.vmm.get(), buf.data(), buf.size(), MSG_DONTWAIT);
-      if (n <= 0) break;
-      in.insert(in.end(), buf.begin(), buf.begin() + n);
-    }
-    std::size_t at = 0;
-    while (in.size() - at >= 4) {
-      const std::size_t len = (std::size_t{in[at]} << 24) | (std::size_t{in[at + 1]} << 16) |
-                              (std::size_t{in[at + 2]} << 8) | in[at + 3];
-      if (in.size() - at - 4 < len) break;
-      frames.emplace_back(in.begin() + static_cast<long>(at + 4),
-                          in.begin() + static_cast<long>(at + 4 + len));
-      at += 4 + len;
-    }
-    return frames;
-  }
+  void send(const Bytes& frame) { stream_stack_test::send_frame(rig_, *stack_, frame); }
+  // The frames the stack sent the guest since the last call.
+  std::vector<Bytes> frames_sent_back() { return sent_.take(); }
   // The "packet too big" answers among them (lwIP sends its own frames
   // too: neighbour and router solicitations, ARP).
   std::vector<Bytes> answers() {
@@ -137,6 +113,7 @@ class GuestStackTooBigTest : public ::testing::Test {
   }
 
   stream_stack_test::StreamStackRig rig_;
+  stream_stack_test::FramesSentBack sent_{rig_.vmm.get()};
   std::unique_ptr<GuestStack> stack_;
 };
 

@@ -3,7 +3,9 @@
 // policy that allows example.com:443, a DNS upstream nobody answers
 // (127.0.0.1:9), a discarding event log, a seeded random source, an event
 // loop, and a StreamLink on one end of a socketpair whose other end, `vmm`,
-// the test writes and reads.
+// the test writes and reads; and the two things every such test does as
+// the VMM: hand the stack one frame and turn it (send_frame), and take the
+// frames it wrote back (FramesSentBack).
 //
 // Invariants: lwIP is reset first (tests/netstack/lwip/lwip_test_state.h),
 // so that the stack starts from the state a process starts in, whatever ran
@@ -29,8 +31,10 @@
 #include "base/unique_fd.h"
 #include "io/event_loop.h"
 #include "netstack/link/stream_link.h"
+#include "netstack/stack/guest_stack.h"
 #include "policy/policy_file.h"
 #include "tests/netstack/lwip/lwip_test_state.h"
+#include "tests/netstack/stack/guest_wire.h"
 
 namespace abox::netstack::stream_stack_test {
 
@@ -79,5 +83,49 @@ inline void write_all(int fd, const std::vector<std::uint8_t>& bytes) {
     done += static_cast<std::size_t>(n);
   }
 }
+
+// Writes one frame as the VMM (a length-prefixed record) and turns the
+// stack until it is handled: four polls of the link, each with a turn of
+// the loop that may not wait.
+inline void send_frame(StreamStackRig& rig, GuestStack& stack, const std::vector<std::uint8_t>& frame) {
+  write_all(rig.vmm.get(), guest_wire::record(frame));
+  for (int i = 0; i < 4; ++i) {
+    stack.poll_link();
+    rig.loop.run_once(base::Millis(0));
+  }
+}
+
+// The frames the stack wrote to the VMM's end, as whole records: take()
+// reads what is there now (at most 64 reads, never waiting) and returns
+// every frame complete since the last call; a record cut short between
+// reads waits in `pending_` for the next call.
+class FramesSentBack {
+ public:
+  explicit FramesSentBack(int vmm) : vmm_(vmm) {}
+  std::vector<std::vector<std::uint8_t>> take() {
+    for (int i = 0; i < 64; ++i) {
+      std::array<std::uint8_t, 65536> chunk{};
+      const ssize_t n = ::recv(vmm_, chunk.data(), chunk.size(), MSG_DONTWAIT);
+      if (n <= 0) break;
+      pending_.insert(pending_.end(), chunk.begin(), chunk.begin() + n);
+    }
+    std::vector<std::vector<std::uint8_t>> frames;
+    std::size_t at = 0;
+    while (pending_.size() - at >= 4) {
+      const std::size_t len = (std::size_t{pending_[at]} << 24) | (std::size_t{pending_[at + 1]} << 16) |
+                              (std::size_t{pending_[at + 2]} << 8) | pending_[at + 3];
+      if (pending_.size() - at - 4 < len) break;
+      frames.emplace_back(pending_.begin() + static_cast<long>(at + 4),
+                          pending_.begin() + static_cast<long>(at + 4 + len));
+      at += 4 + len;
+    }
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(at));
+    return frames;
+  }
+
+ private:
+  int vmm_;
+  std::vector<std::uint8_t> pending_;
+};
 
 }  // namespace abox::netstack::stream_stack_test
