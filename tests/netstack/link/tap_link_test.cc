@@ -82,6 +82,70 @@ base::UniqueFd vnet_packet_socket(const ScopedNetns& ns, const std::string& ifna
   });
 }
 
+// struct virtio_net_hdr, as a packet socket with PACKET_VNET_HDR takes and
+// gives it before each frame.
+struct VnetHeader {
+  std::uint8_t flags = 0;
+  std::uint8_t gso_type = 0;
+  std::uint16_t hdr_len = 0;
+  std::uint16_t gso_size = 0;
+  std::uint16_t csum_start = 0;
+  std::uint16_t csum_offset = 0;
+};
+static_assert(sizeof(VnetHeader) == 10);
+
+// As the guest's kernel: hands eth0 one TCP frame of `f.size()` bytes that
+// needs its checksum and segmenting (gso_type 1 TCPv4, 4 TCPv6).
+void send_as_gso(int sender, const Frame& f, std::uint8_t gso_type, std::uint16_t headers, std::uint16_t mss,
+                 std::uint16_t csum_start) {
+  VnetHeader vnet{.flags = 1,
+                  .gso_type = gso_type,
+                  .hdr_len = headers,
+                  .gso_size = mss,
+                  .csum_start = csum_start,
+                  .csum_offset = 16};  // NEEDS_CSUM, the TCP checksum
+  std::array<iovec, 2> iov = {{{&vnet, sizeof vnet}, {const_cast<std::uint8_t*>(f.data()), f.size()}}};
+  ASSERT_EQ(::writev(sender, iov.data(), 2), static_cast<ssize_t>(sizeof vnet + f.size()))
+      << std::strerror(errno);
+}
+
+// The size of the first frame the link hands over that `is_it` picks out,
+// within 3 s; empty when none came.
+std::optional<std::size_t> receive_one(TapLink& link, Frame& buf,
+                                       const std::function<bool(std::size_t)>& is_it) {
+  const auto deadline = Clock::now() + 3s;
+  while (Clock::now() < deadline) {
+    pollfd p{link.fd(), POLLIN, 0};
+    ::poll(&p, 1, 200);
+    for (;;) {
+      auto r = link.receive(buf);
+      if (!r.ok()) {
+        ADD_FAILURE() << r.error();
+        return std::nullopt;
+      }
+      if (*r == 0) break;
+      if (is_it(*r)) return *r;
+    }
+  }
+  return std::nullopt;
+}
+
+// True when the guest's eth0 (watcher: a vnet packet socket) gets one packet
+// of exactly `size` bytes whose byte `protocol_at` is TCP, within 3 s; its
+// vnet header lands in `vnet` and its bytes in `in`.
+bool guest_gets_whole(int watcher, std::size_t size, std::size_t protocol_at, VnetHeader& vnet, Frame& in) {
+  in.assign(70000, 0);
+  const auto deadline = Clock::now() + 3s;
+  while (Clock::now() < deadline) {
+    pollfd p{watcher, POLLIN, 0};
+    if (::poll(&p, 1, 200) <= 0) continue;
+    std::array<iovec, 2> iov = {{{&vnet, sizeof vnet}, {in.data(), in.size()}}};
+    const ssize_t n = ::readv(watcher, iov.data(), 2);
+    if (n == static_cast<ssize_t>(sizeof vnet + size) && in[protocol_at] == 6) return true;
+  }
+  return false;
+}
+
 void expect_configured(const ScopedNetns& ns, std::size_t mtu) {
   const CommandResult addr = ns.ip("-j addr show eth0");
   ASSERT_EQ(addr.status, 0) << addr.output;
@@ -314,35 +378,11 @@ TEST_F(TapLinkTest, TsoSegmentFromTheGuestArrivesWhole) {
                            .src_port = 40000,
                            .dst_port = 80,
                            .payload = 20000});
-  struct {                      // struct virtio_net_hdr, as the packet socket takes it
-    std::uint8_t flags = 1;     // NEEDS_CSUM
-    std::uint8_t gso_type = 1;  // TCPV4
-    std::uint16_t hdr_len = 54;
-    std::uint16_t gso_size = 1448;
-    std::uint16_t csum_start = 34;
-    std::uint16_t csum_offset = 16;
-  } vnet;
-  static_assert(sizeof vnet == 10);
-  std::array<iovec, 2> iov = {{{&vnet, sizeof vnet}, {f.data(), f.size()}}};
-  ASSERT_EQ(::writev(sender.get(), iov.data(), 2), static_cast<ssize_t>(sizeof vnet + f.size()))
-      << std::strerror(errno);
+  send_as_gso(sender.get(), f, 1, 54, 1448, 34);
 
   Frame buf(link->max_receive_size());
-  std::optional<std::size_t> got;
-  const auto deadline = Clock::now() + 3s;
-  while (!got && Clock::now() < deadline) {
-    pollfd p{link->fd(), POLLIN, 0};
-    ::poll(&p, 1, 200);
-    for (;;) {
-      auto r = link->receive(buf);
-      ASSERT_TRUE(r.ok());
-      if (*r == 0) break;
-      if (*r > 14 + 20 && get16(buf, 12) == kEtherIpv4 && buf[23] == 6) {
-        got = *r;
-        break;
-      }
-    }
-  }
+  const std::optional<std::size_t> got = receive_one(
+      *link, buf, [&](std::size_t n) { return n > 14 + 20 && get16(buf, 12) == kEtherIpv4 && buf[23] == 6; });
   ASSERT_TRUE(got) << "the TSO segment never came out (dropped_oversize " << link->counters().dropped_oversize
                    << ")";
   EXPECT_EQ(*got, f.size()) << "one frame, not segmented";
@@ -382,21 +422,10 @@ TEST_F(TapLinkTest, GsoFrameToTheGuestArrivesAsOneTcpPacket) {
   EXPECT_EQ(link->counters().dropped_send, 0u);
   EXPECT_EQ(link->counters().dropped_oversize, 0u);
 
-  struct {
-    std::uint8_t flags, gso_type;
-    std::uint16_t hdr_len, gso_size, csum_start, csum_offset;
-  } vnet{};
-  Frame in(70000);
-  bool seen = false;
-  const auto deadline = Clock::now() + 3s;
-  while (!seen && Clock::now() < deadline) {
-    pollfd p{watcher.get(), POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
-    std::array<iovec, 2> iov = {{{&vnet, sizeof vnet}, {in.data(), in.size()}}};
-    const ssize_t n = ::readv(watcher.get(), iov.data(), 2);
-    seen = n == static_cast<ssize_t>(sizeof vnet + f.size()) && in[23] == 6;
-  }
-  ASSERT_TRUE(seen) << "the guest's eth0 never got the GSO packet whole";
+  VnetHeader vnet;
+  Frame in;
+  ASSERT_TRUE(guest_gets_whole(watcher.get(), f.size(), 23, vnet, in))
+      << "the guest's eth0 never got the GSO packet whole";
   EXPECT_EQ(vnet.gso_type & 0x7F, 1) << "TCPv4 GSO";
   EXPECT_EQ(vnet.gso_size, 1460);
   EXPECT_TRUE(std::equal(f.begin() + 54, f.end(), in.begin() + 54));
@@ -421,35 +450,12 @@ TEST_F(TapLinkTest, Tso6SegmentFromTheGuestArrivesWhole) {
                                   .src_port = 40000,
                                   .dst_port = 80,
                                   .payload = 20000});
-  struct {                      // struct virtio_net_hdr, as the packet socket takes it
-    std::uint8_t flags = 1;     // NEEDS_CSUM
-    std::uint8_t gso_type = 4;  // TCPV6
-    std::uint16_t hdr_len = 74;
-    std::uint16_t gso_size = 1428;
-    std::uint16_t csum_start = 54;
-    std::uint16_t csum_offset = 16;
-  } vnet;
-  static_assert(sizeof vnet == 10);
-  std::array<iovec, 2> iov = {{{&vnet, sizeof vnet}, {const_cast<std::uint8_t*>(f.data()), f.size()}}};
-  ASSERT_EQ(::writev(sender.get(), iov.data(), 2), static_cast<ssize_t>(sizeof vnet + f.size()))
-      << std::strerror(errno);
+  send_as_gso(sender.get(), f, 4, 74, 1428, 54);
 
   Frame buf(link->max_receive_size());
-  std::optional<std::size_t> got;
-  const auto deadline = Clock::now() + 3s;
-  while (!got && Clock::now() < deadline) {
-    pollfd p{link->fd(), POLLIN, 0};
-    ::poll(&p, 1, 200);
-    for (;;) {
-      auto r = link->receive(buf);
-      ASSERT_TRUE(r.ok());
-      if (*r == 0) break;
-      if (*r > 54 && get16(buf, 12) == kEtherIpv6 && buf[20] == 6 && get16(buf, 54) == 40000) {
-        got = *r;
-        break;
-      }
-    }
-  }
+  const std::optional<std::size_t> got = receive_one(*link, buf, [&](std::size_t n) {
+    return n > 54 && get16(buf, 12) == kEtherIpv6 && buf[20] == 6 && get16(buf, 54) == 40000;
+  });
   ASSERT_TRUE(got) << "the TSO6 segment never came out (dropped_oversize "
                    << link->counters().dropped_oversize << ")";
   EXPECT_EQ(*got, f.size()) << "one frame, not segmented";
@@ -490,21 +496,10 @@ TEST_F(TapLinkTest, Gso6FrameToTheGuestArrivesAsOneTcpPacket) {
   EXPECT_EQ(link->counters().dropped_send, 0u);
   EXPECT_EQ(link->counters().dropped_oversize, 0u);
 
-  struct {
-    std::uint8_t flags, gso_type;
-    std::uint16_t hdr_len, gso_size, csum_start, csum_offset;
-  } vnet{};
-  Frame in(70000);
-  bool seen = false;
-  const auto deadline = Clock::now() + 3s;
-  while (!seen && Clock::now() < deadline) {
-    pollfd p{watcher.get(), POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;
-    std::array<iovec, 2> iov = {{{&vnet, sizeof vnet}, {in.data(), in.size()}}};
-    const ssize_t n = ::readv(watcher.get(), iov.data(), 2);
-    seen = n == static_cast<ssize_t>(sizeof vnet + f.size()) && in[20] == 6;
-  }
-  ASSERT_TRUE(seen) << "the guest's eth0 never got the GSO packet whole";
+  VnetHeader vnet;
+  Frame in;
+  ASSERT_TRUE(guest_gets_whole(watcher.get(), f.size(), 20, vnet, in))
+      << "the guest's eth0 never got the GSO packet whole";
   EXPECT_EQ(vnet.gso_type & 0x7F, 4) << "TCPv6 GSO";
   EXPECT_EQ(vnet.gso_size, 1440);
   EXPECT_TRUE(std::equal(f.begin() + 74, f.end(), in.begin() + 74));
