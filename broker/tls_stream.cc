@@ -10,8 +10,19 @@
 
 namespace abox::broker {
 
-TlsStream::TlsStream(base::UniqueFd fd, SslPtr ssl) : fd_(std::move(fd)), ssl_(std::move(ssl)) {
-  SSL_set_fd(ssl_.get(), fd_.get());
+TlsStream::TlsStream(base::UniqueFd fd, SslPtr ssl)
+    : fd_(std::move(fd)), read_ahead_(fd_.get()), ssl_(std::move(ssl)) {
+  BIO* reads = read_ahead_.new_bio();
+  BIO* writes = BIO_new_socket(fd_.get(), BIO_NOCLOSE);
+  if (reads != nullptr && writes != nullptr) {
+    SSL_set_bio(ssl_.get(), reads, writes);  // the SSL owns both from here
+  } else {
+    // Out of memory at BIO_new: the plain socket BIO for both ways (what
+    // SSL_set_fd gives), slower but whole.
+    if (reads != nullptr) BIO_free(reads);
+    if (writes != nullptr) BIO_free(writes);
+    SSL_set_fd(ssl_.get(), fd_.get());
+  }
   SSL_set_mode(ssl_.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 }
 
@@ -69,11 +80,12 @@ TlsIo TlsStream::read(std::string& out, std::size_t max) {
 }
 
 bool TlsStream::has_pending() const {
-  return SSL_pending(ssl_.get()) > 0;
+  return SSL_pending(ssl_.get()) > 0 || read_ahead_.buffered() > 0;
 }
 
 std::size_t TlsStream::bytes_received() const {
-  const BIO* rbio = SSL_get_rbio(ssl_.get());
+  if (read_ahead_.received() > 0) return read_ahead_.received();
+  const BIO* rbio = SSL_get_rbio(ssl_.get());  // the fallback socket BIO, if it is the one
   return rbio == nullptr ? 0 : BIO_number_read(rbio);
 }
 

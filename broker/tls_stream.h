@@ -11,6 +11,12 @@
 //
 // Bounds: the output buffer is the owner's to bound (queued_bytes()); the
 // owner stops reading from the other side while it is over its limit.
+//
+// Reads go through a read-ahead source (socket_read_ahead.h: one read(2)
+// per record, not two); writes through a plain socket BIO. Bytes read ahead
+// count as pending: an owner that stops reading while has_pending() holds
+// must come back without waiting for readiness. The stream does not move
+// (its SSL's BIO points into it): owners hold it by unique_ptr.
 #pragma once
 
 #include <array>
@@ -20,6 +26,7 @@
 #include <string_view>
 
 #include "base/unique_fd.h"
+#include "broker/socket_read_ahead.h"
 #include "broker/tls.h"
 
 namespace abox::broker {
@@ -34,6 +41,8 @@ enum class TlsIo : std::uint8_t {
 class TlsStream {
  public:
   TlsStream(base::UniqueFd fd, SslPtr ssl);
+  TlsStream(const TlsStream&) = delete;
+  TlsStream& operator=(const TlsStream&) = delete;
 
   int fd() const { return fd_.get(); }
   SSL* ssl() const { return ssl_.get(); }
@@ -43,7 +52,8 @@ class TlsStream {
 
   // Appends up to `max` plaintext bytes to `out`. done: at least one byte.
   TlsIo read(std::string& out, std::size_t max);
-  // Bytes decrypted but not read yet (no readiness will announce them).
+  // Bytes decrypted but not read yet, or read from the socket and not yet
+  // given to TLS (no readiness will announce either).
   bool has_pending() const;
   // Bytes read from the socket so far, TLS records included, whole or not:
   // tells that a peer sent something before a whole record decrypts.
@@ -65,6 +75,8 @@ class TlsStream {
   TlsIo classify(int ret);
 
   base::UniqueFd fd_;
+  // Before ssl_: the SSL's read BIO points here, so this outlives it.
+  SocketReadAhead read_ahead_;
   SslPtr ssl_;
   std::string out_;
   std::array<char, 16384> read_buffer_{};  // one TLS record's worth

@@ -27,8 +27,9 @@ std::unique_ptr<TlsStream> UpstreamPool::take(std::size_t binding) {
     loop_.io().cancel(static_cast<io::EventLoop::Timer&>(*i));
     // The watch drops a connection that turned readable, but only when the
     // loop gets to that event: one that came in the same turn as the request
-    // taking it is seen here. An idle connection has nothing to say.
-    if (!quiet(i->stream->fd())) {
+    // taking it is seen here. An idle connection has nothing to say, in its
+    // socket or read ahead of its TLS.
+    if (i->stream->has_pending() || !quiet(i->stream->fd())) {
       loop_.unwatch(i->stream->fd());
       loop_.delete_later(std::move(i));
       continue;

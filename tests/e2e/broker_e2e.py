@@ -324,6 +324,38 @@ def python_http_client_keep_alive(env):
 
 
 @case
+def pipelined_requests_in_separate_records_are_both_answered(env):
+    # Two requests, each its own TLS record, corked so that both reach the
+    # broker in one segment: it reads them in one go (its read-ahead), answers
+    # the first, and must then answer the second from what it already holds,
+    # with no readiness left on the socket to wake it (a stall here would
+    # last until the broker's idle time-out, past this case's bound).
+    before = env.provider_log()
+    first = request(env, path="/v1/messages?pipelined=1").replace(b"Connection: close\r\n", b"")
+    second = request(env, path="/v1/messages?pipelined=2")
+    ctx = tls_context(env)
+    with socket.create_connection(("127.0.0.1", 443), timeout=10) as s:
+        with ctx.wrap_socket(s, server_hostname=API) as t:
+            t.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            t.sendall(first)
+            t.sendall(second)
+            t.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+            out = b""
+            deadline = time.monotonic() + 5
+            while out.count(b"HTTP/1.1 200 ") < 2 and time.monotonic() < deadline:
+                try:
+                    chunk = t.recv(65536)
+                except (ssl.SSLError, ConnectionResetError, socket.timeout):
+                    break
+                if not chunk:
+                    break
+                out += chunk
+    assert out.count(b"HTTP/1.1 200 ") == 2, out[:400]
+    got = env.provider_log()[len(before):]
+    assert [g["path"] for g in got] == ["/v1/messages?pipelined=1", "/v1/messages?pipelined=2"], got
+
+
+@case
 def provider_dropping_a_kept_connection_breaks_nothing(env):
     # The provider closes its side after each of these answers without saying
     # so; the broker's pooled connection is dead, and the next request must
