@@ -80,7 +80,7 @@ std::string run_stats_json(const RunStatsSources& from) {
   const auto& g = s.dns().gate().counters();
   const auto& gd = s.dns().counters();
   const auto& l = from.link.counters();
-  const GuestStack::LwipDrops lw = GuestStack::lwip_drops();
+  const GuestStack::LwipCounts lw = GuestStack::lwip_counts();
   const auto& t = s.table().counters();
   std::string out;
   base::JsonWriter w(out);
@@ -124,6 +124,8 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("frames_dropped_send", l.dropped_send)
       .field("syn_dropped", c.syn_dropped)
       .field("syn_reset", c.syn_reset)
+      .field("tcp_retransmit_timeouts", lw.tcp_retransmit_timeouts)
+      .field("tcp_fast_retransmits", lw.tcp_fast_retransmits)
       .field("dns_answered", g.answered)
       .field("dns_forwarded", g.forwarded)
       .field("dns_coalesced", g.coalesced)
