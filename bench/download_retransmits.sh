@@ -6,7 +6,8 @@
 #     (abox-net's host sockets) and of the guest's namespace;
 #   - /proc/net/softnet_stat (per-CPU backlog drops), `ip -s link` of the guest's eth0 and of abox-net's veth;
 #   - abox-net's own counters (`abox-net stats`), lwIP's retransmissions to the guest among them
-#     (tcp_retransmit_timeouts, tcp_fast_retransmits) and the tap's drops (frames_dropped_send).
+#     (tcp_retransmit_timeouts, tcp_fast_retransmits), the tap's drops (frames_dropped_send) and what its
+#     host socket's TCP counted when the flow ended (host_tcp_out_of_order, host_tcp_retransmits).
 # The rig is netbench.sh's abox-net row reduced to one run: abox-net runs in a namespace of its own, joined
 # to the host by a veth, because every address of the namespace it runs in is reserved (issue 15).
 #
@@ -101,6 +102,7 @@ snapshot >"$OUT/before"
 CLIENT_NS=$NSG; [ -n "$DIRECT" ] && CLIENT_NS=$NSB
 ip netns exec $CLIENT_NS timeout $((DUR + 15)) ${PIN:+taskset -c $PIN} iperf3 -c $DST -p $PORT -t $DUR -R -J \
   >"$OUT/iperf.json" 2>&1
+sleep 0.5  # the flow ends, and its host socket is counted, once abox-net has seen both sides close
 snapshot >"$OUT/after"
 
 echo "tap MTU $MTU, veth MTU $VETH_MTU, IPv$FAMILY, ${DUR}s, client in $([ -n "$DIRECT" ] && echo "abox-net's namespace (no abox-net)" || echo "the guest"), pin '${PIN:-none}'"
@@ -109,7 +111,7 @@ jq -r '"iperf3 -R: server retransmits \(.end.sum_sent.retransmits), \(.end.sum_r
 # Always shown: lwIP's retransmissions and the tap's drops (ours), what the guest saw of them, the
 # per-CPU backlogs' drops. Then whatever else moved among the counters that tell loss, reordering and
 # retransmission.
-ALWAYS='^(abox-net/(tcp_retransmit_timeouts|tcp_fast_retransmits|frames_dropped_send)|g/(TcpRetransSegs|TcpExtTCPOFOQueue|TcpExtTCPDSACKOldSent)|softnet/|eth0/|veth/)'
+ALWAYS='^(abox-net/(tcp_retransmit_timeouts|tcp_fast_retransmits|frames_dropped_send|host_tcp_retransmits|host_tcp_out_of_order)|g/(TcpRetransSegs|TcpExtTCPOFOQueue|TcpExtTCPDSACKOldSent)|softnet/|eth0/|veth/)'
 join <(awk '{print $1 "/" $2, $3}' "$OUT/before" | sort) <(awk '{print $1 "/" $2, $3}' "$OUT/after" | sort) |
   awk -v always="$ALWAYS" '$3 != $2 || $1 ~ always {print $1, $3 - $2}' |
   grep -E "$ALWAYS|Retrans|OFO|DSACK|Lost|Drop|Prune|Collapse|Reorder|Spurious|Undo|ZeroWindow|dropped|retransmit" |

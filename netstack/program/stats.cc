@@ -124,8 +124,6 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("frames_dropped_send", l.dropped_send)
       .field("syn_dropped", c.syn_dropped)
       .field("syn_reset", c.syn_reset)
-      .field("tcp_retransmit_timeouts", lw.tcp_retransmit_timeouts)
-      .field("tcp_fast_retransmits", lw.tcp_fast_retransmits)
       .field("dns_answered", g.answered)
       .field("dns_forwarded", g.forwarded)
       .field("dns_coalesced", g.coalesced)
@@ -232,6 +230,12 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("echo_requests", c.echo_requests)
       .field("echo_replies", c.echo_replies)
       .field("echo_replies_dropped", c.echo_replies_dropped);
+  // Retransmissions (added at the end): lwIP's to the guest (abox_lwip.h),
+  // and what abox-net's host TCP sockets counted as their flows ended.
+  w.field("tcp_retransmit_timeouts", lw.tcp_retransmit_timeouts)
+      .field("tcp_fast_retransmits", lw.tcp_fast_retransmits)
+      .field("host_tcp_retransmits", c.host_tcp_retransmits)
+      .field("host_tcp_out_of_order", c.host_tcp_out_of_order);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

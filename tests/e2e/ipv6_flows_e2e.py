@@ -388,6 +388,8 @@ def download_retransmit_case(rig, abox_net, r, family, want):
     lwip = {k: stats1.get(k, -1) - stats0.get(k, 0) for k in LWIP_RETRANSMITS}
     dropped = stats1.get("frames_dropped_send", -1) - stats0.get("frames_dropped_send", 0)
     server_retrans = inet1.get("RetransSegs", 0) - inet0.get("RetransSegs", 0)
+    # Counted as the flow ends: by now it has, or is about to (curl is gone).
+    host_ooo = stats1.get("host_tcp_out_of_order", 0) - stats0.get("host_tcp_out_of_order", 0)
     ok = got.returncode == 0 and got.stdout.split()[:1] == [want]
     r.case(f"8 MiB down over IPv{family} at MTU 1500: lwIP retransmits fewer than {RETRANSMIT_BOUND} times "
            "to the guest (abox-net's count, and the guest's out-of-order and duplicate segments), "
@@ -396,7 +398,7 @@ def download_retransmit_case(rig, abox_net, r, family, want):
            sum(signs.values()) < RETRANSMIT_BOUND and dropped == 0,
            f"exit {got.returncode}, abox-net {lwip}, guest {signs}, frames_dropped_send {dropped}")
     print(f"      (abox-net {lwip}, guest {signs}; the server's kernel retransmitted {server_retrans} segments "
-          "over the rig's veth: not ours)")
+          f"over the rig's veth, abox-net's host socket got {host_ooo} out of order: not ours)")
 
 
 def sha256_of(path):
