@@ -98,11 +98,24 @@ int abox_lwip_ip4_input_hook(struct pbuf* p, struct netif* inp);
    checking it is all in the first pbuf. */
 int abox_lwip_ip6_input_hook(struct pbuf* p, struct netif* inp);
 
-/* Drops that happen inside this glue, for abox-net's counters. */
+/* What happens inside this glue and lwIP's TCP, for abox-net's counters
+   (lwIP's own statistics are off, LWIP_STATS 0). Every TCP pcb of lwIP's is
+   a connection with the guest, so the retransmissions are all to the guest. */
 typedef struct abox_lwip_counters_t {
   u64_t icmp_not_for_netif; /* ICMP(v6) to a foreign address, eaten by the input hooks */
+  /* lwIP's retransmission timer fired and it sent again everything the guest
+     had not acknowledged (and a SYN-ACK resent by the timer or on a stray ACK) */
+  u64_t tcp_retransmit_timeouts;
+  /* lwIP sent the first unacknowledged segment again: three duplicate ACKs
+     from the guest (fast retransmit), or a SYN-ACK resent on a repeated SYN */
+  u64_t tcp_fast_retransmits;
 } abox_lwip_counters_t;
 const abox_lwip_counters_t* abox_lwip_counters(void);
+
+/* Called by the patched tcp_rexmit_rto_commit() and tcp_rexmit()
+   (tcp_out.c); not for abox's code. */
+void abox_lwip_count_tcp_retransmit_timeout(void);
+void abox_lwip_count_tcp_fast_retransmit(void);
 
 /* ---- Initialisation, clock and random source ------------------------------- */
 

@@ -58,6 +58,14 @@ const abox_lwip_counters_t* abox_lwip_counters(void) {
   return &counters;
 }
 
+void abox_lwip_count_tcp_retransmit_timeout(void) {
+  counters.tcp_retransmit_timeouts++;
+}
+
+void abox_lwip_count_tcp_fast_retransmit(void) {
+  counters.tcp_fast_retransmits++;
+}
+
 abox_lwip_syn_verdict_t abox_lwip_syn_verdict(void* listener_arg, const ip_addr_t* src, u16_t src_port,
                                               const ip_addr_t* dst, u16_t dst_port) {
   if (syn_hook == NULL) return ABOX_LWIP_SYN_ACCEPT;

@@ -80,7 +80,7 @@ std::string run_stats_json(const RunStatsSources& from) {
   const auto& g = s.dns().gate().counters();
   const auto& gd = s.dns().counters();
   const auto& l = from.link.counters();
-  const GuestStack::LwipDrops lw = GuestStack::lwip_drops();
+  const GuestStack::LwipCounts lw = GuestStack::lwip_counts();
   const auto& t = s.table().counters();
   std::string out;
   base::JsonWriter w(out);
@@ -230,6 +230,12 @@ std::string run_stats_json(const RunStatsSources& from) {
       .field("echo_requests", c.echo_requests)
       .field("echo_replies", c.echo_replies)
       .field("echo_replies_dropped", c.echo_replies_dropped);
+  // Retransmissions (added at the end): lwIP's to the guest (abox_lwip.h),
+  // and what abox-net's host TCP sockets counted as their flows ended.
+  w.field("tcp_retransmit_timeouts", lw.tcp_retransmit_timeouts)
+      .field("tcp_fast_retransmits", lw.tcp_fast_retransmits)
+      .field("host_tcp_retransmits", c.host_tcp_retransmits)
+      .field("host_tcp_out_of_order", c.host_tcp_out_of_order);
   // The link section: what only this kind of link counts.
   if (from.tap != nullptr) {
     w.field("link_frames_dropped_runt", from.tap->dropped_runt());

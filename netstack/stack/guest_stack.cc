@@ -807,8 +807,11 @@ FlowGauges GuestStack::flow_gauges() const {
   return g;
 }
 
-GuestStack::LwipDrops GuestStack::lwip_drops() {
-  return {.icmp_not_for_gateway = abox_lwip_counters()->icmp_not_for_netif};
+GuestStack::LwipCounts GuestStack::lwip_counts() {
+  const abox_lwip_counters_t* c = abox_lwip_counters();
+  return {.icmp_not_for_gateway = c->icmp_not_for_netif,
+          .tcp_retransmit_timeouts = c->tcp_retransmit_timeouts,
+          .tcp_fast_retransmits = c->tcp_fast_retransmits};
 }
 
 std::size_t GuestStack::half_open_now() const {

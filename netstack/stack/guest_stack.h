@@ -150,12 +150,15 @@ class GuestStack final : public FlowServices {
   std::size_t echo_flows() const { return echo_flows_.size(); }
   // Every flow [limits] flows counts: TCP, UDP and echo.
   std::size_t flows_now() const { return tcp_flows_.size() + udp_flows_.size() + echo_flows_.size(); }
-  // What lwIP's glue (netstack/lwip/abox_lwip.h) dropped: ICMP to a foreign
-  // address, for the stats.
-  struct LwipDrops {
+  // What lwIP's glue (netstack/lwip/abox_lwip.h) counted, for the stats:
+  // ICMP to a foreign address it dropped, and lwIP's TCP retransmissions to
+  // the guest (by its timer; on duplicate ACKs).
+  struct LwipCounts {
     std::uint64_t icmp_not_for_gateway = 0;
+    std::uint64_t tcp_retransmit_timeouts = 0;
+    std::uint64_t tcp_fast_retransmits = 0;
   };
-  static LwipDrops lwip_drops();
+  static LwipCounts lwip_counts();
   // Walks the flow table and lwIP's pcb lists: O(flows), every one bounded
   // (limits.flows, kMaxTimeWait), for the stats, never the packet path.
   FlowGauges flow_gauges() const;

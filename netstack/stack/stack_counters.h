@@ -82,13 +82,19 @@ struct StackCounters {
   std::uint64_t echo_requests = 0;
   std::uint64_t echo_replies = 0;
   std::uint64_t echo_replies_dropped = 0;
+  // abox-net's host TCP sockets, read as each flow ends (host_tcp_info.h):
+  // segments they sent again, and segments that reached them out of order
+  // (lost or reordered between the server and this host; the server
+  // retransmits them).
+  std::uint64_t host_tcp_retransmits = 0;
+  std::uint64_t host_tcp_out_of_order = 0;
 };
 
 struct StackCounterField {
   std::string_view name;  // in the stats output
   std::uint64_t StackCounters::*member;
 };
-inline constexpr std::array<StackCounterField, 45> kStackCounterFields = {{
+inline constexpr std::array<StackCounterField, 47> kStackCounterFields = {{
     {"frames_dropped_ipv6", &StackCounters::frames_dropped_ipv6},
     {"frames_dropped_other", &StackCounters::frames_dropped_other},
     {"frames_dropped_malformed", &StackCounters::frames_dropped_malformed},
@@ -134,6 +140,8 @@ inline constexpr std::array<StackCounterField, 45> kStackCounterFields = {{
     {"echo_requests", &StackCounters::echo_requests},
     {"echo_replies", &StackCounters::echo_replies},
     {"echo_replies_dropped", &StackCounters::echo_replies_dropped},
+    {"host_tcp_retransmits", &StackCounters::host_tcp_retransmits},
+    {"host_tcp_out_of_order", &StackCounters::host_tcp_out_of_order},
 }};
 static_assert(sizeof(StackCounters) == kStackCounterFields.size() * sizeof(std::uint64_t),
               "every StackCounters field has its name in kStackCounterFields");

@@ -20,6 +20,7 @@
 #include "lwip/tcp.h"
 #include "netstack/stack/admission.h"
 #include "netstack/stack/flow_services.h"
+#include "netstack/stack/host_tcp_info.h"
 #include "netstack/stack/name_peek.h"
 #include "netstack/stack/sockaddr.h"
 
@@ -108,6 +109,14 @@ TcpFlow::~TcpFlow() {
                                                         {"proto", "tcp"}});
   }
   if (handle_ != io::EventLoop::kNoHandle) stack_.loop().unwatch(handle_);
+  // What the host socket's TCP counted, before it closes (host_tcp_info.h);
+  // the broker's socket is a unix one.
+  if (host_ && broker_ == nullptr) {
+    if (const auto info = read_host_tcp_info(host_.get())) {
+      stack_.mutable_counters().host_tcp_retransmits += info->retransmits;
+      stack_.mutable_counters().host_tcp_out_of_order += info->out_of_order_received;
+    }
+  }
   // A send still queued points into to_host_ and names host_'s fd: it is
   // handed to the kernel (which copies the bytes at once) and its
   // completion taken here, before either goes.

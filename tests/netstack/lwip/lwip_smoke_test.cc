@@ -663,6 +663,66 @@ TEST_F(LwipSmokeTest, TcpToAnyDestinationIsAcceptedAsThatDestination) {
   EXPECT_TRUE(pong->checksum_ok);
 }
 
+// lwIP's retransmissions to the guest are counted (accept-all.patch, tcp_out.c:
+// lwIP's own statistics are off): three duplicate ACKs resend the first
+// unacknowledged segment once (fast retransmit), and with no ACK at all its
+// timer resends it; each counter moves by exactly the resends seen.
+TEST_F(LwipSmokeTest, RetransmissionsToTheGuestAreCounted) {
+  AcceptAllListener();
+  GuestArps();
+  const Ip4 example{93, 184, 215, 14};
+  auto syn_ack = Syn(example, 40010, 443, 5000);
+  ASSERT_TRUE(syn_ack);
+  Feed(TcpFrame(Segment(example, 40010, 443, 5001, syn_ack->seq + 1, kAck)));
+  ASSERT_EQ(accepted_.size(), 1u);
+  tcp_pcb* pcb = accepted_[0].pcb;
+  tcp_nagle_disable(pcb);  // three segments in flight at once
+  const abox_lwip_counters_t before = *abox_lwip_counters();
+  const std::uint32_t first = syn_ack->seq + 1;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(tcp_write(pcb, "0123456789", 10, TCP_WRITE_FLAG_COPY), ERR_OK);
+    ASSERT_EQ(tcp_output(pcb), ERR_OK);
+  }
+  EXPECT_EQ(TakeSent().size(), 3u);
+  EXPECT_EQ(abox_lwip_counters()->tcp_fast_retransmits, before.tcp_fast_retransmits);  // first sends are not
+
+  // The guest got the second and third but not the first: three duplicate
+  // ACKs of the first's sequence number.
+  std::vector<std::uint32_t> resent;
+  for (int i = 0; i < 3; ++i) {
+    Feed(TcpFrame(Segment(example, 40010, 443, 5001, first, kAck)));
+    for (const Bytes& frame : TakeSent()) {
+      auto seg = ParseTcpFrame(frame);
+      if (seg && !seg->payload.empty()) resent.push_back(seg->seq);
+    }
+  }
+  EXPECT_EQ(resent, std::vector<std::uint32_t>{first});
+  EXPECT_EQ(abox_lwip_counters()->tcp_fast_retransmits, before.tcp_fast_retransmits + 1);
+  EXPECT_EQ(abox_lwip_counters()->tcp_retransmit_timeouts, before.tcp_retransmit_timeouts);
+
+  // No ACK at all from here: the retransmission timer resends, once per
+  // expiry, up to 10 s.
+  resent.clear();
+  int resends = 0;
+  for (int step = 0; step < 100; ++step) {
+    g_now_ms += 100;
+    sys_check_timeouts();
+    bool any = false;
+    for (const Bytes& frame : TakeSent()) {
+      auto seg = ParseTcpFrame(frame);
+      if (seg && !seg->payload.empty()) {
+        any = true;
+        resent.push_back(seg->seq);
+      }
+    }
+    if (any) ++resends;
+  }
+  ASSERT_GE(resends, 1);
+  EXPECT_EQ(resent.front(), first);
+  EXPECT_EQ(abox_lwip_counters()->tcp_retransmit_timeouts, before.tcp_retransmit_timeouts + resends);
+  EXPECT_EQ(abox_lwip_counters()->tcp_fast_retransmits, before.tcp_fast_retransmits + 1);
+}
+
 // (b) Two destinations on two ports through the one listener, side by side.
 TEST_F(LwipSmokeTest, TcpTwoDestinationsTwoPortsOneListener) {
   AcceptAllListener();
