@@ -1274,12 +1274,8 @@ void GuestStack::retire(TcpFlow* flow) {
   auto it = tcp_flows_.find(flow);
   if (it == tcp_flows_.end()) return;
   // An inbound flow (a published port) says inbound_closed instead.
-  if (!flow->inbound() && events_.reserve_line())
-    events_.write_reserved("close", {{"name", flow->name()},
-                                     {"dst", flow->destination().to_string()},
-                                     {"proto", "tcp"},
-                                     {"bytes_out", flow->bytes_out()},
-                                     {"bytes_in", flow->bytes_in()}});
+  if (!flow->inbound())
+    close_event("tcp", flow->name(), flow->destination(), flow->bytes_out(), flow->bytes_in());
   loop_.delete_later(std::move(it->second));
   tcp_flows_.erase(it);
 }
@@ -1292,14 +1288,19 @@ void GuestStack::adopt(std::unique_ptr<TcpFlow> flow) {
 void GuestStack::retire(UdpFlow* flow) {
   auto it = udp_flows_.find(flow->key());
   if (it == udp_flows_.end()) return;
-  if (events_.reserve_line())
-    events_.write_reserved("close", {{"name", flow->name()},
-                                     {"dst", flow->destination().to_string()},
-                                     {"proto", "udp"},
-                                     {"bytes_out", flow->bytes_out()},
-                                     {"bytes_in", flow->bytes_in()}});
+  close_event("udp", flow->name(), flow->destination(), flow->bytes_out(), flow->bytes_in());
   loop_.delete_later(std::move(it->second));
   udp_flows_.erase(it);
+}
+
+void GuestStack::close_event(std::string_view proto, std::string_view name, const policy::Endpoint& dst,
+                             std::uint64_t bytes_out, std::uint64_t bytes_in) {
+  if (!events_.reserve_line()) return;
+  events_.write_reserved("close", {{"name", name},
+                                   {"dst", dst.to_string()},
+                                   {"proto", proto},
+                                   {"bytes_out", bytes_out},
+                                   {"bytes_in", bytes_in}});
 }
 
 void GuestStack::keep_until_complete(std::unique_ptr<HostReceive> receive) {

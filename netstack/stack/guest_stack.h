@@ -242,6 +242,10 @@ class GuestStack final : public FlowServices {
   void adopt(std::unique_ptr<TcpFlow> flow);
 
  private:
+  // A TCP or UDP flow's `close` event: its name, where it went, its bytes
+  // both ways (what `abox policy suggest` counts per rule).
+  void close_event(std::string_view proto, std::string_view name, const policy::Endpoint& dst,
+                   std::uint64_t bytes_out, std::uint64_t bytes_in);
   friend struct StackGlue;
   class LinkWatcher;
   class LinkReader;
