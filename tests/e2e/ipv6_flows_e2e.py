@@ -31,6 +31,9 @@ gate on 10.0.2.2. Cases:
     and to the allowed name on another port gets an ICMPv6 destination
     unreachable, administratively prohibited, at once (the guest's socket
     reports EACCES; scapy sees type 1 code 1), each a deny event;
+  - a 3000-byte datagram from a host UDP server (web's address, both
+    families) reaches the guest whole at --mtu 1500: in IP fragments, none
+    of them dropped by the link as oversize;
   - echo over IPv6 (net.ipv4.ping_group_range set in abox-net's namespace,
     which ICMPv6 ping sockets obey too): `ping -6 -c 2` to the allowed
     name gets both replies from its AAAA (an admit event, proto "icmp");
@@ -48,8 +51,9 @@ gate on 10.0.2.2. Cases:
     transaction id, the client id echoed and DNS servers = PREFIX::1; a
     Solicit gets nothing; the router advertisement sets O, not M;
   - abox-net's counters at exit: 2 TCP flows refused, 2 failed connects;
-    1 UDP flow admitted, 3 refused; 1 echo flow admitted (2 replies), 1
-    refused; 4 unreachables sent; 1 DHCPv6 answer, 1 ignored;
+    3 UDP flows admitted, 3 refused; 1 echo flow admitted (2 replies), 1
+    refused; 4 unreachables sent; no frame dropped as oversize; 1 DHCPv6
+    answer, 1 ignored;
   - packet too big (a second abox-net, --mtu 1500): the guest ignores the
     router advertisement's MTU (accept_ra_mtu=0) and sets eth0's MTU to
     9000; 2000 bytes of UDP that may not be fragmented (PMTUDISC_DO, as
@@ -120,6 +124,8 @@ print(" ".join(said), "mtu", s.getsockopt(level, 24 if v6 else 14))  # IPV6_MTU 
 """
 ECHO_PORT = 7007  # the UDP echo server's, allowed for web over UDP
 NOT_ALLOWED_UDP_PORT = 7008
+BIG_PORT = 7009  # the big-datagram server's, allowed for web over UDP
+BIG_DATAGRAM = 3000  # bytes: longer than the link's MTU (1500), so it reaches the guest in fragments
 POLICY = f"""# ipv6_flows_e2e.py: written by the test
 [dns]
 upstreams = ["{nr.ADDR['ns1']}:53"]
@@ -129,7 +135,7 @@ names = ["{WEB}"]
 ports = [80]
 [[allow]]
 names = ["{WEB}"]
-ports = [{ECHO_PORT}]
+ports = [{ECHO_PORT}, {BIG_PORT}]
 protocols = ["udp"]
 [[allow]]
 names = ["{WEB}"]
@@ -294,6 +300,39 @@ for _ in range(1000):
     data, peer = s.recvfrom(2048)
     s.sendto(b"echo:" + data, peer)
 """ % (WEB6, ECHO_PORT)
+# In inet: answers every datagram to web's IPv6 or IPv4 address on BIG_PORT
+# with BIG_DATAGRAM bytes of a known pattern, from the address asked.
+BIG_SERVER = r"""
+import select, socket
+socks = []
+for family, addr in ((socket.AF_INET6, "%s"), (socket.AF_INET, "%s")):
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.bind((addr, %d))
+    socks.append(s)
+big = bytes(i * 7 %% 251 for i in range(%d))
+for _ in range(1000):
+    for s in select.select(socks, [], [])[0]:
+        data, peer = s.recvfrom(2048)
+        s.sendto(big, peer)
+""" % (WEB6, nr.ADDR["web"], BIG_PORT, BIG_DATAGRAM)
+# In the guest: one small datagram to (host, port) over IPv4 or IPv6
+# (argv[3]), then what came back: "whole N" when it is the server's pattern,
+# else its length, or "timeout".
+BIG_CLIENT = r"""
+import socket, sys
+host, port, family = sys.argv[1], int(sys.argv[2]), socket.AF_INET6 if sys.argv[3] == "6" else socket.AF_INET
+addr = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)[0][4]
+s = socket.socket(family, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.connect(addr)
+s.send(b"big?")
+try:
+    data = s.recv(65536)
+except socket.timeout:
+    print("timeout")
+    sys.exit(0)
+print(("whole %d" if data == bytes(i * 7 % 251 for i in range(len(data))) else "wrong %d") % len(data))
+"""
 
 
 def udp_exchange(rig, host, port):
@@ -532,6 +571,16 @@ def cases(rig, abox_net, r):
     r.case("... each refusal a deny event", len(denies) >= 3 and
            any(e.get("dst") == f"[{SECRET6}]:{ECHO_PORT}" for e in denies), json.dumps(denies)[-300:])
 
+    # A host datagram longer than the link's MTU reaches the guest in IP
+    # fragments, which its kernel reassembles: one flow per family.
+    rig.spawn("udp-big", [sys.executable, "-c", BIG_SERVER], ns=rig.inet)
+    rig.wait_for("udp big", lambda: rig.listening(rig.inet, BIG_PORT, proto="u"), log="udp-big")
+    for family in ("6", "4"):
+        got = rig.run([sys.executable, "-c", BIG_CLIENT, WEB, str(BIG_PORT), family], ns=rig.guest, timeout=15)
+        r.case(f"a {BIG_DATAGRAM}-byte UDP datagram from the host over IPv{family} reaches the guest whole "
+               f"(--mtu {MTU}: in fragments)", got.stdout.strip() == f"whole {BIG_DATAGRAM}",
+               (got.stdout.strip() or got.stderr.strip())[-300:])
+
     # Echo over IPv6: relayed through an ICMPv6 ping socket in abox-net's
     # namespace (the same sysctl governs them); a direct address refused.
     rig.run(["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"], ns=rig.outside, timeout=10, check=True)
@@ -598,12 +647,15 @@ def cases(rig, abox_net, r):
            c.get("frames_dropped_spoofed") == 0 and c.get("frames_dropped_malformed") == 0,
            str({k: (c or {}).get(k) for k in ("tcp_admitted", "tcp_refused", "connect_failed",
                                                "frames_dropped_ipv6", "frames_dropped_spoofed")}))
-    r.case("counters: 1 IPv6 UDP flow admitted, 3 refused; 1 echo flow, 1 refused; each refusal an unreachable",
-           c is not None and c.get("udp_admitted") == 1 and c.get("udp_refused") == 3 and
+    r.case("counters: 3 UDP flows admitted (echo, big over IPv6 and IPv4), 3 refused; 1 echo flow, 1 refused; "
+           "each refusal an unreachable",
+           c is not None and c.get("udp_admitted") == 3 and c.get("udp_refused") == 3 and
            c.get("echo_admitted") == 1 and c.get("echo_replies") == 2 and c.get("echo_refused") == 1 and
            c.get("icmp_unreachable_sent") == 4 and c.get("icmp_unreachable_limited") == 0,
            str({k: (c or {}).get(k) for k in ("udp_admitted", "udp_refused", "echo_admitted", "echo_replies",
                                                "echo_refused", "icmp_unreachable_sent", "icmp_unreachable_limited")}))
+    r.case("counters: no frame dropped as oversize (the big datagrams went in fragments)",
+           c is not None and c.get("frames_dropped_oversize") == 0, str((c or {}).get("frames_dropped_oversize")))
     r.case("counters: 1 DHCPv6 answer, 1 ignored (the Solicit), none malformed or rate-limited",
            c is not None and c.get("dhcpv6_answered") == 1 and c.get("dhcpv6_ignored") == 1 and
            c.get("dhcpv6_malformed") == 0 and c.get("dhcpv6_rate_limited") == 0,
