@@ -1,8 +1,8 @@
 #include "engine/cli/policy_apply.h"
 
 #include <algorithm>
-#include <boost/json/serialize.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -12,8 +12,7 @@
 #include "base/json.h"
 #include "engine/cli/control_request.h"
 #include "engine/cli/exit_codes.h"
-#include "engine/daemon/instance_files.h"
-#include "engine/instance/exec_wire.h"
+#include "engine/cli/instance_record_writer.h"
 #include "engine/instance/state_folder.h"
 #include "policy/policy_file.h"
 
@@ -40,7 +39,8 @@ constexpr std::string_view kUsage =
     "their values until a restart (the output notes it).\n"
     "\n"
     "Works for instances started with 'abox run -d', and for a foreground\n"
-    "'abox run' while it runs.\n"
+    "'abox run' while it runs. An instance still starting is waited for (at\n"
+    "most 10 s) until its supervisor answers on api.sock.\n"
     "\n"
     "Options:\n"
     "      --json   one JSON object: {\"instance\",\"policy\",\"running\",\"applied\",\n"
@@ -108,21 +108,11 @@ bool answers(const std::string& socket) {
   return ask_control_socket(socket, "stats", {}, error, std::chrono::seconds(5)).has_value();
 }
 
-// instance.json's "policy" names the file applied: the supervisor of a
-// running instance rewrites its record itself (it is the record's one writer
-// while it runs); a stopped instance's record is rewritten here. "" or why not.
-std::string record_source(const StateFolder& folder, const std::string& source) {
-  std::string error;
-  auto reply = base::ask_unix_socket(folder.file("api.sock"), std::string(kPolicyVerb) + source, {}, error,
-                                     std::chrono::seconds(5));
-  if (reply) return *reply == "OK\n" ? "" : "its supervisor answered: " + *reply;
-  auto record = read_json_object(folder.instance_json());
-  if (!record.ok()) return record.error();
-  boost::json::object o = std::move(record).value();
-  o["policy"] = source;
-  auto w = folder.write_file("instance.json", boost::json::serialize(o) + "\n");
-  return w.ok() ? "" : w.error();
-}
+// How long apply waits for an instance's supervisor to open api.sock (it
+// does once its VMM has started: abox-net and the broker start first, a
+// second or two) before it gives up with nothing changed, and again for the
+// record at the end.
+constexpr auto kSupervisorWait = std::chrono::seconds(10);
 
 void write_list(base::JsonWriter& w, std::string_view key, const std::vector<std::string>& v) {
   w.key(key).begin_array();
@@ -201,6 +191,15 @@ int run_policy_apply(std::span<const std::string_view> args, std::ostream& out, 
     err << kCommand << ": no instance '" << name << "' (" << folder.error() << ")\n";
     return kExitFailed;
   }
+  // An instance on its way up or down has a supervisor that writes its
+  // folder (policy.toml at its start, instance.json on every step) and may
+  // not answer yet: wait until it does (instance_record_writer.h), so that
+  // it is the one that records what this apply did.
+  if (auto writer = wait_for_record_writer(*folder, kSupervisorWait); !writer.ok()) {
+    err << kCommand << ": '" << name << "': " << writer.error()
+        << ": nothing changed; try again once it runs\n";
+    return kExitFailed;
+  }
   auto old_text = read_policy_text(folder->policy());
   if (!old_text.ok()) {
     err << kCommand << ": " << folder->policy() << ": " << old_text.error() << '\n';
@@ -261,8 +260,14 @@ int run_policy_apply(std::span<const std::string_view> args, std::ostream& out, 
   }
   std::error_code ec;
   const std::filesystem::path absolute = std::filesystem::absolute(file, ec);
-  if (auto why = record_source(*folder, ec ? file : absolute.lexically_normal().string()); !why.empty())
-    err << kCommand << ": note: instance.json still names the policy before: " << why << '\n';
+  if (auto recorded =
+          record_policy_source(*folder, ec ? file : absolute.lexically_normal().string(), kSupervisorWait);
+      !recorded.ok()) {
+    err << kCommand << ": " << (running ? "applied to the running instance and " : "")
+        << "recorded in policy.toml, but instance.json still names the policy before: " << recorded.error()
+        << '\n';
+    return kExitFailed;
+  }
 
   if (json) {
     std::string js;

@@ -6,6 +6,10 @@
 //   2. The instance's state folder (engine/instance/state_folder.h) must
 //      exist: instances started with `abox run -d`, and foreground ones
 //      while they run (their folder goes when they end, unless --keep).
+//      One on its way up or down has a supervisor, the one writer of its
+//      instance.json: apply waits (10 s at most) until it answers on
+//      api.sock, else fails (exit 3) with nothing changed
+//      (instance_record_writer.h).
 //   3. If the instance runs (its abox-net answers on net.stats), the new
 //      text goes to its broker first (broker.ctl, when the instance has
 //      one: the broker may refuse, e.g. a binding it holds no key for;
@@ -14,7 +18,10 @@
 //      An instance that has no broker and a FILE with [[broker]] bindings is
 //      refused: the keys are handed over at start only.
 //   4. The text becomes the folder's policy.toml (written atomically), the
-//      copy every later start (`abox start`) reads.
+//      copy every later start (`abox start`) reads, and instance.json's
+//      "policy" names FILE: written by the supervisor when told on api.sock
+//      while there is one, here only once the record says stopped or
+//      failed. A supervisor that cannot be told is exit 3.
 // The output says what changed: names allowed and no longer allowed,
 // bindings added and removed, and what the reloads report (flows revoked,
 // answers forgotten, bindings removed or restored). --json prints the same

@@ -55,7 +55,7 @@
    MAC: a solicitation from its address in the guest's /64 (PREFIX::1, or
    fe80::1 for a link-local guest address), whose advertisement the driver
    passes on.
-   No reassembly or fragmentation, as for IPv4. */
+   No reassembly; fragmentation as for IPv4 (below). */
 #define LWIP_IPV6_NUM_ADDRESSES 2
 #define LWIP_IPV6_AUTOCONFIG 0
 #define LWIP_IPV6_SEND_ROUTER_SOLICIT 0
@@ -64,7 +64,7 @@
 #define LWIP_IPV6_DHCP6 0
 #define LWIP_IPV6_FORWARD 0
 #define LWIP_IPV6_REASS 0
-#define LWIP_IPV6_FRAG 0
+#define LWIP_IPV6_FRAG 1 /* see IP_FRAG below */
 #define LWIP_ND6_ALLOW_RA_UPDATES 0
 #define LWIP_ND6_TCP_REACHABILITY_HINTS 1
 /* While the guest's MAC is being resolved, one packet waits (the newest), as
@@ -87,10 +87,16 @@
 #define LWIP_AUTOIP 0
 #define LWIP_IGMP 0
 #define LWIP_DNS 0
-/* No reassembly or fragmentation (ip4_frag.c is not built): the guest's MTU is
-   ours to set, and fragments of guest traffic are dropped. */
+/* No reassembly: the guest's MTU is ours to set, and fragments of guest
+   traffic are dropped. Fragmentation on (IPv4 and IPv6): a host datagram
+   larger than the guest's MTU reaches it in fragments, as it would through a
+   router (a UDP flow's from_host()). Never TCP (accept-all.patch): a segment
+   over the MTU is a TSO one. Buffers: each fragment is a small header pbuf
+   plus PBUF_REFs into the datagram (LWIP_NETIF_TX_SINGLE_PBUF 0), malloc'd
+   like every pool (MEMP_NUM_FRAG_PBUF unused), and all freed before
+   ip4_frag()/ip6_frag() returns: output_frame() copies each frame out. */
 #define IP_REASSEMBLY 0
-#define IP_FRAG 0
+#define IP_FRAG 1
 
 /* ---- Checksums ----------------------------------------------------------- */
 /* All generated and checked in software for now. Per-netif control lets the

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "dns/tcp_stream.h"
 #include "netstack/stack/sockaddr.h"
@@ -28,7 +29,13 @@ std::uint64_t token(std::uint32_t index, std::uint32_t gen) {
   return (std::uint64_t{gen} << 32) | index;
 }
 
-base::UniqueFd bound_socket(const policy::Endpoint& at, int type) {
+// Picks of a UDP port that TCP could not have too, before giving up (see
+// bind_pair()). One in a hundred ports taken for TCP is already a busy host.
+constexpr int kPortPicks = 64;
+
+// A socket of `type` bound to `at`; throws when there is none. *bind_errno
+// gets the bind's errno (0 when it succeeded).
+base::UniqueFd bound_socket(const policy::Endpoint& at, int type, int* bind_errno = nullptr) {
   sockaddr_storage ss{};
   socklen_t len = to_sockaddr(at, ss);
   base::UniqueFd fd(::socket(ss.ss_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -36,8 +43,11 @@ base::UniqueFd bound_socket(const policy::Endpoint& at, int type) {
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) < 0) {
-    throw std::runtime_error("cannot bind " + at.to_string() + ": " + std::strerror(errno));
+    const int e = errno;
+    if (bind_errno != nullptr) *bind_errno = e;
+    throw std::runtime_error("cannot bind " + at.to_string() + ": " + std::strerror(e));
   }
+  if (bind_errno != nullptr) *bind_errno = 0;
   return fd;
 }
 
@@ -78,13 +88,7 @@ DnsHostServer::DnsHostServer(io::EventLoop& loop, const policy::Policy& policy,
       gate_(policy, host_addresses_, std::move(upstreams), table_, events, random, *this) {
   upstream_.set_gate(&gate_);
 
-  udp_fd_ = bound_socket(listen, SOCK_DGRAM);
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  ::getsockname(udp_fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len);
-  bound_ = from_sockaddr(ss).value_or(listen);
-  // TCP on the same port as UDP, whatever port the kernel picked.
-  tcp_fd_ = bound_socket(bound_, SOCK_STREAM);
+  bind_pair(listen);
   if (::listen(tcp_fd_.get(), 64) < 0)
     throw std::runtime_error(std::string("listen: ") + std::strerror(errno));
   int big = 4 << 20;  // absorb bursts between turns
@@ -128,6 +132,34 @@ DnsHostServer::DnsHostServer(io::EventLoop& loop, const policy::Policy& policy,
   tcp_deadlines_ = loop_.add_timer_source(
       {[this] { return next_tcp_deadline(); }, [this](base::MonoTime now) { expire_tcp(now); }});
   udp_flush_ = loop_.add_turn_hook([this] { flush_udp(); });
+}
+
+// UDP and TCP on one port. With port 0 the kernel picks the UDP port, and
+// TCP may hold that port already: a connection made from it, or one in
+// TIME_WAIT (for 60 s; SO_REUSEADDR does not get past either, and a host
+// that makes connections has a few hundred). Such a UDP socket is kept
+// open until a pair is found, so that the next pick is another port; at
+// most kPortPicks picks. A port asked for is bound as it is, or not at all.
+void DnsHostServer::bind_pair(const policy::Endpoint& listen) {
+  std::vector<base::UniqueFd> taken_for_tcp;
+  for (int pick = 1;; ++pick) {
+    base::UniqueFd udp = bound_socket(listen, SOCK_DGRAM);
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    ::getsockname(udp.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+    const policy::Endpoint at = from_sockaddr(ss).value_or(listen);
+    int bind_errno = 0;
+    try {
+      tcp_fd_ = bound_socket(at, SOCK_STREAM, &bind_errno);
+    } catch (const std::runtime_error&) {
+      if (listen.port != 0 || bind_errno != EADDRINUSE || pick == kPortPicks) throw;
+      taken_for_tcp.push_back(std::move(udp));
+      continue;
+    }
+    udp_fd_ = std::move(udp);
+    bound_ = at;
+    return;
+  }
 }
 
 DnsHostServer::~DnsHostServer() {

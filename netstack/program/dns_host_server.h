@@ -45,7 +45,9 @@ class DnsHostServer final : public dns::GateSink {
   static constexpr std::size_t kTcpOutLimit = 256 * 1024;
   static constexpr std::size_t kBatch = 64;
 
-  // Throws std::runtime_error when the listen address cannot be bound.
+  // Throws std::runtime_error when the listen address cannot be bound (UDP
+  // and TCP on one port: with port 0, one the kernel gave for UDP that TCP
+  // can have too; see bind_pair()).
   DnsHostServer(io::EventLoop& loop, const policy::Policy& policy, std::vector<policy::Endpoint> upstreams,
                 const policy::Endpoint& listen, base::EventLog& events, base::RandomSource& random);
   ~DnsHostServer() override;
@@ -82,6 +84,7 @@ class DnsHostServer final : public dns::GateSink {
   void on_tcp_ready(std::uint32_t index, std::uint32_t events);
   void close_tcp(std::uint32_t index);
   void flush_udp();
+  void bind_pair(const policy::Endpoint& listen);  // sets udp_fd_, tcp_fd_ and bound_
   void expire_tcp(base::MonoTime now);
   std::optional<base::MonoTime> next_tcp_deadline() const;
 

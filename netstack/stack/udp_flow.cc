@@ -13,6 +13,7 @@
 
 #include "io/receive_buffer_pool.h"
 #include "io/ring_writer.h"
+#include "lwip/netif.h"
 #include "lwip/pbuf.h"
 #include "lwip/udp.h"
 #include "netstack/stack/flow_services.h"
@@ -196,11 +197,21 @@ void UdpFlow::from_host(std::span<const std::uint8_t> datagram) {
   pbuf* p = pbuf_alloc(PBUF_TRANSPORT, static_cast<u16_t>(datagram.size()), PBUF_RAM);
   if (p == nullptr) return;  // out of memory: UDP loses it
   pbuf_take(p, datagram.data(), static_cast<u16_t>(datagram.size()));
+  // A datagram longer than the guest's MTU reaches it in fragments
+  // (lwipopts.h IP_FRAG, LWIP_IPV6_FRAG). A link that finishes checksums
+  // does so for whole datagrams only (output_frame() skips fragments), so
+  // lwIP sums this one itself: over IPv6 a UDP checksum left 0 is dropped.
+  netif* guest_netif = stack_.guest_netif();
+  const std::size_t ip_header = key_.guest.is_v4() ? 20 : 40;
+  const u16_t checksum_flags = guest_netif->chksum_flags;
+  const bool fragmented = ip_header + 8 + datagram.size() > guest_netif->mtu;
+  if (fragmented) NETIF_SET_CHECKSUM_CTRL(guest_netif, checksum_flags | NETIF_CHECKSUM_GEN_UDP);
   // From the destination's address, which is not the netif's own: lwIP's
   // plain udp_send() would refuse that source.
   const ip_addr_t guest = to_ip_addr(key_.guest);
-  if (udp_sendto_if_src(pcb_, p, &guest, key_.guest_port, stack_.guest_netif(), &pcb_->local_ip) == ERR_OK)
+  if (udp_sendto_if_src(pcb_, p, &guest, key_.guest_port, guest_netif, &pcb_->local_ip) == ERR_OK)
     bytes_in_ += datagram.size();
+  if (fragmented) NETIF_SET_CHECKSUM_CTRL(guest_netif, checksum_flags);
   pbuf_free(p);
 }
 

@@ -5,7 +5,8 @@
 // Guest datagrams reach the flow through the stack's dispatch (a lookup by
 // UdpFlowKey). Host datagrams go back to the guest
 // from the destination's address and port, through a pcb the stack shares
-// among all flows to that destination.
+// among all flows to that destination; one longer than the guest's MTU
+// goes in IP fragments (IPv4 and IPv6), which the guest reassembles.
 // The flow is forgotten after timeouts.udp_idle_s without traffic, or when
 // the answer that admitted it has expired for longer than [dns] grace.
 //

@@ -31,6 +31,9 @@ gate on 10.0.2.2. Cases:
     and to the allowed name on another port gets an ICMPv6 destination
     unreachable, administratively prohibited, at once (the guest's socket
     reports EACCES; scapy sees type 1 code 1), each a deny event;
+  - a 3000-byte datagram from a host UDP server (web's address, both
+    families) reaches the guest whole at --mtu 1500: in IP fragments, none
+    of them dropped by the link as oversize;
   - echo over IPv6 (net.ipv4.ping_group_range set in abox-net's namespace,
     which ICMPv6 ping sockets obey too): `ping -6 -c 2` to the allowed
     name gets both replies from its AAAA (an admit event, proto "icmp");
@@ -48,8 +51,9 @@ gate on 10.0.2.2. Cases:
     transaction id, the client id echoed and DNS servers = PREFIX::1; a
     Solicit gets nothing; the router advertisement sets O, not M;
   - abox-net's counters at exit: 2 TCP flows refused, 2 failed connects;
-    1 UDP flow admitted, 3 refused; 1 echo flow admitted (2 replies), 1
-    refused; 4 unreachables sent; 1 DHCPv6 answer, 1 ignored;
+    3 UDP flows admitted, 3 refused; 1 echo flow admitted (2 replies), 1
+    refused; 4 unreachables sent; no frame dropped as oversize; 1 DHCPv6
+    answer, 1 ignored;
   - packet too big (a second abox-net, --mtu 1500): the guest ignores the
     router advertisement's MTU (accept_ra_mtu=0) and sets eth0's MTU to
     9000; 2000 bytes of UDP that may not be fragmented (PMTUDISC_DO, as
@@ -120,6 +124,8 @@ print(" ".join(said), "mtu", s.getsockopt(level, 24 if v6 else 14))  # IPV6_MTU 
 """
 ECHO_PORT = 7007  # the UDP echo server's, allowed for web over UDP
 NOT_ALLOWED_UDP_PORT = 7008
+BIG_PORT = 7009  # the big-datagram server's, allowed for web over UDP
+BIG_DATAGRAM = 3000  # bytes: longer than the link's MTU (1500), so it reaches the guest in fragments
 POLICY = f"""# ipv6_flows_e2e.py: written by the test
 [dns]
 upstreams = ["{nr.ADDR['ns1']}:53"]
@@ -129,7 +135,7 @@ names = ["{WEB}"]
 ports = [80]
 [[allow]]
 names = ["{WEB}"]
-ports = [{ECHO_PORT}]
+ports = [{ECHO_PORT}, {BIG_PORT}]
 protocols = ["udp"]
 [[allow]]
 names = ["{WEB}"]
@@ -294,6 +300,39 @@ for _ in range(1000):
     data, peer = s.recvfrom(2048)
     s.sendto(b"echo:" + data, peer)
 """ % (WEB6, ECHO_PORT)
+# In inet: answers every datagram to web's IPv6 or IPv4 address on BIG_PORT
+# with BIG_DATAGRAM bytes of a known pattern, from the address asked.
+BIG_SERVER = r"""
+import select, socket
+socks = []
+for family, addr in ((socket.AF_INET6, "%s"), (socket.AF_INET, "%s")):
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.bind((addr, %d))
+    socks.append(s)
+big = bytes(i * 7 %% 251 for i in range(%d))
+for _ in range(1000):
+    for s in select.select(socks, [], [])[0]:
+        data, peer = s.recvfrom(2048)
+        s.sendto(big, peer)
+""" % (WEB6, nr.ADDR["web"], BIG_PORT, BIG_DATAGRAM)
+# In the guest: one small datagram to (host, port) over IPv4 or IPv6
+# (argv[3]), then what came back: "whole N" when it is the server's pattern,
+# else its length, or "timeout".
+BIG_CLIENT = r"""
+import socket, sys
+host, port, family = sys.argv[1], int(sys.argv[2]), socket.AF_INET6 if sys.argv[3] == "6" else socket.AF_INET
+addr = socket.getaddrinfo(host, port, family, socket.SOCK_DGRAM)[0][4]
+s = socket.socket(family, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.connect(addr)
+s.send(b"big?")
+try:
+    data = s.recv(65536)
+except socket.timeout:
+    print("timeout")
+    sys.exit(0)
+print(("whole %d" if data == bytes(i * 7 % 251 for i in range(len(data))) else "wrong %d") % len(data))
+"""
 
 
 def udp_exchange(rig, host, port):
@@ -406,6 +445,57 @@ def sha256_of(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def wait_for_slaac(rig, timeout=15):
+    """The guest's global IPv6 addresses once SLAAC gave one and its IPv6
+    default route once there is one (either may stay empty at the timeout)."""
+    deadline = time.monotonic() + timeout
+    addrs, route = [], ""
+    while time.monotonic() < deadline and not (addrs and route):
+        got = rig.run(["ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global"], ns=rig.guest, timeout=5)
+        addrs = [line.split()[3] for line in got.stdout.splitlines() if "tentative" not in line]
+        route = rig.run(["ip", "-6", "route", "show", "default"], ns=rig.guest, timeout=5).stdout.strip()
+        time.sleep(0.2)
+    return addrs, route
+
+
+def gateway6_of(addrs):
+    """PREFIX::1, the gateway's address in the guest's /64 (what the router
+    advertisement's RDNSS names)."""
+    return str(ipaddress.ip_network(addrs[0], strict=False).network_address + 1) if addrs else "::1"
+
+
+def stop_and_read_counters(rig, p, marker):
+    """Stops abox-net (SIGTERM, then SIGKILL after 10 s) and returns the
+    counters it printed at exit: the last JSON line of its log holding
+    `marker`, or None."""
+    p.terminate()
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    for line in reversed(rig.log_tail("abox-net", 200).splitlines()):
+        if line.strip().startswith("{") and marker in line:
+            return json.loads(line)
+    return None
+
+
+def counters_detail(c, keys):
+    """What a failed counters case prints: those counters' values."""
+    return str({k: (c or {}).get(k) for k in keys})
+
+
+def curl_cases(rig, r, name4, name_plain, plain_ip, plain_within=None):
+    """curl -4 to the allowed name works (case name4), and plain curl (happy
+    eyeballs) reaches plain_ip, within plain_within seconds when given
+    (case name_plain)."""
+    got, took = curl(rig, "-4", f"http://{WEB}/")
+    r.case(name4, got.returncode == 0 and "hello" in got.stdout, f"exit {got.returncode}: {got.stderr.strip()}")
+    got, took = curl(rig, "-w", "%{remote_ip}", f"http://{WEB}/")
+    r.case(name_plain, got.returncode == 0 and got.stdout.endswith(plain_ip) and
+           (plain_within is None or took < plain_within),
+           f"exit {got.returncode} in {took:.2f}s: {got.stdout[-60:]!r}")
+
+
 def bulk_cases(rig, abox_net, r, www):
     """8 MiB each way over IPv6 at MTU 1500: whole, and in 64 KiB frames."""
     want = sha256_of(f"{www}/big.bin")
@@ -443,16 +533,7 @@ def cases(rig, abox_net, r):
     p = rig.start_abox_net(abox_net, POLICY, "--instance", "v6flows", "--ipv6", "on", "--mtu", str(MTU),
                            "--stats-socket", rig.path("stats.sock"))
 
-    def slaac():
-        got = rig.run(["ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global"], ns=rig.guest, timeout=5)
-        addrs = [line.split()[3] for line in got.stdout.splitlines() if "tentative" not in line]
-        route = rig.run(["ip", "-6", "route", "show", "default"], ns=rig.guest, timeout=5).stdout.strip()
-        return addrs, route
-    deadline = time.monotonic() + 15
-    addrs, route = [], ""
-    while time.monotonic() < deadline and not (addrs and route):
-        addrs, route = slaac()
-        time.sleep(0.2)
+    addrs, route = wait_for_slaac(rig)
     r.case("SLAAC: an address in the instance's ULA /64",
            len(addrs) >= 1 and all(a.startswith("fd") and a.endswith("/64") for a in addrs), str(addrs))
     r.case("--ipv6 on: an IPv6 default route via fe80::1", "via fe80::1" in route, route)
@@ -469,23 +550,19 @@ def cases(rig, abox_net, r):
            any(e.get("dst") == f"[{WEB6}]:80" and e.get("name") == WEB for e in admits),
            json.dumps(admits)[-400:])
 
-    got, took = curl(rig, "-4", f"http://{WEB}/")
-    r.case("curl -4 to the same name still works", got.returncode == 0 and "hello" in got.stdout,
-           f"exit {got.returncode}: {got.stderr.strip()}")
     # From a ULA source, glibc's default RFC 6724 table sorts a global IPv6
     # destination after IPv4 (the ULA's label differs from the
     # destination's): a dual-stack client tries IPv4 first. The guest here
     # is told to treat its ULA as global (gai.conf), so that happy eyeballs
     # meets IPv6 first and its fallback below is tested.
-    got, took = curl(rig, "-w", "%{remote_ip}", f"http://{WEB}/")
-    r.case("plain curl (happy eyeballs, IPv6 sorted first) takes IPv6",
-           got.returncode == 0 and got.stdout.endswith(WEB6), f"exit {got.returncode}: {got.stdout[-60:]!r}")
+    curl_cases(rig, r, "curl -4 to the same name still works",
+               "plain curl (happy eyeballs, IPv6 sorted first) takes IPv6", WEB6)
 
     bulk_cases(rig, abox_net, r, os.path.join(os.path.dirname(os.path.dirname(access_log)), "www"))
 
     # The DNS gate over IPv6, on PREFIX::1 (what the router advertisement's
     # RDNSS names), UDP and TCP.
-    gateway6 = str(ipaddress.ip_network(addrs[0], strict=False).network_address + 1) if addrs else "::1"
+    gateway6 = gateway6_of(addrs)
     status, answers, out = dig6(rig, gateway6, WEB)
     r.case(f"dig -6 @{gateway6} AAAA of the allowed name answers", status == "NOERROR" and WEB6 in answers,
            out[-300:])
@@ -532,6 +609,16 @@ def cases(rig, abox_net, r):
     r.case("... each refusal a deny event", len(denies) >= 3 and
            any(e.get("dst") == f"[{SECRET6}]:{ECHO_PORT}" for e in denies), json.dumps(denies)[-300:])
 
+    # A host datagram longer than the link's MTU reaches the guest in IP
+    # fragments, which its kernel reassembles: one flow per family.
+    rig.spawn("udp-big", [sys.executable, "-c", BIG_SERVER], ns=rig.inet)
+    rig.wait_for("udp big", lambda: rig.listening(rig.inet, BIG_PORT, proto="u"), log="udp-big")
+    for family in ("6", "4"):
+        got = rig.run([sys.executable, "-c", BIG_CLIENT, WEB, str(BIG_PORT), family], ns=rig.guest, timeout=15)
+        r.case(f"a {BIG_DATAGRAM}-byte UDP datagram from the host over IPv{family} reaches the guest whole "
+               f"(--mtu {MTU}: in fragments)", got.stdout.strip() == f"whole {BIG_DATAGRAM}",
+               (got.stdout.strip() or got.stderr.strip())[-300:])
+
     # Echo over IPv6: relayed through an ICMPv6 ping socket in abox-net's
     # namespace (the same sysctl governs them); a direct address refused.
     rig.run(["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"], ns=rig.outside, timeout=10, check=True)
@@ -573,42 +660,31 @@ def cases(rig, abox_net, r):
     denies = [e for e in events(rig) if e.get("kind") == "deny" and e.get("dst") == f"[{WEB6}]:80"]
     r.case("... with a deny event: no route", any("no route" in e.get("reason", "") for e in denies),
            json.dumps(denies)[-300:])
-    got, took = curl(rig, "-4", f"http://{WEB}/")
-    r.case("... and curl -4 still works", got.returncode == 0 and "hello" in got.stdout,
-           f"exit {got.returncode}: {got.stderr.strip()}")
-    got, took = curl(rig, "-w", "%{remote_ip}", f"http://{WEB}/")
-    r.case("... and plain curl falls back to IPv4 at once",
-           got.returncode == 0 and got.stdout.endswith(nr.ADDR["web"]) and took < 2,
-           f"exit {got.returncode} in {took:.2f}s: {got.stdout[-60:]!r}")
+    curl_cases(rig, r, "... and curl -4 still works", "... and plain curl falls back to IPv4 at once",
+               nr.ADDR["web"], plain_within=2)
 
     # abox-net's counters at exit: the two refusals, the two failed connects
     # (curl -6 and plain curl's IPv6 attempt without a route).
-    p.terminate()
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-    c = None
-    for line in reversed(rig.log_tail("abox-net", 200).splitlines()):
-        if line.strip().startswith("{") and "tcp_refused" in line:
-            c = json.loads(line)
-            break
+    c = stop_and_read_counters(rig, p, "tcp_refused")
     r.case("counters: 2 IPv6 TCP flows refused, 2 failed connects, nothing spoofed or malformed",
            c is not None and c.get("tcp_refused") == 2 and c.get("connect_failed") == 2 and
            c.get("frames_dropped_spoofed") == 0 and c.get("frames_dropped_malformed") == 0,
-           str({k: (c or {}).get(k) for k in ("tcp_admitted", "tcp_refused", "connect_failed",
-                                               "frames_dropped_ipv6", "frames_dropped_spoofed")}))
-    r.case("counters: 1 IPv6 UDP flow admitted, 3 refused; 1 echo flow, 1 refused; each refusal an unreachable",
-           c is not None and c.get("udp_admitted") == 1 and c.get("udp_refused") == 3 and
+           counters_detail(c, ("tcp_admitted", "tcp_refused", "connect_failed",
+                                               "frames_dropped_ipv6", "frames_dropped_spoofed")))
+    r.case("counters: 3 UDP flows admitted (echo, big over IPv6 and IPv4), 3 refused; 1 echo flow, 1 refused; "
+           "each refusal an unreachable",
+           c is not None and c.get("udp_admitted") == 3 and c.get("udp_refused") == 3 and
            c.get("echo_admitted") == 1 and c.get("echo_replies") == 2 and c.get("echo_refused") == 1 and
            c.get("icmp_unreachable_sent") == 4 and c.get("icmp_unreachable_limited") == 0,
-           str({k: (c or {}).get(k) for k in ("udp_admitted", "udp_refused", "echo_admitted", "echo_replies",
-                                               "echo_refused", "icmp_unreachable_sent", "icmp_unreachable_limited")}))
+           counters_detail(c, ("udp_admitted", "udp_refused", "echo_admitted", "echo_replies",
+                                               "echo_refused", "icmp_unreachable_sent", "icmp_unreachable_limited")))
+    r.case("counters: no frame dropped as oversize (the big datagrams went in fragments)",
+           c is not None and c.get("frames_dropped_oversize") == 0, str((c or {}).get("frames_dropped_oversize")))
     r.case("counters: 1 DHCPv6 answer, 1 ignored (the Solicit), none malformed or rate-limited",
            c is not None and c.get("dhcpv6_answered") == 1 and c.get("dhcpv6_ignored") == 1 and
            c.get("dhcpv6_malformed") == 0 and c.get("dhcpv6_rate_limited") == 0,
-           str({k: (c or {}).get(k) for k in ("dhcpv6_answered", "dhcpv6_ignored", "dhcpv6_malformed",
-                                               "dhcpv6_rate_limited")}))
+           counters_detail(c, ("dhcpv6_answered", "dhcpv6_ignored", "dhcpv6_malformed",
+                                               "dhcpv6_rate_limited")))
 
 
 def too_big_cases(rig, abox_net, r):
@@ -619,45 +695,31 @@ def too_big_cases(rig, abox_net, r):
     # it would.
     rig.run(["sysctl", "-qw", "net.ipv6.conf.default.accept_ra_mtu=0"], ns=rig.guest, check=True)
     p = rig.start_abox_net(abox_net, POLICY, "--instance", "v6ptb", "--ipv6", "on", "--mtu", "1500")
-    deadline = time.monotonic() + 15
-    addrs = []
-    while time.monotonic() < deadline and not addrs:
-        got = rig.run(["ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "global"], ns=rig.guest, timeout=5)
-        addrs = [line.split()[3] for line in got.stdout.splitlines() if "tentative" not in line]
-        time.sleep(0.2)
-    gateway6 = str(ipaddress.ip_network(addrs[0], strict=False).network_address + 1) if addrs else "::1"
+    addrs, _ = wait_for_slaac(rig)
+    gateway6 = gateway6_of(addrs)
     rig.ip("link", "set", "eth0", "mtu", "9000", ns=rig.guest)
     mtu = rig.run(["ip", "-o", "link", "show", "dev", "eth0"], ns=rig.guest, timeout=5).stdout
     r.case("packet too big: the guest's eth0 has MTU 9000 (the link's is 1500)", " mtu 9000 " in mtu, mtu.strip())
 
-    got = rig.run(["/usr/bin/python3", "-c", PMTU_PROBE, "6", gateway6, "53"], ns=rig.guest, timeout=30)
-    r.case(f"UDP with DF (IPV6_PMTUDISC_DO), 2000 bytes to [{gateway6}]:53: the path MTU drops to 1500 "
-           "(ICMPv6 Packet Too Big), the next send fails with EMSGSIZE",
-           got.stdout.strip() == "sent EMSGSIZE EMSGSIZE mtu 1500", (got.stdout + got.stderr).strip()[-300:])
-    route = rig.run(["ip", "-6", "route", "get", gateway6], ns=rig.guest, timeout=5).stdout
-    r.case("... and ip -6 route get shows mtu 1500 afterwards", "mtu 1500" in route, route.strip())
-    got = rig.run(["/usr/bin/python3", "-c", PMTU_PROBE, "4", nr.GATEWAY, "53"], ns=rig.guest, timeout=30)
-    r.case(f"UDP with DF, 2000 bytes to {nr.GATEWAY}:53: the path MTU drops to 1500 (ICMP fragmentation "
-           "needed), the next send fails with EMSGSIZE",
-           got.stdout.strip() == "sent EMSGSIZE EMSGSIZE mtu 1500", (got.stdout + got.stderr).strip()[-300:])
-    route = rig.run(["ip", "-4", "route", "get", nr.GATEWAY], ns=rig.guest, timeout=5).stdout
-    r.case("... and ip route get shows mtu 1500 afterwards", "mtu 1500" in route, route.strip())
+    for family, gateway, probe_case, route_case in (
+            ("6", gateway6, f"UDP with DF (IPV6_PMTUDISC_DO), 2000 bytes to [{gateway6}]:53: the path MTU drops "
+             "to 1500 (ICMPv6 Packet Too Big), the next send fails with EMSGSIZE",
+             "... and ip -6 route get shows mtu 1500 afterwards"),
+            ("4", nr.GATEWAY, f"UDP with DF, 2000 bytes to {nr.GATEWAY}:53: the path MTU drops to 1500 (ICMP "
+             "fragmentation needed), the next send fails with EMSGSIZE",
+             "... and ip route get shows mtu 1500 afterwards")):
+        got = rig.run(["/usr/bin/python3", "-c", PMTU_PROBE, family, gateway, "53"], ns=rig.guest, timeout=30)
+        r.case(probe_case, got.stdout.strip() == "sent EMSGSIZE EMSGSIZE mtu 1500",
+               (got.stdout + got.stderr).strip()[-300:])
+        route = rig.run(["ip", f"-{family}", "route", "get", gateway], ns=rig.guest, timeout=5).stdout
+        r.case(route_case, "mtu 1500" in route, route.strip())
 
-    p.terminate()
-    try:
-        p.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-    c = None
-    for line in reversed(rig.log_tail("abox-net", 200).splitlines()):
-        if line.strip().startswith("{") and "icmp_packet_too_big_sent" in line:
-            c = json.loads(line)
-            break
+    c = stop_and_read_counters(rig, p, "icmp_packet_too_big_sent")
     r.case("counters: one packet too big per oversize frame (one per family), none held back",
            c is not None and c.get("icmp_packet_too_big_sent") == 2 and c.get("frames_dropped_oversize") == 2
            and c.get("icmp_packet_too_big_limited") == 0,
-           str({k: (c or {}).get(k) for k in ("icmp_packet_too_big_sent", "icmp_packet_too_big_limited",
-                                               "frames_dropped_oversize")}))
+           counters_detail(c, ("icmp_packet_too_big_sent", "icmp_packet_too_big_limited",
+                                               "frames_dropped_oversize")))
 
 
 def main():
