@@ -36,6 +36,7 @@ Bytes echo(std::uint8_t type, std::uint16_t id, std::uint16_t seq, const Bytes& 
              static_cast<std::uint8_t>(id),
              static_cast<std::uint8_t>(seq >> 8),
              static_cast<std::uint8_t>(seq)};
+  m.reserve(m.size() + payload.size());  // GCC 12 -O3 warns on the insert's growth otherwise
   m.insert(m.end(), payload.begin(), payload.end());
   std::uint32_t sum = 0;
   if (dst.is_v6()) {

@@ -49,6 +49,7 @@ inline Bytes bytes_of(std::string_view s) {
 // One stream link record: the frame's length (4 bytes, big endian), the frame.
 inline Bytes record(const Bytes& f) {
   Bytes r;
+  r.reserve(4 + f.size());  // one allocation (and GCC 12 -O3 sees no overread in the insert)
   put32(r, static_cast<std::uint32_t>(f.size()));
   r.insert(r.end(), f.begin(), f.end());
   return r;
