@@ -59,20 +59,18 @@ std::optional<std::string> ask_control_socket(const std::string& path, std::stri
   return ask_unix_socket(path, versioned_control_line(line), body, error, timeout, pass_fd);
 }
 
-std::optional<std::string> ask_unix_socket(const std::string& path, std::string_view line,
-                                           std::string_view body, std::string& error,
-                                           std::chrono::milliseconds timeout, int pass_fd) {
+UniqueFd connect_unix_socket(const std::string& path, std::string& error, std::chrono::milliseconds timeout) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof addr.sun_path) {
     error = "the socket path must be 1 to " + std::to_string(sizeof addr.sun_path - 1) + " bytes";
-    return std::nullopt;
+    return UniqueFd();
   }
   std::memcpy(addr.sun_path, path.data(), path.size());
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) {
     error = std::string("socket: ") + std::strerror(errno);
-    return std::nullopt;
+    return UniqueFd();
   }
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
@@ -89,8 +87,16 @@ std::optional<std::string> ask_unix_socket(const std::string& path, std::string_
     } else {
       error = "cannot connect to " + path + ": " + std::strerror(errno);
     }
-    return std::nullopt;
+    return UniqueFd();
   }
+  return fd;
+}
+
+std::optional<std::string> ask_unix_socket(const std::string& path, std::string_view line,
+                                           std::string_view body, std::string& error,
+                                           std::chrono::milliseconds timeout, int pass_fd) {
+  UniqueFd fd = connect_unix_socket(path, error, timeout);
+  if (!fd) return std::nullopt;
   std::string request(line);
   request += '\n';
   // A peer that answers without reading may have closed already (EPIPE):

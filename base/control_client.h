@@ -15,7 +15,17 @@
 #include <string>
 #include <string_view>
 
+#include "base/unique_fd.h"
+
 namespace abox::base {
+
+// A blocking stream socket connected to the unix socket at `path`, its
+// sends, receives and the connect itself (a full backlog blocks it) bounded
+// by `timeout`; empty with a message in `error` when nothing listens there
+// (no socket file, one left by a process that has exited, a path too long).
+// Connecting tells whether a server is up: the caller may close it at once.
+UniqueFd connect_unix_socket(const std::string& path, std::string& error,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 // `line` goes with the protocol's version in front (base/control_protocol.h).
 // nullopt with a message in `error` when nothing answers: no socket at path,

@@ -1,15 +1,10 @@
 #include "engine/cli/instance_record_writer.h"
 
-#include <sys/socket.h>
-#include <sys/un.h>
-
 #include <algorithm>
 #include <boost/json/serialize.hpp>
-#include <cstring>
 #include <thread>
 
 #include "base/control_client.h"
-#include "base/unique_fd.h"
 #include "engine/daemon/instance_files.h"
 #include "engine/instance/exec_wire.h"
 
@@ -31,12 +26,8 @@ bool terminal(const std::string& state) {
 // Does something listen on this unix socket? A socket file whose listener
 // closed or went refuses the connection.
 bool accepts(const std::string& path) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) return false;
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  base::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  return fd && ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  std::string error;
+  return static_cast<bool>(base::connect_unix_socket(path, error));
 }
 
 }  // namespace
