@@ -23,7 +23,27 @@ const BIO_METHOD* read_ahead_method(int (*read)(BIO*, char*, int), long (*contro
   return method;
 }
 
+// One drained buffer kept for the next read: a stream reads and is drained
+// within one call at a time (one thread, one loop), so in steady state no
+// read allocates, and an idle stream still holds nothing.
+thread_local std::unique_ptr<std::uint8_t[]> spare_buffer;
+
 }  // namespace
+
+void SocketReadAhead::take_buffer() {
+  if (buffer_) return;
+  buffer_ =
+      spare_buffer ? std::move(spare_buffer) : std::make_unique_for_overwrite<std::uint8_t[]>(kCapacity);
+}
+
+void SocketReadAhead::give_buffer_back() {
+  begin_ = end_ = 0;
+  if (!spare_buffer) {
+    spare_buffer = std::move(buffer_);
+  } else {
+    buffer_.reset();
+  }
+}
 
 BIO* SocketReadAhead::new_bio() {
   const BIO_METHOD* method =
@@ -53,14 +73,14 @@ long SocketReadAhead::control_callback(BIO* /*bio*/, int cmd, long /*num*/, void
 
 int SocketReadAhead::read(char* out, std::size_t len, bool& retry) {
   if (begin_ == end_) {
-    if (!buffer_) buffer_ = std::make_unique_for_overwrite<std::uint8_t[]>(kCapacity);
+    take_buffer();
     ssize_t n;
     do {
       n = ::read(fd_, buffer_.get(), kCapacity);
     } while (n < 0 && errno == EINTR);
     if (n <= 0) {
       const int saved = errno;
-      buffer_.reset();  // nothing buffered: no memory kept
+      give_buffer_back();  // nothing buffered: the stream keeps no memory
       if (n < 0 && (saved == EAGAIN || saved == EWOULDBLOCK)) retry = true;
       errno = saved;
       return n == 0 ? 0 : -1;
@@ -72,10 +92,7 @@ int SocketReadAhead::read(char* out, std::size_t len, bool& retry) {
   const std::size_t take = len < end_ - begin_ ? len : end_ - begin_;
   std::memcpy(out, buffer_.get() + begin_, take);
   begin_ += take;
-  if (begin_ == end_) {
-    begin_ = end_ = 0;
-    buffer_.reset();
-  }
+  if (begin_ == end_) give_buffer_back();
   return static_cast<int>(take);
 }
 

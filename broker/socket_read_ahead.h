@@ -11,7 +11,8 @@
 //     readiness will announce them, so the stream counts them as pending
 //     (TlsStream::has_pending) and its owner reads again without waiting;
 //   - the buffer exists only while it holds bytes (an idle stream keeps no
-//     read-ahead memory);
+//     read-ahead memory); a drained one waits as the thread's one spare for
+//     the next read, so reading allocates nothing in steady state;
 //   - received() counts bytes read from the socket, as a socket BIO's
 //     BIO_number_read did;
 //   - the BIO refers to this object: it must outlive the SSL it is given to
@@ -48,6 +49,10 @@ class SocketReadAhead {
   static int read_callback(BIO* bio, char* out, int len);
   static long control_callback(BIO* bio, int cmd, long num, void* ptr);
   int read(char* out, std::size_t len, bool& retry);
+  // The buffer while bytes are held: the thread's spare one when there is
+  // one (no allocation per read), handed back once drained.
+  void take_buffer();
+  void give_buffer_back();
 
   int fd_;
   std::unique_ptr<std::uint8_t[]> buffer_;
