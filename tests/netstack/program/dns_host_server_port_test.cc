@@ -10,7 +10,9 @@
 // To make the collision certain rather than rare, the test runs in a network
 // namespace of its own whose ephemeral range is two ports, one of them held
 // by a TCP listener: every second pick of the old code failed. Needs root
-// (CLONE_NEWNET); skipped otherwise.
+// (CLONE_NEWNET): skipped otherwise, a failure where every test must run
+// (tests/support/needs_root.h). Every step of the namespace's setup that
+// fails is a failure, never a quiet pass.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -32,6 +34,7 @@
 #include "io/event_loop.h"
 #include "netstack/program/dns_host_server.h"
 #include "policy/policy_file.h"
+#include "tests/support/needs_root.h"
 
 namespace abox::netstack {
 namespace {
@@ -55,9 +58,16 @@ base::UniqueFd narrow_namespace() {
   base::UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   ifreq ifr{};
   std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-  if (::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return {};
+  ifr.ifr_flags = 0;
+  if (!s || ::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) {
+    ADD_FAILURE() << "lo's flags: " << std::strerror(errno);
+    return {};
+  }
   ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
-  if (::ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return {};
+  if (::ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) {
+    ADD_FAILURE() << "lo up: " << std::strerror(errno);
+    return {};
+  }
   if (!write_file("/proc/sys/net/ipv4/ip_local_port_range",
                   std::to_string(kHeldByTcp) + " " + std::to_string(kFree))) {
     ADD_FAILURE() << "ip_local_port_range: " << std::strerror(errno);
@@ -76,7 +86,7 @@ base::UniqueFd narrow_namespace() {
 }
 
 TEST(DnsHostServerPort, PortZeroFindsAPortFreeForBothUdpAndTcp) {
-  if (::geteuid() != 0) GTEST_SKIP() << "needs root for a network namespace";
+  ABOX_NEEDS_ROOT("needs root for a network namespace of its own");
   auto parsed = policy::parse_policy(
       "[dns]\nupstreams = [\"127.0.0.1:9\"]\n[[allow]]\nnames = [\"example.test\"]\nports = [443]\n",
       "port-test.toml");
